@@ -1,0 +1,689 @@
+//! The verified intermediate representation: what `verify` produces and
+//! `specialize` / `lower` consume.
+//!
+//! Invariants the verifier guarantees for every [`Module`] it returns (later
+//! stages may rely on them without re-checking):
+//!
+//! - Values are dense [`ValueId`]s per kernel; `kernel.value_types[id]` is the
+//!   type of each, and `kernel.value_names[id]` the source name (without `%`).
+//! - Every operand is defined before its use and dominates it (defined earlier
+//!   in the same block or in an enclosing block of the same function).
+//!   Workload arguments and `launch` ops form one function, launch arguments
+//!   and `body` another; no value crosses between them except through the
+//!   dimensions of view types in the body, which only name launch arguments or
+//!   body values.
+//! - Types are exact: every operand has the type its op requires, with no
+//!   implicit conversion. `index` and `offset` lower as `u32`.
+//! - `buffer` and `view` values never flow through `scf.if`/`scf.for` results,
+//!   iteration arguments or `scalar.select`, so [`Kernel::buffer_of`] names
+//!   the one buffer behind every buffer or view value.
+//! - Region blocks of [`OpKind::If`] and [`OpKind::For`] end with exactly one
+//!   [`OpKind::Yield`] (inserted empty when the source omitted it) whose
+//!   operands match the op's results; `Yield` occurs nowhere else. The body
+//!   ends with exactly one [`OpKind::Return`], which occurs nowhere else.
+//! - `launch` holds only index arithmetic and config values; the launch
+//!   config's `workgroup_size` and every `Alloca`'s `bytes` depend only on
+//!   constants and config values, so [`eval`] can compute them from a
+//!   specialization.
+//! - Barriers sit in workgroup-uniform control flow and subgroup collectives
+//!   in subgroup-uniform control flow.
+
+mod eval;
+
+pub use eval::{EvalError, Evaluation, LaunchGrid};
+
+use crate::front::span::Span;
+
+/// A value of one kernel, dense from 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    /// The id as an index into per-value tables.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Element types of vectors and views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scalar {
+    /// Signed 32-bit integer.
+    I32,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// IEEE single precision.
+    F32,
+    /// IEEE half precision.
+    F16,
+}
+
+impl Scalar {
+    /// The scalar as a [`Type`].
+    pub fn to_type(self) -> Type {
+        match self {
+            Scalar::I32 => Type::I32,
+            Scalar::U32 => Type::U32,
+            Scalar::F32 => Type::F32,
+            Scalar::F16 => Type::F16,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn bytes(self) -> u32 {
+        match self {
+            Scalar::F16 => 2,
+            _ => 4,
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, Scalar::F32 | Scalar::F16)
+    }
+}
+
+/// One dimension of a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// Known extent in elements.
+    Static(u64),
+    /// Extent held by an `index` value in scope where the view type is used.
+    Dynamic(ValueId),
+}
+
+/// A typed, row-major window onto a buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ViewType {
+    /// Outermost first; the last dimension is contiguous.
+    pub dims: Vec<Dim>,
+    /// Element type.
+    pub elem: Scalar,
+}
+
+/// Every loom type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    /// Element counts and indices; lowered as `u32`.
+    Index,
+    /// Byte quantities; lowered as `u32`.
+    Offset,
+    /// Boolean.
+    I1,
+    /// Signed 32-bit integer.
+    I32,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// IEEE single precision.
+    F32,
+    /// IEEE half precision.
+    F16,
+    /// `vector<len x elem>`, `len` in 2..=4.
+    Vector {
+        /// Lane count, 2..=4.
+        len: u8,
+        /// Lane type.
+        elem: Scalar,
+    },
+    /// A kernel buffer argument or a `buffer.alloca<workgroup>`.
+    Buffer,
+    /// A view onto a buffer.
+    View(ViewType),
+}
+
+impl Type {
+    /// The scalar behind a scalar type (not `index`, `offset` or `i1`).
+    pub fn scalar(&self) -> Option<Scalar> {
+        match self {
+            Type::I32 => Some(Scalar::I32),
+            Type::U32 => Some(Scalar::U32),
+            Type::F32 => Some(Scalar::F32),
+            Type::F16 => Some(Scalar::F16),
+            _ => None,
+        }
+    }
+
+    /// The scalar of a scalar type or the lane type of a vector type.
+    pub fn element(&self) -> Option<Scalar> {
+        match self {
+            Type::Vector { elem, .. } => Some(*elem),
+            other => other.scalar(),
+        }
+    }
+
+    /// Whether values of this type may be yielded, selected or loop-carried.
+    pub fn is_plain_data(&self) -> bool {
+        !matches!(self, Type::Buffer | Type::View(_))
+    }
+}
+
+/// A literal constant as written in the source.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Literal {
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer, already checked to fit its type.
+    Int(i64),
+    /// A float (also `inf`, `-inf`, `nan`).
+    Float(f64),
+}
+
+/// An argument of either signature.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arg {
+    /// Name without `%`.
+    pub name: String,
+    /// Its value.
+    pub id: ValueId,
+    /// Its type.
+    pub ty: Type,
+    /// Declared `{readonly}` (buffers only): stores through it are rejected.
+    pub readonly: bool,
+    /// Where it is declared.
+    pub span: Span,
+}
+
+/// How a buffer argument is used, inferred from every view derived from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferAccess {
+    /// Some load or atomic reads it.
+    pub read: bool,
+    /// Some store or atomic writes it.
+    pub written: bool,
+}
+
+/// The buffer behind a buffer or view value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferRef {
+    /// Launch argument number `n` (index into [`Kernel::args`]).
+    Arg(usize),
+    /// The workgroup buffer made by the `Alloca` whose result is this value.
+    Alloca(ValueId),
+}
+
+/// The launch configuration: the grid and the workgroup shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchConfig {
+    /// Workgroup counts x, y, z (launch-region values).
+    pub workgroups: [ValueId; 3],
+    /// Workgroup size x, y, z (launch-region values, compile-time constant).
+    pub workgroup_size: [ValueId; 3],
+    /// Where it is written.
+    pub span: Span,
+}
+
+/// A sequence of ops.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Block {
+    /// In program order.
+    pub ops: Vec<Op>,
+}
+
+/// One operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    /// Values it defines, in order.
+    pub results: Vec<ValueId>,
+    /// What it does.
+    pub kind: OpKind,
+    /// Where it is written.
+    pub span: Span,
+}
+
+/// `index.add` and friends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexBinary {
+    /// Wrapping add.
+    Add,
+    /// Wrapping subtract.
+    Sub,
+    /// Wrapping multiply.
+    Mul,
+    /// Unsigned divide.
+    Div,
+    /// Unsigned remainder.
+    Rem,
+    /// Unsigned minimum.
+    Min,
+    /// Unsigned maximum.
+    Max,
+}
+
+/// Integer comparison predicates (index.cmp, scalar.cmpi).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IntPredicate {
+    /// ==
+    Eq,
+    /// !=
+    Ne,
+    /// unsigned <
+    Ult,
+    /// unsigned <=
+    Ule,
+    /// unsigned >
+    Ugt,
+    /// unsigned >=
+    Uge,
+    /// signed <
+    Slt,
+    /// signed <=
+    Sle,
+    /// signed >
+    Sgt,
+    /// signed >=
+    Sge,
+}
+
+/// Ordered float comparison predicates (scalar.cmpf).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FloatPredicate {
+    /// ordered ==
+    Oeq,
+    /// ordered !=
+    One,
+    /// ordered <
+    Olt,
+    /// ordered <=
+    Ole,
+    /// ordered >
+    Ogt,
+    /// ordered >=
+    Oge,
+}
+
+/// Two-operand scalar (or lane-wise vector) arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarBinary {
+    /// float +
+    AddF,
+    /// float -
+    SubF,
+    /// float *
+    MulF,
+    /// float /
+    DivF,
+    /// float max (NaN loses)
+    MaxNumF,
+    /// float min (NaN loses)
+    MinNumF,
+    /// integer + (wrapping)
+    AddI,
+    /// integer - (wrapping)
+    SubI,
+    /// integer * (wrapping)
+    MulI,
+    /// signed /
+    DivSI,
+    /// unsigned /
+    DivUI,
+    /// signed remainder
+    RemSI,
+    /// unsigned remainder
+    RemUI,
+    /// bitwise and (also on i1)
+    AndI,
+    /// bitwise or (also on i1)
+    OrI,
+    /// bitwise xor (also on i1)
+    XorI,
+    /// shift left
+    ShlI,
+    /// arithmetic shift right
+    ShrSI,
+    /// logical shift right
+    ShrUI,
+}
+
+/// One-operand float math.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarUnary {
+    /// -x
+    NegF,
+    /// |x|
+    AbsF,
+    /// e^x
+    ExpF,
+    /// ln x
+    LogF,
+    /// sqrt x
+    SqrtF,
+    /// 1 / sqrt x
+    RsqrtF,
+    /// tanh x
+    TanhF,
+}
+
+/// Conversions; the target type is in [`OpKind::Convert::to`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConvertOp {
+    /// f16 -> f32
+    ExtF,
+    /// f32 -> f16
+    TruncF,
+    /// i32 -> float
+    SIToFP,
+    /// u32 -> float
+    UIToFP,
+    /// float -> i32
+    FPToSI,
+    /// float -> u32
+    FPToUI,
+    /// same-width reinterpretation among i32, u32, f32
+    Bitcast,
+}
+
+/// Atomic read-modify-write operations on integer views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// addi
+    Add,
+    /// subi
+    Sub,
+    /// maxsi / maxui (signedness from the element type)
+    Max,
+    /// minsi / minui (signedness from the element type)
+    Min,
+    /// andi
+    And,
+    /// ori
+    Or,
+    /// xori
+    Xor,
+    /// xchg
+    Exchange,
+}
+
+/// Which built-in coordinate `kernel.<kind><x|y|z>` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WorkItemKind {
+    /// kernel.workitem.dispatch.id (global invocation id)
+    DispatchId,
+    /// kernel.workgroup.id
+    WorkgroupId,
+    /// kernel.workitem.id (local invocation id)
+    WorkitemId,
+    /// kernel.workgroup.size
+    WorkgroupSize,
+    /// kernel.workgroup.count
+    WorkgroupCount,
+}
+
+/// An axis of the 3-D grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Axis {
+    /// x
+    X,
+    /// y
+    Y,
+    /// z
+    Z,
+}
+
+/// Subgroup facts `kernel.subgroup.*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SubgroupQuery {
+    /// kernel.subgroup.size
+    Size,
+    /// kernel.subgroup.id (within the workgroup)
+    Id,
+    /// kernel.subgroup.lane.id
+    LaneId,
+    /// kernel.subgroup.count (subgroups per workgroup)
+    Count,
+}
+
+/// Subgroup reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// float sum
+    AddF,
+    /// float max
+    MaxNumF,
+    /// float min
+    MinNumF,
+    /// integer sum
+    AddI,
+    /// signed max
+    MaxSI,
+    /// signed min
+    MinSI,
+    /// unsigned max
+    MaxUI,
+    /// unsigned min
+    MinUI,
+}
+
+/// Subgroup shuffle modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShuffleMode {
+    /// from lane `self ^ lane`
+    Xor,
+    /// from lane `self - lane`
+    Up,
+    /// from lane `self + lane`
+    Down,
+    /// from lane `lane`
+    Index,
+}
+
+/// What an op does. Operands are [`ValueId`]s; result types are in
+/// [`Kernel::value_types`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// `index.constant`; result type `index` or `offset`.
+    IndexConstant(u32),
+    /// `index.<op> a, b`.
+    IndexBinary(IndexBinary, ValueId, ValueId),
+    /// `index.madd a, b, c` = a * b + c.
+    IndexMadd(ValueId, ValueId, ValueId),
+    /// `index.cmp pred, a, b` -> i1.
+    IndexCmp(IntPredicate, ValueId, ValueId),
+    /// `index.cast a` between index, offset, i32, u32 (bits kept).
+    IndexCast {
+        /// Source value.
+        value: ValueId,
+        /// Target type.
+        to: Type,
+    },
+    /// `scalar.constant`; the result type says how to read the literal.
+    ScalarConstant(Literal),
+    /// `scalar.<op> a, b` on scalars or vectors of one type.
+    ScalarBinary(ScalarBinary, ValueId, ValueId),
+    /// `scalar.fmaf a, b, c` = a * b + c.
+    ScalarFma(ValueId, ValueId, ValueId),
+    /// `scalar.<op> a`.
+    ScalarUnary(ScalarUnary, ValueId),
+    /// `scalar.cmpf pred, a, b` -> i1.
+    CmpF(FloatPredicate, ValueId, ValueId),
+    /// `scalar.cmpi pred, a, b` -> i1.
+    CmpI(IntPredicate, ValueId, ValueId),
+    /// `scalar.select p, a, b`.
+    Select(ValueId, ValueId, ValueId),
+    /// `scalar.<conversion> a : from -> to`.
+    Convert {
+        /// Which conversion.
+        op: ConvertOp,
+        /// Source value.
+        value: ValueId,
+        /// Target type.
+        to: Type,
+    },
+    /// `vector.splat s : elem -> vector<NxT>`: every lane set to `s`.
+    VectorSplat(ValueId),
+    /// `buffer.view buffer[byte_offset] : buffer -> view<..>`.
+    BufferView {
+        /// A buffer value.
+        buffer: ValueId,
+        /// An `offset` value.
+        byte_offset: ValueId,
+        /// The view's type (also the result type).
+        view: ViewType,
+    },
+    /// `buffer.alloca<workgroup> align(n) bytes`.
+    Alloca {
+        /// Alignment in bytes (power of two).
+        align: u32,
+        /// An `offset` value, compile-time constant.
+        bytes: ValueId,
+    },
+    /// `view.load view[indices]` -> element.
+    ViewLoad {
+        /// A view value.
+        view: ValueId,
+        /// One `index` per dimension.
+        indices: Vec<ValueId>,
+    },
+    /// `view.store value, view[indices]`.
+    ViewStore {
+        /// Element value.
+        value: ValueId,
+        /// A view value.
+        view: ValueId,
+        /// One `index` per dimension.
+        indices: Vec<ValueId>,
+    },
+    /// `vector.load view[indices]` -> vector of consecutive elements along
+    /// the last dimension, starting at `indices`.
+    VectorLoad {
+        /// A view value.
+        view: ValueId,
+        /// One `index` per dimension.
+        indices: Vec<ValueId>,
+    },
+    /// `vector.store value, view[indices]`.
+    VectorStore {
+        /// Vector value.
+        value: ValueId,
+        /// A view value.
+        view: ValueId,
+        /// One `index` per dimension.
+        indices: Vec<ValueId>,
+    },
+    /// `view.atomic.rmw<op> value, view[indices]` -> old element.
+    AtomicRmw {
+        /// Operation.
+        op: AtomicOp,
+        /// Operand of the element type (i32 or u32).
+        value: ValueId,
+        /// A view value.
+        view: ValueId,
+        /// One `index` per dimension.
+        indices: Vec<ValueId>,
+    },
+    /// `scf.if`; its results are the op's results.
+    If {
+        /// An `i1` value.
+        cond: ValueId,
+        /// Runs when true; ends with `Yield`.
+        then: Block,
+        /// Runs when false; ends with `Yield`. `None` only with no results.
+        otherwise: Option<Block>,
+    },
+    /// `scf.for iv = [lower to upper step step](iter_args)`; its results are
+    /// the iteration arguments' final values.
+    For {
+        /// The induction variable (`index`), defined for the body.
+        iv: ValueId,
+        /// First value of `iv`.
+        lower: ValueId,
+        /// Exclusive bound (unsigned comparison).
+        upper: ValueId,
+        /// Increment.
+        step: ValueId,
+        /// (block argument defined for the body, initial value).
+        iter_args: Vec<(ValueId, ValueId)>,
+        /// Ends with `Yield` of the next iteration's values.
+        body: Block,
+    },
+    /// `scf.yield values`: the last op of an `If`/`For` region.
+    Yield(Vec<ValueId>),
+    /// `kernel.<coordinate><axis>` -> index.
+    WorkItem(WorkItemKind, Axis),
+    /// `kernel.subgroup.<query>` -> index.
+    Subgroup(SubgroupQuery),
+    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`:
+    /// control and workgroup-memory barrier.
+    Barrier,
+    /// `kernel.subgroup.reduce<op> x`.
+    SubgroupReduce(ReduceOp, ValueId),
+    /// `kernel.subgroup.shuffle<mode> x, lane`.
+    SubgroupShuffle(ShuffleMode, ValueId, ValueId),
+    /// `kernel.subgroup.broadcast x, lane` (`lane` is subgroup-uniform).
+    SubgroupBroadcast(ValueId, ValueId),
+    /// `config.value @key`; the key is declared, the type matches its decl.
+    ConfigValue(String),
+    /// `kernel.return`: the last op of the body.
+    Return,
+}
+
+/// `config.decl @key = default : type`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigDecl {
+    /// The specialization key, without `@` (for example `scale.width`).
+    pub key: String,
+    /// index, offset, i1, i32, u32 or f32.
+    pub ty: Type,
+    /// Value used when a specialization does not set the key.
+    pub default: Literal,
+    /// Where it is declared.
+    pub span: Span,
+}
+
+/// One verified kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// Symbol without `@`.
+    pub name: String,
+    /// Where `kernel.def` is written.
+    pub span: Span,
+    /// Host-side workload arguments (index values), in order.
+    pub workload_args: Vec<Arg>,
+    /// Launch-region ops (index arithmetic and config values), without the
+    /// launch config itself.
+    pub launch: Vec<Op>,
+    /// The grid and workgroup shape.
+    pub launch_config: LaunchConfig,
+    /// Device ABI, in order: buffers become storage bindings, scalars one
+    /// push-constant block.
+    pub args: Vec<Arg>,
+    /// Device code; ends with `Return`.
+    pub body: Block,
+    /// Type of every value.
+    pub value_types: Vec<Type>,
+    /// Source name of every value (without `%`).
+    pub value_names: Vec<String>,
+    /// Parallel to `args`: inferred access (default for non-buffer args).
+    pub buffer_access: Vec<BufferAccess>,
+    /// For every buffer or view value, the buffer behind it.
+    pub buffer_of: Vec<Option<BufferRef>>,
+}
+
+impl Kernel {
+    /// The type of a value.
+    pub fn ty(&self, id: ValueId) -> Option<&Type> {
+        self.value_types.get(id.index())
+    }
+}
+
+/// A verified module.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Module {
+    /// Kernels in source order; names are unique.
+    pub kernels: Vec<Kernel>,
+    /// Config declarations in source order; keys are unique.
+    pub configs: Vec<ConfigDecl>,
+}
+
+impl Module {
+    /// The kernel named `name` (with or without `@`).
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        let name = name.strip_prefix('@').unwrap_or(name);
+        self.kernels.iter().find(|k| k.name == name)
+    }
+
+    /// The config declaration for `key` (with or without `@`).
+    pub fn config(&self, key: &str) -> Option<&ConfigDecl> {
+        let key = key.strip_prefix('@').unwrap_or(key);
+        self.configs.iter().find(|c| c.key == key)
+    }
+}

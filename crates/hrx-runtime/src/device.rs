@@ -1,0 +1,276 @@
+//! One opened Vulkan device: queue, allocator, pools, and its timeline.
+
+use crate::{
+    instance::{Instance, PhysicalDevice},
+    memory::MemoryCounters,
+    options::RuntimeOptions,
+    timeline::Timeline,
+    vk_error,
+};
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use hrx_core::{Error, Result, Target};
+use std::{
+    mem::ManuallyDrop,
+    sync::{Arc, Mutex, atomic::AtomicBool},
+};
+
+/// The device a [`Runtime`](crate::Runtime) domain opened on first need.
+///
+/// Obtained with [`Runtime::gpu`](crate::Runtime::gpu); lives as long as
+/// anything of the domain (buffers, kernels, graphs) is alive.
+pub struct Gpu {
+    pub(crate) domain: u64,
+    index: usize,
+    target: Target,
+    pub(crate) device: ash::Device,
+    queue_family: u32,
+    pub(crate) queue: Mutex<vk::Queue>,
+    pub(crate) allocator: Mutex<ManuallyDrop<Allocator>>,
+    command_pool: Mutex<vk::CommandPool>,
+    pipeline_cache: vk::PipelineCache,
+    push_descriptor: ash::khr::push_descriptor::Device,
+    pub(crate) timeline: Arc<Timeline>,
+    pub(crate) memory: MemoryCounters,
+    pub(crate) fault_injection: bool,
+    pub(crate) fail_next_submission: AtomicBool,
+    pub(crate) fail_next_execution: AtomicBool,
+    // Dropped last: the instance outlives the device created from it.
+    _instance: Instance,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("index", &self.index)
+            .field("name", &self.target.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    pub(crate) fn open(domain: u64, options: &RuntimeOptions) -> Result<Arc<Gpu>> {
+        let instance = Instance::new(options)?;
+        let physical = instance.select(options.selector())?;
+        if !physical.push_descriptor {
+            return Err(Error::Unsupported(format!(
+                "{} lacks VK_KHR_push_descriptor",
+                physical.target.name
+            )));
+        }
+        let queue_family = compute_queue_family(&instance, &physical)?;
+        let device = create_device(&instance, &physical, queue_family)?;
+        // From here on, `partial` destroys what exists if a later step fails.
+        let partial = PartialDevice(&device);
+        // SAFETY: the family was requested with one queue at creation.
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.raw.clone(),
+            device: device.clone(),
+            physical_device: physical.raw,
+            debug_settings: Default::default(),
+            buffer_device_address: false,
+            allocation_sizes: Default::default(),
+        })
+        .map_err(|e| Error::Message(format!("gpu-allocator: {e}")))?;
+        let pool_info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and create info.
+        let command_pool = unsafe { device.create_command_pool(&pool_info, None) }
+            .map_err(vk_error("vkCreateCommandPool"))?;
+        // SAFETY: valid device; an empty cache.
+        let pipeline_cache =
+            unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                .map_err(|e| {
+                    // SAFETY: the pool was just created and is unused.
+                    unsafe { device.destroy_command_pool(command_pool, None) };
+                    vk_error("vkCreatePipelineCache")(e)
+                })?;
+        let timeline = match Timeline::new(domain, device.clone()) {
+            Ok(timeline) => timeline,
+            Err(e) => {
+                // SAFETY: both objects were just created and are unused.
+                unsafe {
+                    device.destroy_pipeline_cache(pipeline_cache, None);
+                    device.destroy_command_pool(command_pool, None);
+                }
+                return Err(e);
+            }
+        };
+        std::mem::forget(partial);
+        let push_descriptor = ash::khr::push_descriptor::Device::new(&instance.raw, &device);
+        Ok(Arc::new(Gpu {
+            domain,
+            index: physical.index,
+            target: physical.target,
+            device,
+            queue_family,
+            queue: Mutex::new(queue),
+            allocator: Mutex::new(ManuallyDrop::new(allocator)),
+            command_pool: Mutex::new(command_pool),
+            pipeline_cache,
+            push_descriptor,
+            timeline,
+            memory: MemoryCounters::new(options.memory_budget),
+            fault_injection: options.fault_injection,
+            fail_next_submission: AtomicBool::new(false),
+            fail_next_execution: AtomicBool::new(false),
+            _instance: instance,
+        }))
+    }
+
+    /// The facts of this device, as a compiler needs them.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The device's position in Vulkan's enumeration order.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn raw(&self) -> &ash::Device {
+        &self.device
+    }
+
+    pub(crate) fn queue_family(&self) -> u32 {
+        self.queue_family
+    }
+
+    pub(crate) fn pipeline_cache(&self) -> vk::PipelineCache {
+        self.pipeline_cache
+    }
+
+    pub(crate) fn push_descriptor(&self) -> &ash::khr::push_descriptor::Device {
+        &self.push_descriptor
+    }
+
+    /// A primary command buffer from the device's pool, freed on drop.
+    pub(crate) fn command_buffer(self: &Arc<Self>) -> Result<CommandBuffer> {
+        let pool = self.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(*pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool is externally synchronised by its mutex.
+        let raw = unsafe { self.device.allocate_command_buffers(&info) }
+            .map_err(vk_error("vkAllocateCommandBuffers"))?;
+        Ok(CommandBuffer {
+            gpu: self.clone(),
+            raw: raw[0],
+        })
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // Nothing of this domain is alive any more except work still on the
+        // device; drain it so no memory is freed under the device's feet.
+        // SAFETY: the queue is not used concurrently (we hold its lock).
+        let _queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        unsafe {
+            let _ = self.device.device_wait_idle();
+        }
+        self.timeline.shut_down();
+        // SAFETY: the device is idle, the watcher no longer touches it, and
+        // every object below was created from this device and is unused.
+        unsafe {
+            self.device.destroy_pipeline_cache(self.pipeline_cache, None);
+            let pool = self.command_pool.get_mut().unwrap_or_else(|e| e.into_inner());
+            self.device.destroy_command_pool(*pool, None);
+            let allocator = self.allocator.get_mut().unwrap_or_else(|e| e.into_inner());
+            ManuallyDrop::drop(allocator);
+            self.timeline.destroy_semaphore();
+            self.device.destroy_device(None);
+        }
+    }
+}
+
+/// A primary command buffer owned by the device's pool.
+pub(crate) struct CommandBuffer {
+    gpu: Arc<Gpu>,
+    raw: vk::CommandBuffer,
+}
+
+impl CommandBuffer {
+    pub(crate) fn raw(&self) -> vk::CommandBuffer {
+        self.raw
+    }
+}
+
+impl Drop for CommandBuffer {
+    fn drop(&mut self) {
+        let pool = self.gpu.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: command buffers are dropped only when no submission that
+        // uses them is pending (they live in a graph kept alive by every
+        // in-flight submission), and the pool is locked.
+        unsafe { self.gpu.device.free_command_buffers(*pool, &[self.raw]) };
+    }
+}
+
+/// Destroys a freshly created device if opening fails half way.
+struct PartialDevice<'a>(&'a ash::Device);
+
+impl Drop for PartialDevice<'_> {
+    fn drop(&mut self) {
+        // SAFETY: reached only on an error path before any object of the
+        // device escaped; the objects created so far were destroyed already.
+        unsafe { self.0.destroy_device(None) };
+    }
+}
+
+fn compute_queue_family(instance: &Instance, physical: &PhysicalDevice) -> Result<u32> {
+    // SAFETY: query on an enumerated physical device.
+    let families =
+        unsafe { instance.raw.get_physical_device_queue_family_properties(physical.raw) };
+    let compute = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE);
+    // Prefer a compute-only family: it does not share a queue with graphics work.
+    let dedicated = families
+        .iter()
+        .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS));
+    dedicated
+        .or_else(|| families.iter().position(compute))
+        .map(|i| i as u32)
+        .ok_or_else(|| Error::Unsupported(format!("{} has no compute queue", physical.target.name)))
+}
+
+fn create_device(instance: &Instance, physical: &PhysicalDevice, family: u32) -> Result<ash::Device> {
+    let target = &physical.target;
+    let priorities = [1.0f32];
+    let queues = [vk::DeviceQueueCreateInfo::default()
+        .queue_family_index(family)
+        .queue_priorities(&priorities)];
+    let mut extensions = vec![ash::khr::push_descriptor::NAME.as_ptr()];
+    if physical.memory_budget_ext {
+        extensions.push(ash::ext::memory_budget::NAME.as_ptr());
+    }
+    let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+    let mut v13 = vk::PhysicalDeviceVulkan13Features::default()
+        .synchronization2(true)
+        .subgroup_size_control(true)
+        .compute_full_subgroups(false);
+    let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
+        .timeline_semaphore(true)
+        .shader_float16(target.shader_f16)
+        .vulkan_memory_model(true);
+    let mut v11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(target.storage_16bit);
+    let base = vk::PhysicalDeviceFeatures::default().shader_int64(target.shader_int64);
+    let mut features = vk::PhysicalDeviceFeatures2::default()
+        .features(base)
+        .push_next(&mut v11)
+        .push_next(&mut v12)
+        .push_next(&mut v13);
+    if target.supports_cooperative_matrix() {
+        extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        features = features.push_next(&mut cooperative);
+    }
+    let info = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .enabled_extension_names(&extensions)
+        .push_next(&mut features);
+    // SAFETY: all pointers refer to locals alive for the call; the features
+    // requested were read off this device (vulkan_memory_model is required
+    // by Vulkan 1.3).
+    unsafe { instance.raw.create_device(physical.raw, &info, None) }.map_err(vk_error("vkCreateDevice"))
+}

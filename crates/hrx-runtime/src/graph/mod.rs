@@ -1,0 +1,215 @@
+//! Graphs: copies, fills and dispatches recorded once, checked at record
+//! time, ordered by derived hazards, and prepared into a command buffer.
+
+mod executable;
+mod hazard;
+mod op;
+mod record;
+
+pub use executable::ExecutableGraph;
+pub use hazard::{Barrier, Edge, Hazard};
+
+use crate::{BufferView, GpuKernel, Runtime};
+use hrx_core::{Error, Result};
+use op::Op;
+
+/// A recording of device work: `copy`, `fill` and `dispatch` operations in
+/// order, with no barrier API.
+///
+/// Every operation declares the bytes it reads and writes (a kernel's
+/// contract says which bindings are read, written or both). [`prepare`]
+/// derives read-after-write, write-after-read and write-after-write edges at
+/// byte-range granularity and inserts a barrier only where an edge needs
+/// one, so independent operations run concurrently. All checks happen when
+/// an operation is recorded; an error names the operation and leaves the
+/// graph as it was.
+///
+/// [`prepare`]: Graph::prepare
+pub struct Graph {
+    runtime: Runtime,
+    ops: Vec<Op>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph").field("operations", &self.ops.len()).finish_non_exhaustive()
+    }
+}
+
+fn fail<T>(operation: &str, why: impl std::fmt::Display) -> Result<T> {
+    Err(Error::Message(format!("{operation}: {why}")))
+}
+
+impl Graph {
+    pub(crate) fn new(runtime: Runtime) -> Graph {
+        Graph { runtime, ops: Vec::new() }
+    }
+
+    /// The number of operations recorded so far.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn check_owned(&self, operation: &str, what: &str, view: &BufferView) -> Result<()> {
+        if self.runtime.owns(view) {
+            Ok(())
+        } else {
+            fail(operation, format!("the {what} view belongs to another runtime domain"))
+        }
+    }
+
+    /// Copy `src` into `dst`. Both views must have equal lengths, belong to
+    /// this graph's runtime and not overlap. Large device-local copies run
+    /// through a built-in compute kernel, which streams faster than the copy
+    /// engine on GPUs.
+    pub fn copy(&mut self, dst: BufferView, src: BufferView) -> Result<()> {
+        self.check_owned("copy", "destination", &dst)?;
+        self.check_owned("copy", "source", &src)?;
+        if dst.len() != src.len() {
+            return fail(
+                "copy",
+                format!("destination has {} bytes, source {}", dst.len(), src.len()),
+            );
+        }
+        if dst.overlaps(&src) {
+            return fail("copy", format!("destination {dst:?} overlaps source {src:?}"));
+        }
+        self.ops.push(Op::Copy { dst, src });
+        Ok(())
+    }
+
+    /// Fill `view` with the 32-bit word `value` repeated. The view's offset
+    /// and length must be multiples of 4.
+    pub fn fill(&mut self, view: BufferView, value: u32) -> Result<()> {
+        self.check_owned("fill", "target", &view)?;
+        if !view.offset().is_multiple_of(4) || !view.len().is_multiple_of(4) {
+            return fail(
+                "fill",
+                format!("offset {} and length {} must be multiples of 4", view.offset(), view.len()),
+            );
+        }
+        self.ops.push(Op::Fill { view, value });
+        Ok(())
+    }
+
+    /// Dispatch `kernel` over `workgroups` with `views` bound in binding
+    /// order and `constants` as its push-constant block.
+    ///
+    /// Checked against the kernel's contract and the device limits: binding
+    /// count, each view's length (at least `min_bytes`, non-empty, at most
+    /// the device's storage range) and offset alignment (the contract's and
+    /// the device's), the constants' size, a non-zero grid within the
+    /// device's workgroup-count limits, the domain of the kernel and every
+    /// view, and writable aliasing unless the kernel opted into it.
+    pub fn dispatch(
+        &mut self,
+        kernel: &GpuKernel,
+        views: &[BufferView],
+        constants: &[u8],
+        workgroups: [u32; 3],
+    ) -> Result<()> {
+        let contract = kernel.contract();
+        let operation = format!("dispatch of `{}`", contract.entry_point);
+        let operation = operation.as_str();
+        if kernel.domain() != self.runtime.id() {
+            return fail(operation, "the kernel belongs to another runtime domain");
+        }
+        let target = self.runtime.gpu()?.target();
+        if views.len() != contract.bindings.len() {
+            return fail(
+                operation,
+                format!("{} views given, the kernel has {} bindings", views.len(), contract.bindings.len()),
+            );
+        }
+        for (i, (view, binding)) in views.iter().zip(&contract.bindings).enumerate() {
+            self.check_owned(operation, &format!("binding {i}"), view)?;
+            let offset_alignment = target.storage_buffer_offset_alignment.max(1);
+            let why = if view.is_empty() {
+                Some("the view is empty".to_string())
+            } else if view.len() < binding.min_bytes {
+                Some(format!("{} bytes, the kernel needs at least {}", view.len(), binding.min_bytes))
+            } else if view.len() as u64 > target.max_storage_buffer_range {
+                Some(format!(
+                    "{} bytes exceed the device's storage range {}",
+                    view.len(),
+                    target.max_storage_buffer_range
+                ))
+            } else if !view.offset().is_multiple_of(binding.alignment.max(1)) {
+                Some(format!("offset {} is not a multiple of {}", view.offset(), binding.alignment))
+            } else if !(view.offset() as u64).is_multiple_of(offset_alignment) {
+                Some(format!(
+                    "offset {} is not a multiple of the device's storage offset alignment {offset_alignment}",
+                    view.offset()
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return fail(operation, format!("binding {i}: {why}"));
+            }
+        }
+        if !kernel.aliasing_allowed() {
+            for (i, (a, ca)) in views.iter().zip(&contract.bindings).enumerate() {
+                for (j, (b, cb)) in views.iter().zip(&contract.bindings).enumerate().skip(i + 1) {
+                    if (ca.access.writes() || cb.access.writes()) && a.overlaps(b) {
+                        return fail(
+                            operation,
+                            format!(
+                                "bindings {i} and {j} overlap and one is writable; \
+                                 use `GpuKernel::allow_aliasing` if the kernel tolerates it"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        if constants.len() != contract.push_constant_bytes as usize {
+            return fail(
+                operation,
+                format!(
+                    "{} bytes of constants given, the kernel takes {}",
+                    constants.len(),
+                    contract.push_constant_bytes
+                ),
+            );
+        }
+        if workgroups.contains(&0)
+            || workgroups.iter().zip(target.max_workgroup_count).any(|(&n, max)| n > max)
+        {
+            return fail(
+                operation,
+                format!(
+                    "workgroups {workgroups:?} must be non-zero and within {:?}",
+                    target.max_workgroup_count
+                ),
+            );
+        }
+        self.ops.push(Op::Dispatch {
+            kernel: kernel.clone(),
+            views: views.to_vec(),
+            constants: constants.to_vec(),
+            workgroups,
+        });
+        Ok(())
+    }
+
+    /// Fail unless this graph was created by `runtime`'s domain.
+    pub fn validate_runtime(&self, runtime: &Runtime) -> Result<()> {
+        if self.runtime.same_domain(runtime) {
+            Ok(())
+        } else {
+            fail("graph", "it belongs to another runtime domain")
+        }
+    }
+
+    /// Derive hazards, place barriers, and record the command buffer once.
+    /// An empty graph prepares without touching the device.
+    pub fn prepare(self) -> Result<ExecutableGraph> {
+        ExecutableGraph::prepare(self.runtime, self.ops)
+    }
+}

@@ -1,0 +1,358 @@
+//! Compute kernels: SPIR-V plus the contract a dispatch is checked against.
+
+use crate::{Runtime, device::Gpu, vk_error};
+use ash::vk;
+use hrx_core::{Error, Result, Target};
+use std::{
+    ffi::CString,
+    sync::{Arc, Weak},
+};
+
+/// The SPIR-V magic number, first word of every module.
+const SPIRV_MAGIC: u32 = 0x0723_0203;
+/// Push descriptors every device with `VK_KHR_push_descriptor` supports.
+const MAX_BINDINGS: usize = 32;
+
+/// What a kernel does to the storage buffer bound at one binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The kernel only reads the binding.
+    Read,
+    /// The kernel only writes the binding.
+    Write,
+    /// The kernel reads and writes the binding.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether the kernel may read the binding.
+    pub fn reads(self) -> bool {
+        matches!(self, Access::Read | Access::ReadWrite)
+    }
+
+    /// Whether the kernel may write the binding.
+    pub fn writes(self) -> bool {
+        matches!(self, Access::Write | Access::ReadWrite)
+    }
+}
+
+/// What a dispatch must bind at one storage-buffer binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BindingContract {
+    /// The smallest view, in bytes, the kernel may be given.
+    pub min_bytes: usize,
+    /// Required alignment of the view's offset, in bytes (a power of two).
+    pub alignment: usize,
+    /// Whether the kernel reads, writes or both; hazards derive from it.
+    pub access: Access,
+}
+
+/// Everything the runtime needs to know about a SPIR-V compute kernel.
+///
+/// Binding `i` of the contract is descriptor set 0, binding `i`, a storage
+/// buffer; the push constants are one block of `push_constant_bytes` at
+/// offset 0.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelContract {
+    /// Name of the compute entry point in the module.
+    pub entry_point: String,
+    /// One entry per storage-buffer binding, in binding order.
+    pub bindings: Vec<BindingContract>,
+    /// Size of the push-constant block (a multiple of 4; 0 for none).
+    pub push_constant_bytes: u32,
+    /// The workgroup size the module declares.
+    pub workgroup_size: [u32; 3],
+}
+
+impl KernelContract {
+    /// Check the contract against a device's limits.
+    pub fn check(&self, target: &Target) -> Result<()> {
+        let fail = |why: String| Err(Error::Message(format!("kernel `{}`: {why}", self.entry_point)));
+        if self.entry_point.is_empty() || self.entry_point.contains('\0') {
+            return fail("the entry point name must be non-empty and free of NUL".into());
+        }
+        if self.bindings.len() > MAX_BINDINGS {
+            return fail(format!(
+                "{} bindings exceed the {MAX_BINDINGS} push descriptors a kernel may use",
+                self.bindings.len()
+            ));
+        }
+        for (i, b) in self.bindings.iter().enumerate() {
+            if !b.alignment.is_power_of_two() {
+                return fail(format!("binding {i}: alignment {} is not a power of two", b.alignment));
+            }
+            if b.min_bytes as u64 > target.max_storage_buffer_range {
+                return fail(format!(
+                    "binding {i}: min_bytes {} exceeds the device's storage range {}",
+                    b.min_bytes, target.max_storage_buffer_range
+                ));
+            }
+        }
+        if !self.push_constant_bytes.is_multiple_of(4) {
+            return fail(format!(
+                "push-constant bytes {} are not a multiple of 4",
+                self.push_constant_bytes
+            ));
+        }
+        if self.push_constant_bytes > target.push_constant_bytes {
+            return fail(format!(
+                "push-constant bytes {} exceed the device limit {}",
+                self.push_constant_bytes, target.push_constant_bytes
+            ));
+        }
+        let size = self.workgroup_size;
+        let invocations = size.iter().try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)));
+        if size.contains(&0)
+            || size.iter().zip(target.max_workgroup_size).any(|(&s, max)| s > max)
+            || invocations.is_none_or(|n| n > u64::from(target.max_workgroup_invocations))
+        {
+            return fail(format!(
+                "workgroup size {size:?} is outside the device limits {:?} / {} invocations",
+                target.max_workgroup_size, target.max_workgroup_invocations
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A compute pipeline built once from SPIR-V, checked against its contract
+/// at every dispatch. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct GpuKernel {
+    inner: Arc<KernelInner>,
+    allow_aliasing: bool,
+}
+
+impl std::fmt::Debug for GpuKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuKernel")
+            .field("contract", &self.inner.contract)
+            .field("allow_aliasing", &self.allow_aliasing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuKernel {
+    /// Build the shader module, descriptor set layout (push descriptors),
+    /// pipeline layout and compute pipeline (through the device's pipeline
+    /// cache) for `spirv`, after checking the contract against the device.
+    pub fn new(runtime: &Runtime, spirv: &[u32], contract: KernelContract) -> Result<GpuKernel> {
+        Self::from_gpu(runtime.gpu_arc()?.clone(), spirv, contract)
+    }
+
+    pub(crate) fn from_gpu(gpu: Arc<Gpu>, spirv: &[u32], contract: KernelContract) -> Result<GpuKernel> {
+        Ok(GpuKernel {
+            inner: Arc::new(KernelInner::build(gpu, spirv, contract)?),
+            allow_aliasing: false,
+        })
+    }
+
+    /// Allow dispatches whose writable bindings overlap other bindings.
+    ///
+    /// # Safety
+    ///
+    /// The caller promises that the kernel is correct when its bindings
+    /// alias: every invocation that writes a byte is the only one that reads
+    /// or writes that byte through any binding in the dispatch, or the
+    /// kernel orders such accesses itself (for example an in-place
+    /// elementwise update that reads and writes the same element from the
+    /// same invocation). The runtime still derives hazards between
+    /// dispatches from the declared accesses; it cannot see races inside one.
+    pub unsafe fn allow_aliasing(mut self) -> Self {
+        self.allow_aliasing = true;
+        self
+    }
+
+    /// Whether [`allow_aliasing`](Self::allow_aliasing) was opted into.
+    pub fn aliasing_allowed(&self) -> bool {
+        self.allow_aliasing
+    }
+
+    /// The contract every dispatch is checked against.
+    pub fn contract(&self) -> &KernelContract {
+        &self.inner.contract
+    }
+
+    /// Fail unless the kernel was built in `runtime`'s domain.
+    pub fn validate_runtime(&self, runtime: &Runtime) -> Result<()> {
+        if runtime.id() == self.inner.gpu.domain {
+            Ok(())
+        } else {
+            Err(Error::Message(format!(
+                "kernel `{}` belongs to another runtime domain",
+                self.inner.contract.entry_point
+            )))
+        }
+    }
+
+    pub(crate) fn domain(&self) -> u64 {
+        self.inner.gpu.domain
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakKernel {
+        WeakKernel(Arc::downgrade(&self.inner))
+    }
+
+    pub(crate) fn pipeline(&self) -> vk::Pipeline {
+        self.inner.pipeline
+    }
+
+    pub(crate) fn layout(&self) -> vk::PipelineLayout {
+        self.inner.layout
+    }
+}
+
+/// A kernel reference that does not keep the kernel alive (for caches).
+pub(crate) struct WeakKernel(Weak<KernelInner>);
+
+impl WeakKernel {
+    pub(crate) fn upgrade(&self) -> Option<GpuKernel> {
+        self.0.upgrade().map(|inner| GpuKernel { inner, allow_aliasing: false })
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+/// The Vulkan objects of one kernel; destroyed when the last clone (and the
+/// last prepared graph using it) is gone.
+struct KernelInner {
+    gpu: Arc<Gpu>,
+    contract: KernelContract,
+    module: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+}
+
+impl KernelInner {
+    fn build(gpu: Arc<Gpu>, spirv: &[u32], contract: KernelContract) -> Result<Self> {
+        let name = &contract.entry_point;
+        if spirv.first() != Some(&SPIRV_MAGIC) {
+            return Err(Error::Message(format!(
+                "kernel `{name}`: the code is not SPIR-V (empty or without the magic number)"
+            )));
+        }
+        contract.check(gpu.target())?;
+        let entry = CString::new(name.as_str())
+            .map_err(|_| Error::Message(format!("kernel `{name}`: NUL in the entry point")))?;
+        let device = gpu.raw().clone();
+        // Filled in step by step; dropping it destroys what was created.
+        let mut inner = KernelInner {
+            gpu,
+            contract: contract.clone(),
+            module: vk::ShaderModule::null(),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+        };
+        let info = vk::ShaderModuleCreateInfo::default().code(spirv);
+        // SAFETY: valid device; `spirv` is a non-empty word slice starting
+        // with the magic number, alive for the call.
+        inner.module = unsafe { device.create_shader_module(&info, None) }
+            .map_err(vk_error("vkCreateShaderModule"))?;
+        let bindings: Vec<_> = (0..contract.bindings.len() as u32)
+            .map(|binding| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let info = vk::DescriptorSetLayoutCreateInfo::default()
+            .flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR)
+            .bindings(&bindings);
+        // SAFETY: valid device; at most 32 bindings (checked), which every
+        // device's maxPushDescriptors allows; push descriptors are enabled.
+        inner.set_layout = unsafe { device.create_descriptor_set_layout(&info, None) }
+            .map_err(vk_error("vkCreateDescriptorSetLayout"))?;
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(contract.push_constant_bytes)];
+        let ranges = if contract.push_constant_bytes > 0 { &ranges[..] } else { &[] };
+        let set_layouts = [inner.set_layout];
+        let info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&set_layouts)
+            .push_constant_ranges(ranges);
+        // SAFETY: valid device and set layout; the push-constant size was
+        // checked against the device limit and is a multiple of 4.
+        inner.layout = unsafe { device.create_pipeline_layout(&info, None) }
+            .map_err(vk_error("vkCreatePipelineLayout"))?;
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(inner.module)
+            .name(&entry);
+        let info = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(inner.layout)];
+        // SAFETY: valid device, pipeline cache, module and layout; the entry
+        // name outlives the call.
+        let pipelines =
+            unsafe { device.create_compute_pipelines(inner.gpu.pipeline_cache(), &info, None) }
+                .map_err(|(_, e)| vk_error("vkCreateComputePipelines")(e))?;
+        inner.pipeline = pipelines.first().copied().unwrap_or_default();
+        Ok(inner)
+    }
+}
+
+impl Drop for KernelInner {
+    fn drop(&mut self) {
+        let device = self.gpu.raw();
+        // SAFETY: the objects were created from this device; the last
+        // reference is gone, and prepared graphs hold a reference until the
+        // device finished their work, so none is in use. Null handles are
+        // ignored by the destroy calls.
+        unsafe {
+            device.destroy_pipeline(self.pipeline, None);
+            device.destroy_pipeline_layout(self.layout, None);
+            device.destroy_descriptor_set_layout(self.set_layout, None);
+            device.destroy_shader_module(self.module, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contract() -> KernelContract {
+        KernelContract {
+            entry_point: "main".into(),
+            bindings: vec![BindingContract { min_bytes: 16, alignment: 4, access: Access::Read }],
+            push_constant_bytes: 8,
+            workgroup_size: [64, 1, 1],
+        }
+    }
+
+    #[test]
+    fn contracts_are_checked_against_limits() {
+        let t = Target::lavapipe();
+        assert!(contract().check(&t).is_ok());
+        let bad = [
+            KernelContract { push_constant_bytes: 6, ..contract() },
+            KernelContract { push_constant_bytes: t.push_constant_bytes + 4, ..contract() },
+            KernelContract { workgroup_size: [0, 1, 1], ..contract() },
+            KernelContract { workgroup_size: [1024, 2, 1], ..contract() },
+            KernelContract { workgroup_size: [1, 1, 2048], ..contract() },
+            KernelContract { entry_point: String::new(), ..contract() },
+            KernelContract {
+                bindings: vec![BindingContract { min_bytes: 0, alignment: 3, access: Access::Write }],
+                ..contract()
+            },
+            KernelContract { bindings: vec![contract().bindings[0]; 33], ..contract() },
+        ];
+        for c in bad {
+            assert!(c.check(&t).is_err(), "{c:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn access_flags() {
+        assert!(Access::Read.reads() && !Access::Read.writes());
+        assert!(!Access::Write.reads() && Access::Write.writes());
+        assert!(Access::ReadWrite.reads() && Access::ReadWrite.writes());
+    }
+}

@@ -1,0 +1,91 @@
+//! How a [`Runtime`](crate::Runtime) chooses and configures its device.
+
+/// Which physical device a runtime opens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceSelector {
+    /// The device at this position in Vulkan's enumeration order.
+    Index(usize),
+    /// The first device whose name contains this text (case-insensitive).
+    Name(String),
+}
+
+/// Options of a runtime domain. Building them touches no hardware.
+///
+/// Device selection order: [`RuntimeOptions::device`], then the `HRX_DEVICE`
+/// environment variable (an index or a name fragment), then the first
+/// discrete GPU, integrated GPU, virtual GPU and CPU device, in that order.
+///
+/// ```
+/// use hrx_runtime::RuntimeOptions;
+/// let options = RuntimeOptions::default()
+///     .with_device_name("llvmpipe")
+///     .with_memory_budget(64 << 20);
+/// assert_eq!(options.memory_budget, Some(64 << 20));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeOptions {
+    /// Explicit device choice; `None` falls back to `HRX_DEVICE`, then to type preference.
+    pub device: Option<DeviceSelector>,
+    /// Enable the Khronos validation layers (with synchronization validation).
+    /// `None` follows the `HRX_VALIDATION` environment variable.
+    pub validation: Option<bool>,
+    /// Upper bound on live bytes allocated through this domain; an allocation
+    /// that would exceed it is refused with an error.
+    pub memory_budget: Option<usize>,
+    /// Allow [`Runtime::inject_fault`](crate::Runtime::inject_fault), the
+    /// deterministic failure switch for tests. Off by default so that a
+    /// serving process cannot fail its own work by accident.
+    pub fault_injection: bool,
+}
+
+impl RuntimeOptions {
+    /// Select the device at `index` in enumeration order.
+    pub fn with_device_index(mut self, index: usize) -> Self {
+        self.device = Some(DeviceSelector::Index(index));
+        self
+    }
+
+    /// Select the first device whose name contains `name`.
+    pub fn with_device_name(mut self, name: impl Into<String>) -> Self {
+        self.device = Some(DeviceSelector::Name(name.into()));
+        self
+    }
+
+    /// Force validation on or off, regardless of `HRX_VALIDATION`.
+    pub fn with_validation(mut self, enabled: bool) -> Self {
+        self.validation = Some(enabled);
+        self
+    }
+
+    /// Refuse allocations beyond `bytes` live bytes.
+    pub fn with_memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// Permit deterministic fault injection (for tests).
+    pub fn with_fault_injection(mut self) -> Self {
+        self.fault_injection = true;
+        self
+    }
+
+    pub(crate) fn validation_enabled(&self) -> bool {
+        self.validation.unwrap_or_else(|| {
+            std::env::var("HRX_VALIDATION").is_ok_and(|v| !v.is_empty() && v != "0")
+        })
+    }
+
+    pub(crate) fn selector(&self) -> Option<DeviceSelector> {
+        self.device.clone().or_else(|| {
+            let text = std::env::var("HRX_DEVICE").ok()?;
+            let text = text.trim();
+            if text.is_empty() {
+                None
+            } else if let Ok(index) = text.parse() {
+                Some(DeviceSelector::Index(index))
+            } else {
+                Some(DeviceSelector::Name(text.to_string()))
+            }
+        })
+    }
+}
