@@ -1,1 +1,70 @@
-fn main() {}
+//! hrx's developer tasks. Run `cargo xtask help`.
+
+mod ci;
+mod gen_copy_kernel;
+mod gpu;
+mod setup;
+
+use std::{path::PathBuf, process::ExitCode};
+
+const HELP: &str = "\
+cargo xtask <task>
+
+  ci               fmt check, clippy -D warnings, all tests with the Khronos
+                   validation layers on, rustdoc -D warnings
+  demo             the main job on the default device (installs lavapipe when
+                   no Vulkan driver is present)
+  setup            check for (and, as root on Debian/Ubuntu, install) the Vulkan
+                   driver, validation layers and spirv-tools
+  gpu-test         build the GPU test tier in release and print the `device`
+                   call that runs it on the H200
+  bench [suite]    run benchmarks (suites: runtime); writes target/bench/*.json
+  gen-copy-kernel  regenerate the runtime's built-in copy kernel SPIR-V
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci::run(&root),
+        Some("demo") => setup::ensure_vulkan().and_then(|()| ci::demo(&root)),
+        Some("setup") => setup::ensure_vulkan(),
+        Some("gpu-test") => gpu::gpu_test(&root),
+        Some("bench") => gpu::bench(&root, args.get(1).map(String::as_str)),
+        Some("gen-copy-kernel") => gen_copy_kernel::run(&root),
+        Some("help") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Run a command in the workspace root, failing with its name on non-zero exit.
+pub(crate) fn cargo(root: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    println!("xtask: cargo {}", args.join(" "));
+    let status = std::process::Command::new(cargo)
+        .args(args)
+        .envs(envs.iter().copied())
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}

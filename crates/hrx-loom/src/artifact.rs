@@ -228,3 +228,29 @@ impl Artifact {
         codec::decode(bytes)
     }
 }
+
+/// A human-readable summary of an artifact: bindings, push constants,
+/// workgroup size (what `hrx compile --report` prints).
+pub fn report(a: &Artifact) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "kernel @{} (entry point `{}`)", a.kernel, a.entry_point);
+    let _ = writeln!(s, "spirv: {} words", a.spirv.len());
+    let ws = a.workgroup_size;
+    let _ = writeln!(s, "workgroup size: {} x {} x {}", ws[0], ws[1], ws[2]);
+    let _ = writeln!(s, "bindings: {}", a.bindings.len());
+    for b in &a.bindings {
+        let min = b.min_bytes.map_or("dynamic".to_string(), |n| format!("{n} bytes"));
+        let _ = writeln!(
+            s,
+            "  binding {} %{}: {:?}, min {min}, element {} bytes, align {}",
+            b.index, b.name, b.access, b.element_bytes, b.alignment
+        );
+    }
+    let _ = writeln!(s, "push constants: {} bytes", a.push_constant_bytes);
+    for p in &a.push_constants {
+        let _ = writeln!(s, "  +{} %{}: {:?}", p.offset, p.name, p.ty);
+    }
+    let _ = writeln!(s, "workload arguments: {}", a.launch.arg_count);
+    s
+}

@@ -152,3 +152,100 @@ impl Cache {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::{Access, Binding, PushConstant, ScalarType};
+    use crate::launch::{LaunchBinary, LaunchInst, LaunchProgram};
+
+    fn sample() -> Artifact {
+        Artifact {
+            kernel: "k".into(),
+            spirv: vec![0x0723_0203, 1, 2, 3],
+            entry_point: "k".into(),
+            bindings: vec![Binding {
+                index: 0,
+                name: "data".into(),
+                access: Access::ReadWrite,
+                min_bytes: Some(1024),
+                element_bytes: 4,
+                alignment: 4,
+            }],
+            push_constants: vec![PushConstant {
+                name: "n".into(),
+                ty: ScalarType::Index,
+                offset: 0,
+            }],
+            push_constant_bytes: 4,
+            workgroup_size: [64, 1, 1],
+            launch: LaunchProgram {
+                arg_count: 1,
+                insts: vec![
+                    LaunchInst::Arg(0),
+                    LaunchInst::Const(64),
+                    LaunchInst::Binary(LaunchBinary::Div, 0, 1),
+                ],
+                workgroups: [2, 1, 1],
+            },
+        }
+    }
+
+    #[test]
+    fn codec_round_trips() {
+        let a = sample();
+        assert_eq!(Artifact::decode(&a.encode()), Some(a));
+    }
+
+    #[test]
+    fn codec_rejects_every_truncation_and_trailing_bytes() {
+        let bytes = sample().encode();
+        for n in 0..bytes.len() {
+            assert_eq!(Artifact::decode(&bytes[..n]), None, "prefix {n}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(Artifact::decode(&long), None);
+    }
+
+    #[test]
+    fn hasher_is_stable_and_length_prefixed() {
+        let mut a = StableHasher::default();
+        a.field(b"ab");
+        a.field(b"c");
+        let mut b = StableHasher::default();
+        b.field(b"a");
+        b.field(b"bc");
+        assert_ne!(a.finish(), b.finish());
+        // Published FNV-1a 128 test vectors: keys persist on disk, so the
+        // hash must never change.
+        assert_eq!(StableHasher::default().finish(), 0x6c62272e07bb014262b821756295c58d);
+        let mut c = StableHasher::default();
+        c.bytes(b"a");
+        assert_eq!(c.finish(), 0xd228cb696f1a8caf78912b704e4a8964);
+    }
+
+    #[test]
+    fn corrupt_disk_entries_are_ignored() {
+        let dir = std::env::temp_dir().join(format!("hrx-cache-unit-{}", std::process::id()));
+        let cache = Cache::new(Some(&dir)).unwrap();
+        let a = sample();
+        cache.put(7, &a);
+        let fresh = Cache::new(Some(&dir)).unwrap();
+        assert_eq!(fresh.get(7).map(|(x, h)| (x, h)), Some((a.clone(), CacheHit::Disk)));
+        let path = cache.path(7).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(Cache::new(Some(&dir)).unwrap().get(7).is_none());
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(Cache::new(Some(&dir)).unwrap().get(7).is_none());
+        // A different key under the same file name is not trusted either.
+        std::fs::copy(&path, cache.path(8).unwrap()).unwrap();
+        cache.put(7, &a);
+        std::fs::copy(cache.path(7).unwrap(), cache.path(8).unwrap()).unwrap();
+        assert!(Cache::new(Some(&dir)).unwrap().get(8).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

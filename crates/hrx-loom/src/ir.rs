@@ -219,6 +219,32 @@ pub struct Block {
     pub ops: Vec<Op>,
 }
 
+impl Block {
+    /// Visit every op of the block and of its nested regions, in program
+    /// order (an op before the ops of its regions). Iterative, so deep
+    /// nesting cannot overflow the stack.
+    pub fn for_each_op<'a>(&'a self, mut f: impl FnMut(&'a Op)) {
+        let mut stack: Vec<std::slice::Iter<'a, Op>> = vec![self.ops.iter()];
+        while let Some(top) = stack.last_mut() {
+            let Some(op) = top.next() else {
+                stack.pop();
+                continue;
+            };
+            f(op);
+            match &op.kind {
+                OpKind::If { then, otherwise, .. } => {
+                    if let Some(e) = otherwise {
+                        stack.push(e.ops.iter());
+                    }
+                    stack.push(then.ops.iter());
+                }
+                OpKind::For { body, .. } => stack.push(body.ops.iter()),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// One operation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Op {

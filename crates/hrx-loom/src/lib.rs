@@ -3,6 +3,7 @@
 pub mod diag;
 pub mod front;
 pub mod ir;
+pub mod verify;
 
 // Back half of the pipeline (L2): specialize, lower, emit, artifacts.
 pub mod artifact;

@@ -107,7 +107,10 @@ impl Op {
             }
             Op::Fill { view, .. } => {
                 plan.uses = vec![use_of(view, false, true)];
-                plan.stages = vk::PipelineStageFlags2::CLEAR;
+                // The spec files vkCmdFillBuffer under clear commands; the
+                // synchronization validation of the 1.3.239 layers tracks it
+                // in the copy stage. Name both so either reading is covered.
+                plan.stages = vk::PipelineStageFlags2::CLEAR | vk::PipelineStageFlags2::COPY;
                 plan.writes = vk::AccessFlags2::TRANSFER_WRITE;
             }
             Op::Dispatch { kernel, views, .. } => {

@@ -1,0 +1,91 @@
+//! `hrx`: compile loom kernels to SPIR-V and inspect devices.
+//!
+//! Exit codes: 0 success, 1 compile or runtime error (diagnostics on
+//! stderr as `FILE:LINE:COL: error[CODE]: message` plus a caret excerpt),
+//! 2 usage error.
+
+mod args;
+
+use args::{Command, CompileArgs, TargetChoice, USAGE};
+use hrx_core::{Error, Target};
+use hrx_loom::compiler::Compiler;
+use hrx_loom::specialize::Specialization;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match args::parse(&argv) {
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Compile(c)) => report(&c.file.display().to_string(), compile(&c)),
+        Ok(Command::Devices) => report("hrx", devices()),
+        Err(e) => {
+            eprintln!("hrx: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Print an error the way editors and humans read it; exit 1 on failure.
+fn report(file: &str, result: Result<(), Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Compile { diagnostics, .. }) if !diagnostics.is_empty() => {
+            for d in &diagnostics {
+                eprintln!(
+                    "{file}:{}:{}: error[{}]: {}",
+                    d.line, d.column, d.code, d.message
+                );
+                if !d.excerpt.is_empty() {
+                    eprintln!("{}", d.excerpt);
+                }
+            }
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("hrx: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn target(choice: TargetChoice) -> Result<Target, Error> {
+    match choice {
+        TargetChoice::Lavapipe => Ok(Target::lavapipe()),
+        TargetChoice::Hopper => Ok(Target::hopper()),
+        // TODO(coordinator): wire to `hrx_runtime::Runtime::new()?.gpu()?.target()`
+        // once hrx-runtime lands; the CLI must not link Vulkan before that.
+        TargetChoice::Device => Err(Error::Unsupported(
+            "--target device is not yet wired to hrx-runtime".into(),
+        )),
+    }
+}
+
+fn compile(c: &CompileArgs) -> Result<(), Error> {
+    let source = std::fs::read_to_string(&c.file)
+        .map_err(|e| Error::msg(format!("cannot read {}: {e}", c.file.display())))?;
+    let compiler = Compiler::for_target(None, &target(c.target)?)?;
+    let module = compiler.module(&source)?;
+    let mut spec = Specialization::new(c.kernel.as_str());
+    for (k, v) in &c.config {
+        spec.set_config(k.as_str(), *v);
+    }
+    let artifact = module.compile(&spec)?;
+    if let Some(out) = &c.output {
+        std::fs::write(out, artifact.spirv_bytes())
+            .map_err(|e| Error::msg(format!("cannot write {}: {e}", out.display())))?;
+    }
+    if c.report {
+        print!("{}", hrx_loom::artifact::report(&artifact));
+    }
+    Ok(())
+}
+
+fn devices() -> Result<(), Error> {
+    // TODO(coordinator): list `hrx_runtime` devices and their `Target` facts.
+    Err(Error::Unsupported(
+        "`hrx devices` is not yet wired to hrx-runtime".into(),
+    ))
+}

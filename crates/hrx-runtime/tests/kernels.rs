@@ -1,0 +1,135 @@
+//! Kernel creation and the contract checks every dispatch goes through.
+
+mod common;
+
+use common::{contract, kernel, read, runtime, spirv, upload};
+use hrx_runtime::{Access, GpuKernel, MemoryPlacement, Runtime};
+
+/// dst[i] = src[i] + k.
+const ADD: &str = r#"
+struct K { k: u32 }
+var<immediate> c: K;
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < arrayLength(&dst) { dst[id.x] = src[id.x] + c.k; }
+}
+"#;
+
+fn add(rt: &Runtime) -> GpuKernel {
+    kernel(rt, ADD, &[Access::Read, Access::Write], 64, 4, [64, 1, 1])
+}
+
+fn message(result: hrx_runtime::Result<()>) -> String {
+    result.expect_err("should be rejected").to_string()
+}
+
+#[test]
+fn a_dispatch_runs_with_constants() {
+    let rt = runtime();
+    let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
+    let b = upload(&rt, &[0; 64]);
+    let mut graph = rt.graph();
+    graph.dispatch(&add(&rt), &[a.view(), b.view()], &10u32.to_le_bytes(), [1, 1, 1]).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(read(&b.view()), (10..74).collect::<Vec<u32>>());
+}
+
+#[test]
+fn kernel_creation_checks_code_and_contract() {
+    let rt = runtime();
+    let c = contract(&[Access::Read], 4, 0, [64, 1, 1]);
+    assert!(GpuKernel::new(&rt, &[], c.clone()).is_err());
+    assert!(GpuKernel::new(&rt, &[0xdead_beef, 1, 2], c.clone()).is_err());
+    let code = spirv(ADD);
+    let odd_constants = contract(&[Access::Read, Access::Write], 4, 6, [64, 1, 1]);
+    assert!(GpuKernel::new(&rt, &code, odd_constants).is_err());
+    let too_many_constants = contract(&[Access::Read, Access::Write], 4, 4096, [64, 1, 1]);
+    assert!(GpuKernel::new(&rt, &code, too_many_constants).is_err());
+    let huge_group = contract(&[Access::Read, Access::Write], 4, 4, [4096, 1, 1]);
+    assert!(GpuKernel::new(&rt, &code, huge_group).is_err());
+}
+
+#[test]
+fn contract_violations_are_rejected_at_record_time() {
+    let rt = runtime();
+    let k = add(&rt);
+    let a = upload(&rt, &[0; 64]);
+    let b = upload(&rt, &[0; 64]);
+    let c4 = 1u32.to_le_bytes();
+    let mut graph = rt.graph();
+    let small = a.view().slice(0..32).unwrap();
+    assert!(message(graph.dispatch(&k, &[small, b.view()], &c4, [1, 1, 1])).contains("at least 64"));
+    assert!(message(graph.dispatch(&k, &[a.view()], &c4, [1, 1, 1])).contains("bindings"));
+    let misaligned = a.view().slice(4..132).unwrap();
+    let b2 = upload(&rt, &[0; 64]);
+    assert!(message(graph.dispatch(&k, &[b2.view(), misaligned], &c4, [1, 1, 1])).contains("offset"));
+    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &[0; 8], [1, 1, 1])).contains("constants"));
+    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [0, 1, 1])).contains("workgroups"));
+    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [1, u32::MAX, 1])).contains("workgroups"));
+    let empty = a.view().slice(0..0).unwrap();
+    assert!(graph.dispatch(&k, &[empty, b.view()], &c4, [1, 1, 1]).is_err());
+    assert!(graph.is_empty(), "a rejected operation must not be recorded");
+    graph.dispatch(&k, &[a.view(), b.view()], &c4, [1, 1, 1]).unwrap();
+    assert_eq!(graph.len(), 1);
+}
+
+#[test]
+fn foreign_domain_kernels_and_views_are_rejected() {
+    let (rt, other) = (runtime(), runtime());
+    let k = add(&rt);
+    let foreign_kernel = add(&other);
+    let a = upload(&rt, &[0; 64]);
+    let b = upload(&rt, &[0; 64]);
+    let foreign = upload(&other, &[0; 64]);
+    let c4 = 1u32.to_le_bytes();
+    let mut graph = rt.graph();
+    let e = message(graph.dispatch(&foreign_kernel, &[a.view(), b.view()], &c4, [1, 1, 1]));
+    assert!(e.contains("another runtime domain"), "{e}");
+    let e = message(graph.dispatch(&k, &[foreign.view(), b.view()], &c4, [1, 1, 1]));
+    assert!(e.contains("another runtime domain"), "{e}");
+    assert!(graph.copy(a.view(), foreign.view()).is_err());
+    assert!(graph.fill(foreign.view(), 0).is_err());
+    assert!(k.validate_runtime(&rt).is_ok());
+    assert!(k.validate_runtime(&other).is_err());
+    assert!(graph.is_empty());
+}
+
+#[test]
+fn writable_aliasing_needs_the_unsafe_opt_in() {
+    let rt = runtime();
+    let data = upload(&rt, &(0..64).collect::<Vec<u32>>());
+    let c4 = 5u32.to_le_bytes();
+    let mut graph = rt.graph();
+    let e = message(graph.dispatch(&add(&rt), &[data.view(), data.view()], &c4, [1, 1, 1]));
+    assert!(e.contains("overlap"), "{e}");
+    // Partial overlap through slices is aliasing too.
+    let lo = data.view().slice(0..128).unwrap();
+    let mid = data.view().slice(64..192).unwrap();
+    let k = kernel(&rt, ADD, &[Access::Read, Access::Write], 4, 4, [64, 1, 1]);
+    assert!(graph.dispatch(&k, &[lo, mid], &c4, [1, 1, 1]).is_err());
+    // Two read-only bindings may alias freely (recorded, never run: this
+    // contract would misdeclare ADD's output).
+    let reader = kernel(&rt, ADD, &[Access::Read, Access::Read], 4, 4, [64, 1, 1]);
+    rt.graph().dispatch(&reader, &[data.view(), data.view()], &c4, [1, 1, 1]).unwrap();
+    // SAFETY: each invocation reads and writes only its own element.
+    let in_place = unsafe { add(&rt).allow_aliasing() };
+    assert!(in_place.aliasing_allowed());
+    graph.dispatch(&in_place, &[data.view(), data.view()], &c4, [1, 1, 1]).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(read(&data.view()), (5..69).collect::<Vec<u32>>());
+}
+
+#[test]
+fn device_local_views_bind_too() {
+    let rt = runtime();
+    let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
+    let dev = rt.allocate(256, MemoryPlacement::GpuLocal).unwrap();
+    let b = upload(&rt, &[0; 64]);
+    let mut graph = rt.graph();
+    graph.dispatch(&add(&rt), &[a.view(), dev.view()], &2u32.to_le_bytes(), [1, 1, 1]).unwrap();
+    graph.copy(b.view(), dev.view()).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(read(&b.view()), (2..66).collect::<Vec<u32>>());
+}
