@@ -240,7 +240,9 @@ pub fn report(a: &Artifact) -> String {
     let _ = writeln!(s, "workgroup size: {} x {} x {}", ws[0], ws[1], ws[2]);
     let _ = writeln!(s, "bindings: {}", a.bindings.len());
     for b in &a.bindings {
-        let min = b.min_bytes.map_or("dynamic".to_string(), |n| format!("{n} bytes"));
+        let min = b
+            .min_bytes
+            .map_or("dynamic".to_string(), |n| format!("{n} bytes"));
         let _ = writeln!(
             s,
             "  binding {} %{}: {:?}, min {min}, element {} bytes, align {}",

@@ -219,7 +219,10 @@ mod tests {
         assert_ne!(a.finish(), b.finish());
         // Published FNV-1a 128 test vectors: keys persist on disk, so the
         // hash must never change.
-        assert_eq!(StableHasher::default().finish(), 0x6c62272e07bb014262b821756295c58d);
+        assert_eq!(
+            StableHasher::default().finish(),
+            0x6c62272e07bb014262b821756295c58d
+        );
         let mut c = StableHasher::default();
         c.bytes(b"a");
         assert_eq!(c.finish(), 0xd228cb696f1a8caf78912b704e4a8964);
@@ -232,7 +235,10 @@ mod tests {
         let a = sample();
         cache.put(7, &a);
         let fresh = Cache::new(Some(&dir)).unwrap();
-        assert_eq!(fresh.get(7).map(|(x, h)| (x, h)), Some((a.clone(), CacheHit::Disk)));
+        assert_eq!(
+            fresh.get(7),
+            Some((a.clone(), CacheHit::Disk))
+        );
         let path = cache.path(7).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;

@@ -81,7 +81,9 @@ pub const MAX_DIAGNOSTICS: usize = 64;
 pub fn diagnostic(source: &str, span: Span, code: &'static str, message: String) -> Diagnostic {
     let start = clamp_to_char(source, span.start);
     let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = source[start..].find('\n').map_or(source.len(), |i| start + i);
+    let line_end = source[start..]
+        .find('\n')
+        .map_or(source.len(), |i| start + i);
     let line_no = source[..start].matches('\n').count() + 1;
     let column = source[line_start..start].chars().count() + 1;
     let text = source[line_start..line_end].trim_end_matches('\r');

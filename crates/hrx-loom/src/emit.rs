@@ -48,7 +48,8 @@ pub fn spirv_options() -> spv::Options<'static> {
     spv::Options {
         lang_version: (1, 3),
         flags: spv::WriterFlags::empty(),
-        fake_missing_bindings: false,
+        // "fake" = take (group, binding) from the module as written.
+        fake_missing_bindings: true,
         bounds_check_policies: BoundsCheckPolicies {
             index: Unchecked,
             buffer: Unchecked,

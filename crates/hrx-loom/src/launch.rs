@@ -90,9 +90,7 @@ impl LaunchProgram {
                 LaunchInst::Const(_) => true,
                 LaunchInst::Arg(a) => *a < self.arg_count,
                 LaunchInst::Binary(_, a, b) | LaunchInst::Cmp(_, a, b) => ok(a) && ok(b),
-                LaunchInst::Madd(a, b, c) | LaunchInst::Select(a, b, c) => {
-                    ok(a) && ok(b) && ok(c)
-                }
+                LaunchInst::Madd(a, b, c) | LaunchInst::Select(a, b, c) => ok(a) && ok(b) && ok(c),
                 LaunchInst::Narrow32(a) => ok(a),
             };
             if !fine {

@@ -148,12 +148,20 @@ pub fn specialize(
 ) -> Result<Specialized> {
     let mut diags = Diagnostics::new();
     let Some(kernel) = module.kernel(&spec.symbol) else {
-        let names: Vec<String> = module.kernels.iter().map(|k| format!("@{}", k.name)).collect();
+        let names: Vec<String> = module
+            .kernels
+            .iter()
+            .map(|k| format!("@{}", k.name))
+            .collect();
         let at = crate::front::span::Span::new(0, 0);
         let msg = format!(
             "no kernel @{} in this module (it has: {})",
             spec.symbol,
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
         );
         diags.error(at, E_UNKNOWN_KERNEL, msg);
         return Err(diags.into_error(source));
@@ -190,14 +198,19 @@ pub fn specialize(
             return;
         };
         let Some(&lit) = values.get(key.as_str()) else {
-            diags.error(op.span, codes::UNKNOWN_CONFIG, format!("unknown config `{key}`"));
+            diags.error(
+                op.span,
+                codes::UNKNOWN_CONFIG,
+                format!("unknown config `{key}`"),
+            );
             return;
         };
-        let ty = op.results.first().and_then(|r| kernel_ty(&module.kernels, &spec.symbol, *r));
+        let ty = op
+            .results
+            .first()
+            .and_then(|r| kernel_ty(&module.kernels, &spec.symbol, *r));
         op.kind = match (ty, lit) {
-            (Some(Type::Index | Type::Offset), Literal::Int(i)) => {
-                OpKind::IndexConstant(i as u32)
-            }
+            (Some(Type::Index | Type::Offset), Literal::Int(i)) => OpKind::IndexConstant(i as u32),
             _ => OpKind::ScalarConstant(lit),
         };
     };
@@ -293,7 +306,11 @@ fn build_launch(kernel: &Kernel, diags: &mut Diagnostics) -> Option<(LaunchProgr
     }
     let lc = &kernel.launch_config;
     let reg = |v: &ir::ValueId| regs.get(v).copied();
-    let workgroups = [reg(&lc.workgroups[0])?, reg(&lc.workgroups[1])?, reg(&lc.workgroups[2])?];
+    let workgroups = [
+        reg(&lc.workgroups[0])?,
+        reg(&lc.workgroups[1])?,
+        reg(&lc.workgroups[2])?,
+    ];
     let sizes = [
         reg(&lc.workgroup_size[0])?,
         reg(&lc.workgroup_size[1])?,

@@ -46,7 +46,12 @@ fn overflow_and_division_by_zero_are_errors() {
         insts: vec![Const(8), Arg(0), Binary(LaunchBinary::Rem, 0, 1)],
         workgroups: [2, 2, 2],
     };
-    assert!(div0.evaluate(&[0]).unwrap_err().to_string().contains("zero"));
+    assert!(
+        div0.evaluate(&[0])
+            .unwrap_err()
+            .to_string()
+            .contains("zero")
+    );
     assert_eq!(div0.evaluate(&[3]).unwrap(), [2, 2, 2]);
 }
 
@@ -67,10 +72,10 @@ fn madd_cmp_select_and_narrowing() {
         insts: vec![
             Arg(0),
             Arg(1),
-            Madd(0, 1, 0),             // r2 = a*b + a
-            Cmp(LaunchCmp::Lt, 0, 1),  // r3 = a < b
-            Select(3, 2, 1),           // r4 = a < b ? r2 : b
-            Narrow32(4),               // r5
+            Madd(0, 1, 0),            // r2 = a*b + a
+            Cmp(LaunchCmp::Lt, 0, 1), // r3 = a < b
+            Select(3, 2, 1),          // r4 = a < b ? r2 : b
+            Narrow32(4),              // r5
             Binary(LaunchBinary::Min, 0, 1),
             Binary(LaunchBinary::Max, 0, 1),
         ],

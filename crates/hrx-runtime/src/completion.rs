@@ -57,7 +57,9 @@ pub(crate) struct State {
 }
 
 enum Status {
-    Pending { dependencies: SmallVec<[Completion; 2]> },
+    Pending {
+        dependencies: SmallVec<[Completion; 2]>,
+    },
     Done(Result<()>),
 }
 
@@ -230,9 +232,11 @@ impl Completion {
             let Some(timeline) = state.timeline.upgrade() else {
                 // The device is gone; its destructor drained and resolved
                 // everything, so an unresolved state means it never ran.
-                return Some(state.result().unwrap_or_else(|| {
-                    Err(Error::DeviceLost("the device was destroyed".into()))
-                }));
+                return Some(
+                    state.result().unwrap_or_else(|| {
+                        Err(Error::DeviceLost("the device was destroyed".into()))
+                    }),
+                );
             };
             if let Some(why) = timeline.lost() {
                 state.resolve_with(Err(Error::DeviceLost(why.to_string())));
@@ -278,9 +282,11 @@ impl Future for Completion {
             return Poll::Ready(result);
         }
         let Some(timeline) = state.timeline.upgrade() else {
-            return Poll::Ready(state.result().unwrap_or_else(|| {
-                Err(Error::DeviceLost("the device was destroyed".into()))
-            }));
+            return Poll::Ready(
+                state
+                    .result()
+                    .unwrap_or_else(|| Err(Error::DeviceLost("the device was destroyed".into()))),
+            );
         };
         timeline.poll();
         if let Some(result) = state.result() {

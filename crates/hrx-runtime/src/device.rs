@@ -176,8 +176,12 @@ impl Drop for Gpu {
         // SAFETY: the device is idle, the watcher no longer touches it, and
         // every object below was created from this device and is unused.
         unsafe {
-            self.device.destroy_pipeline_cache(self.pipeline_cache, None);
-            let pool = self.command_pool.get_mut().unwrap_or_else(|e| e.into_inner());
+            self.device
+                .destroy_pipeline_cache(self.pipeline_cache, None);
+            let pool = self
+                .command_pool
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner());
             self.device.destroy_command_pool(*pool, None);
             let allocator = self.allocator.get_mut().unwrap_or_else(|e| e.into_inner());
             ManuallyDrop::drop(allocator);
@@ -201,7 +205,11 @@ impl CommandBuffer {
 
 impl Drop for CommandBuffer {
     fn drop(&mut self) {
-        let pool = self.gpu.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self
+            .gpu
+            .command_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // SAFETY: command buffers are dropped only when no submission that
         // uses them is pending (they live in a graph kept alive by every
         // in-flight submission), and the pool is locked.
@@ -222,8 +230,11 @@ impl Drop for PartialDevice<'_> {
 
 fn compute_queue_family(instance: &Instance, physical: &PhysicalDevice) -> Result<u32> {
     // SAFETY: query on an enumerated physical device.
-    let families =
-        unsafe { instance.raw.get_physical_device_queue_family_properties(physical.raw) };
+    let families = unsafe {
+        instance
+            .raw
+            .get_physical_device_queue_family_properties(physical.raw)
+    };
     let compute = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE);
     // Prefer a compute-only family: it does not share a queue with graphics work.
     let dedicated = families
@@ -235,7 +246,11 @@ fn compute_queue_family(instance: &Instance, physical: &PhysicalDevice) -> Resul
         .ok_or_else(|| Error::Unsupported(format!("{} has no compute queue", physical.target.name)))
 }
 
-fn create_device(instance: &Instance, physical: &PhysicalDevice, family: u32) -> Result<ash::Device> {
+fn create_device(
+    instance: &Instance,
+    physical: &PhysicalDevice,
+    family: u32,
+) -> Result<ash::Device> {
     let target = &physical.target;
     let priorities = [1.0f32];
     let queues = [vk::DeviceQueueCreateInfo::default()
@@ -245,7 +260,8 @@ fn create_device(instance: &Instance, physical: &PhysicalDevice, family: u32) ->
     if physical.memory_budget_ext {
         extensions.push(ash::ext::memory_budget::NAME.as_ptr());
     }
-    let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+    let mut cooperative =
+        vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
     let mut v13 = vk::PhysicalDeviceVulkan13Features::default()
         .synchronization2(true)
         .subgroup_size_control(true)
@@ -254,7 +270,8 @@ fn create_device(instance: &Instance, physical: &PhysicalDevice, family: u32) ->
         .timeline_semaphore(true)
         .shader_float16(target.shader_f16)
         .vulkan_memory_model(true);
-    let mut v11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(target.storage_16bit);
+    let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
+        .storage_buffer16_bit_access(target.storage_16bit);
     let base = vk::PhysicalDeviceFeatures::default().shader_int64(target.shader_int64);
     let mut features = vk::PhysicalDeviceFeatures2::default()
         .features(base)
@@ -272,5 +289,6 @@ fn create_device(instance: &Instance, physical: &PhysicalDevice, family: u32) ->
     // SAFETY: all pointers refer to locals alive for the call; the features
     // requested were read off this device (vulkan_memory_model is required
     // by Vulkan 1.3).
-    unsafe { instance.raw.create_device(physical.raw, &info, None) }.map_err(vk_error("vkCreateDevice"))
+    unsafe { instance.raw.create_device(physical.raw, &info, None) }
+        .map_err(vk_error("vkCreateDevice"))
 }

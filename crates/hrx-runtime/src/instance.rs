@@ -5,7 +5,9 @@ use crate::{
     vk_error,
 };
 use ash::{ext::debug_utils, vk};
-use hrx_core::{CooperativeMatrixShape, DeviceKind, Error, Result, ScalarKind, SubgroupOps, Target};
+use hrx_core::{
+    CooperativeMatrixShape, DeviceKind, Error, Result, ScalarKind, SubgroupOps, Target,
+};
 use std::{
     ffi::{CStr, c_void},
     sync::atomic::{AtomicUsize, Ordering},
@@ -72,7 +74,8 @@ impl Instance {
             .engine_name(c"hrx")
             .api_version(vk::API_VERSION_1_3);
         let enables = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
-        let mut features = vk::ValidationFeaturesEXT::default().enabled_validation_features(&enables);
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enables);
         let mut info = vk::InstanceCreateInfo::default()
             .application_info(&app)
             .enabled_layer_names(&layers)
@@ -128,7 +131,9 @@ impl Instance {
             .into_iter()
             .enumerate()
             .map(|(index, device)| self.describe(index, device))
-            .filter(|device| device.target.api_version >= (1, 3, 0) && device.target.timeline_semaphores)
+            .filter(|device| {
+                device.target.api_version >= (1, 3, 0) && device.target.timeline_semaphores
+            })
             .collect())
     }
 
@@ -186,14 +191,20 @@ impl Instance {
         // SAFETY: queries on a device handle enumerated from this instance,
         // with correctly chained output structures that outlive the calls.
         let extensions = unsafe {
-            self.raw.get_physical_device_properties2(device, &mut properties);
-            self.raw.get_physical_device_features2(device, &mut features);
+            self.raw
+                .get_physical_device_properties2(device, &mut properties);
+            self.raw
+                .get_physical_device_features2(device, &mut features);
             self.raw
                 .enumerate_device_extension_properties(device)
                 .unwrap_or_default()
         };
         let shader_int64 = features.features.shader_int64 == vk::TRUE;
-        let has = |name: &CStr| extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
+        let has = |name: &CStr| {
+            extensions
+                .iter()
+                .any(|e| e.extension_name_as_c_str() == Ok(name))
+        };
         let p = properties.properties;
         let ops = subgroup.supported_operations;
         let kind = match p.device_type {
@@ -256,8 +267,9 @@ impl Instance {
     fn cooperative_matrix_shapes(&self, device: vk::PhysicalDevice) -> Vec<CooperativeMatrixShape> {
         let loader = ash::khr::cooperative_matrix::Instance::new(&self.entry, &self.raw);
         // SAFETY: the device advertises VK_KHR_cooperative_matrix.
-        let properties = unsafe { loader.get_physical_device_cooperative_matrix_properties(device) }
-            .unwrap_or_default();
+        let properties =
+            unsafe { loader.get_physical_device_cooperative_matrix_properties(device) }
+                .unwrap_or_default();
         let kind = |t: vk::ComponentTypeKHR| match t {
             vk::ComponentTypeKHR::FLOAT16 => Some(ScalarKind::F16),
             vk::ComponentTypeKHR::FLOAT32 => Some(ScalarKind::F32),
@@ -269,7 +281,11 @@ impl Instance {
         };
         let mut shapes: Vec<CooperativeMatrixShape> = properties
             .iter()
-            .filter(|p| p.scope == vk::ScopeKHR::SUBGROUP && p.a_type == p.b_type && p.c_type == p.result_type)
+            .filter(|p| {
+                p.scope == vk::ScopeKHR::SUBGROUP
+                    && p.a_type == p.b_type
+                    && p.c_type == p.result_type
+            })
             .filter_map(|p| {
                 Some(CooperativeMatrixShape {
                     m: p.m_size,

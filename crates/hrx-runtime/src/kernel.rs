@@ -67,7 +67,12 @@ pub struct KernelContract {
 impl KernelContract {
     /// Check the contract against a device's limits.
     pub fn check(&self, target: &Target) -> Result<()> {
-        let fail = |why: String| Err(Error::Message(format!("kernel `{}`: {why}", self.entry_point)));
+        let fail = |why: String| {
+            Err(Error::Message(format!(
+                "kernel `{}`: {why}",
+                self.entry_point
+            )))
+        };
         if self.entry_point.is_empty() || self.entry_point.contains('\0') {
             return fail("the entry point name must be non-empty and free of NUL".into());
         }
@@ -79,7 +84,10 @@ impl KernelContract {
         }
         for (i, b) in self.bindings.iter().enumerate() {
             if !b.alignment.is_power_of_two() {
-                return fail(format!("binding {i}: alignment {} is not a power of two", b.alignment));
+                return fail(format!(
+                    "binding {i}: alignment {} is not a power of two",
+                    b.alignment
+                ));
             }
             if b.min_bytes as u64 > target.max_storage_buffer_range {
                 return fail(format!(
@@ -101,9 +109,14 @@ impl KernelContract {
             ));
         }
         let size = self.workgroup_size;
-        let invocations = size.iter().try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)));
+        let invocations = size
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)));
         if size.contains(&0)
-            || size.iter().zip(target.max_workgroup_size).any(|(&s, max)| s > max)
+            || size
+                .iter()
+                .zip(target.max_workgroup_size)
+                .any(|(&s, max)| s > max)
             || invocations.is_none_or(|n| n > u64::from(target.max_workgroup_invocations))
         {
             return fail(format!(
@@ -140,7 +153,11 @@ impl GpuKernel {
         Self::from_gpu(runtime.gpu_arc()?.clone(), spirv, contract)
     }
 
-    pub(crate) fn from_gpu(gpu: Arc<Gpu>, spirv: &[u32], contract: KernelContract) -> Result<GpuKernel> {
+    pub(crate) fn from_gpu(
+        gpu: Arc<Gpu>,
+        spirv: &[u32],
+        contract: KernelContract,
+    ) -> Result<GpuKernel> {
         Ok(GpuKernel {
             inner: Arc::new(KernelInner::build(gpu, spirv, contract)?),
             allow_aliasing: false,
@@ -207,7 +224,10 @@ pub(crate) struct WeakKernel(Weak<KernelInner>);
 
 impl WeakKernel {
     pub(crate) fn upgrade(&self) -> Option<GpuKernel> {
-        self.0.upgrade().map(|inner| GpuKernel { inner, allow_aliasing: false })
+        self.0.upgrade().map(|inner| GpuKernel {
+            inner,
+            allow_aliasing: false,
+        })
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -272,7 +292,11 @@ impl KernelInner {
             .stage_flags(vk::ShaderStageFlags::COMPUTE)
             .offset(0)
             .size(contract.push_constant_bytes)];
-        let ranges = if contract.push_constant_bytes > 0 { &ranges[..] } else { &[] };
+        let ranges = if contract.push_constant_bytes > 0 {
+            &ranges[..]
+        } else {
+            &[]
+        };
         let set_layouts = [inner.set_layout];
         let info = vk::PipelineLayoutCreateInfo::default()
             .set_layouts(&set_layouts)
@@ -321,7 +345,11 @@ mod tests {
     fn contract() -> KernelContract {
         KernelContract {
             entry_point: "main".into(),
-            bindings: vec![BindingContract { min_bytes: 16, alignment: 4, access: Access::Read }],
+            bindings: vec![BindingContract {
+                min_bytes: 16,
+                alignment: 4,
+                access: Access::Read,
+            }],
             push_constant_bytes: 8,
             workgroup_size: [64, 1, 1],
         }
@@ -332,17 +360,42 @@ mod tests {
         let t = Target::lavapipe();
         assert!(contract().check(&t).is_ok());
         let bad = [
-            KernelContract { push_constant_bytes: 6, ..contract() },
-            KernelContract { push_constant_bytes: t.push_constant_bytes + 4, ..contract() },
-            KernelContract { workgroup_size: [0, 1, 1], ..contract() },
-            KernelContract { workgroup_size: [1024, 2, 1], ..contract() },
-            KernelContract { workgroup_size: [1, 1, 2048], ..contract() },
-            KernelContract { entry_point: String::new(), ..contract() },
             KernelContract {
-                bindings: vec![BindingContract { min_bytes: 0, alignment: 3, access: Access::Write }],
+                push_constant_bytes: 6,
                 ..contract()
             },
-            KernelContract { bindings: vec![contract().bindings[0]; 33], ..contract() },
+            KernelContract {
+                push_constant_bytes: t.push_constant_bytes + 4,
+                ..contract()
+            },
+            KernelContract {
+                workgroup_size: [0, 1, 1],
+                ..contract()
+            },
+            KernelContract {
+                workgroup_size: [1024, 2, 1],
+                ..contract()
+            },
+            KernelContract {
+                workgroup_size: [1, 1, 2048],
+                ..contract()
+            },
+            KernelContract {
+                entry_point: String::new(),
+                ..contract()
+            },
+            KernelContract {
+                bindings: vec![BindingContract {
+                    min_bytes: 0,
+                    alignment: 3,
+                    access: Access::Write,
+                }],
+                ..contract()
+            },
+            KernelContract {
+                bindings: vec![contract().bindings[0]; 33],
+                ..contract()
+            },
         ];
         for c in bad {
             assert!(c.check(&t).is_err(), "{c:?} should be rejected");

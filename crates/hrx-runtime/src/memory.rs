@@ -117,7 +117,11 @@ unsafe impl Send for Allocation {}
 unsafe impl Sync for Allocation {}
 
 impl Allocation {
-    pub(crate) fn new(gpu: &Arc<Gpu>, bytes: usize, placement: MemoryPlacement) -> Result<Arc<Self>> {
+    pub(crate) fn new(
+        gpu: &Arc<Gpu>,
+        bytes: usize,
+        placement: MemoryPlacement,
+    ) -> Result<Arc<Self>> {
         if bytes == 0 {
             return Err(Error::Message("cannot allocate zero bytes".into()));
         }
@@ -142,7 +146,8 @@ impl Allocation {
             )
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: valid device and create info (size > 0).
-        let raw = unsafe { device.create_buffer(&info, None) }.map_err(vk_error("vkCreateBuffer"))?;
+        let raw =
+            unsafe { device.create_buffer(&info, None) }.map_err(vk_error("vkCreateBuffer"))?;
         // SAFETY: `raw` was just created from this device.
         let requirements = unsafe { device.get_buffer_memory_requirements(raw) };
         let location = match placement {
@@ -173,8 +178,14 @@ impl Allocation {
         };
         // SAFETY: memory and offset come from an allocation that satisfies
         // this buffer's requirements.
-        if let Err(result) = unsafe { device.bind_buffer_memory(raw, memory.memory(), memory.offset()) } {
-            let _ = gpu.allocator.lock().unwrap_or_else(|e| e.into_inner()).free(memory);
+        if let Err(result) =
+            unsafe { device.bind_buffer_memory(raw, memory.memory(), memory.offset()) }
+        {
+            let _ = gpu
+                .allocator
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .free(memory);
             // SAFETY: the buffer is unused.
             unsafe { device.destroy_buffer(raw, None) };
             return Err(vk_error("vkBindBufferMemory")(result));
@@ -206,14 +217,16 @@ impl Allocation {
         }
         let gpu = &self.gpu;
         let commands = gpu.command_buffer()?;
-        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: a fresh command buffer recorded by this thread only; the
         // fill covers the whole buffer (WHOLE_SIZE).
         unsafe {
             gpu.raw()
                 .begin_command_buffer(commands.raw(), &begin)
                 .map_err(vk_error("vkBeginCommandBuffer"))?;
-            gpu.raw().cmd_fill_buffer(commands.raw(), self.raw, 0, vk::WHOLE_SIZE, 0);
+            gpu.raw()
+                .cmd_fill_buffer(commands.raw(), self.raw, 0, vk::WHOLE_SIZE, 0);
             gpu.raw()
                 .end_command_buffer(commands.raw())
                 .map_err(vk_error("vkEndCommandBuffer"))?;
@@ -293,11 +306,17 @@ impl Allocation {
     }
 
     fn pointer(&self) -> Result<NonNull<u8>> {
-        self.mapped
-            .ok_or_else(|| Error::Message("buffer memory is not host-visible; allocate it HostVisible".into()))
+        self.mapped.ok_or_else(|| {
+            Error::Message("buffer memory is not host-visible; allocate it HostVisible".into())
+        })
     }
 
-    pub(crate) fn map_read(&self, offset: usize, len: usize, block: bool) -> Result<MappedRead<'_>> {
+    pub(crate) fn map_read(
+        &self,
+        offset: usize,
+        len: usize,
+        block: bool,
+    ) -> Result<MappedRead<'_>> {
         let pointer = self.pointer()?;
         self.settle(false, block)?;
         let guard = if block {
@@ -311,10 +330,18 @@ impl Allocation {
         // checked on creation); the read guard excludes host writers, and
         // device writes have finished (settle).
         let bytes = unsafe { std::slice::from_raw_parts(pointer.as_ptr().add(offset), len) };
-        Ok(MappedRead { _guard: guard, bytes })
+        Ok(MappedRead {
+            _guard: guard,
+            bytes,
+        })
     }
 
-    pub(crate) fn map_write(&self, offset: usize, len: usize, block: bool) -> Result<MappedWrite<'_>> {
+    pub(crate) fn map_write(
+        &self,
+        offset: usize,
+        len: usize,
+        block: bool,
+    ) -> Result<MappedWrite<'_>> {
         let pointer = self.pointer()?;
         self.settle(true, block)?;
         let guard = if block {
@@ -327,19 +354,31 @@ impl Allocation {
         // SAFETY: the range lies inside the mapping; the write guard makes
         // this the only host access, and device use has finished (settle).
         let bytes = unsafe { std::slice::from_raw_parts_mut(pointer.as_ptr().add(offset), len) };
-        Ok(MappedWrite { _guard: guard, bytes })
+        Ok(MappedWrite {
+            _guard: guard,
+            bytes,
+        })
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        let memory = self.memory.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let memory = self
+            .memory
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         // SAFETY: an allocation is dropped only when no view of it is alive,
         // and every in-flight submission keeps the views it uses alive, so
         // the device no longer touches this buffer.
         unsafe { self.gpu.raw().destroy_buffer(self.raw, None) };
         if let Some(memory) = memory {
-            let _ = self.gpu.allocator.lock().unwrap_or_else(|e| e.into_inner()).free(memory);
+            let _ = self
+                .gpu
+                .allocator
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .free(memory);
         }
         self.gpu.memory.release(self.len);
     }
@@ -392,7 +431,11 @@ pub struct Buffer {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer(#{}, {} bytes)", self.allocation.id, self.allocation.len)
+        write!(
+            f,
+            "Buffer(#{}, {} bytes)",
+            self.allocation.id, self.allocation.len
+        )
     }
 }
 

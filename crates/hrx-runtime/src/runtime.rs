@@ -77,7 +77,11 @@ impl Runtime {
         if let Some(gpu) = self.domain.gpu.get() {
             return Ok(gpu);
         }
-        let _opening = self.domain.opening.lock().unwrap_or_else(|e| e.into_inner());
+        let _opening = self
+            .domain
+            .opening
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(gpu) = self.domain.gpu.get() {
             return Ok(gpu);
         }
@@ -132,7 +136,8 @@ impl Runtime {
     pub fn inject_fault(&self, fault: Fault) -> Result<()> {
         if !self.domain.options.fault_injection {
             return Err(Error::Message(
-                "fault injection is disabled; enable it with RuntimeOptions::with_fault_injection".into(),
+                "fault injection is disabled; enable it with RuntimeOptions::with_fault_injection"
+                    .into(),
             ));
         }
         let gpu = self.gpu_arc()?;

@@ -1,11 +1,7 @@
 //! Queue submission: ordering on the device, failure carried forward.
 
 use crate::{
-    completion::Completion,
-    device::Gpu,
-    memory::Allocation,
-    timeline::InFlight,
-    vk_error,
+    completion::Completion, device::Gpu, memory::Allocation, timeline::InFlight, vk_error,
 };
 use ash::vk;
 use hrx_core::{Error, Result};
@@ -63,12 +59,17 @@ impl Gpu {
             return Err(Error::DeviceLost(why.to_string()));
         }
         work.health.check()?;
-        let mut wait_value = work.previous.and_then(Completion::pending_value).unwrap_or(0);
+        let mut wait_value = work
+            .previous
+            .and_then(Completion::pending_value)
+            .unwrap_or(0);
         for dependency in work.after {
             if let Some(domain) = dependency.domain()
                 && domain != self.domain
             {
-                return Err(Error::Message("dependency belongs to another runtime domain".into()));
+                return Err(Error::Message(
+                    "dependency belongs to another runtime domain".into(),
+                ));
             }
             match dependency.pending_value() {
                 Some(value) => wait_value = wait_value.max(value),
@@ -95,7 +96,8 @@ impl Gpu {
             state.resolve_with(Err(error));
             return Ok(Completion::from_state(state));
         }
-        let inject_failure = self.fault_injection && self.fail_next_execution.swap(false, Ordering::AcqRel);
+        let inject_failure =
+            self.fault_injection && self.fail_next_execution.swap(false, Ordering::AcqRel);
 
         let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let value = timeline.submitted.load(Ordering::Acquire) + 1;
@@ -129,7 +131,7 @@ impl Gpu {
                 timeline.push(InFlight {
                     value,
                     state: state.clone(),
-                    keep_alive: work.keep_alive.clone(),
+                    _keep_alive: work.keep_alive.clone(),
                     health: work.health.clone(),
                     inject_failure,
                 });
@@ -139,7 +141,9 @@ impl Gpu {
             Err(vk::Result::ERROR_DEVICE_LOST) => {
                 drop(queue);
                 timeline.lose("vkQueueSubmit2 reported device loss");
-                Err(Error::DeviceLost("vkQueueSubmit2 reported device loss".into()))
+                Err(Error::DeviceLost(
+                    "vkQueueSubmit2 reported device loss".into(),
+                ))
             }
             Err(result) => {
                 drop(queue);

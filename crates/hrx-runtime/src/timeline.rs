@@ -8,11 +8,7 @@
 //! whichever thread first observes the counter (a waiter, a poller, or the
 //! watcher), and their dependencies are always resolved before them.
 
-use crate::{
-    completion::State,
-    submit::Health,
-    vk_error,
-};
+use crate::{completion::State, submit::Health, vk_error};
 use ash::vk;
 use hrx_core::{Error, Result};
 use smallvec::SmallVec;
@@ -63,7 +59,7 @@ pub(crate) struct InFlight {
     pub(crate) value: u64,
     pub(crate) state: Arc<State>,
     /// Everything the submission touches, released once the device is done.
-    pub(crate) keep_alive: Arc<dyn Any + Send + Sync>,
+    pub(crate) _keep_alive: Arc<dyn Any + Send + Sync>,
     pub(crate) health: Arc<Health>,
     /// Fault injection: report this execution as failed natively.
     pub(crate) inject_failure: bool,
@@ -119,7 +115,9 @@ impl Timeline {
     pub(crate) fn new_state(self: &Arc<Self>) -> Arc<State> {
         let mut schedule = self.lock();
         for _ in 0..schedule.recycle.len().min(4) {
-            let Some(candidate) = schedule.recycle.pop_front() else { break };
+            let Some(candidate) = schedule.recycle.pop_front() else {
+                break;
+            };
             if Arc::strong_count(&candidate) == 1 {
                 candidate.reset();
                 return candidate;
@@ -138,7 +136,11 @@ impl Timeline {
     /// Register a waker for `value`; the watcher wakes it once reached.
     pub(crate) fn register(&self, value: u64, waker: &Waker) {
         let mut schedule = self.lock();
-        match schedule.wakers.iter_mut().find(|(v, w)| *v == value && w.will_wake(waker)) {
+        match schedule
+            .wakers
+            .iter_mut()
+            .find(|(v, w)| *v == value && w.will_wake(waker))
+        {
             Some(_) => {}
             None => schedule.wakers.push((value, waker.clone())),
         }
@@ -157,7 +159,9 @@ impl Timeline {
         drop(alive);
         match counter {
             Ok(value) => self.retire_to(value),
-            Err(vk::Result::ERROR_DEVICE_LOST) => self.lose("vkGetSemaphoreCounterValue reported device loss"),
+            Err(vk::Result::ERROR_DEVICE_LOST) => {
+                self.lose("vkGetSemaphoreCounterValue reported device loss")
+            }
             Err(_) => {}
         }
     }
@@ -206,7 +210,9 @@ impl Timeline {
         drop(alive);
         match result {
             Ok(()) => self.retire_to(value.max(self.completed())),
-            Err(vk::Result::ERROR_DEVICE_LOST) => self.lose("vkWaitSemaphores reported device loss"),
+            Err(vk::Result::ERROR_DEVICE_LOST) => {
+                self.lose("vkWaitSemaphores reported device loss")
+            }
             Err(_) => self.poll(),
         }
     }
@@ -225,7 +231,9 @@ impl Timeline {
                         Some(entry) if entry.value <= counter => {}
                         _ => break,
                     }
-                    let Some(entry) = schedule.in_flight.pop_front() else { break };
+                    let Some(entry) = schedule.in_flight.pop_front() else {
+                        break;
+                    };
                     entry.state.resolve(entry.inject_failure, &entry.health);
                     if schedule.recycle.len() < RECYCLE_LIMIT {
                         schedule.recycle.push_back(entry.state.clone());
@@ -259,7 +267,9 @@ impl Timeline {
         let wakers = {
             let mut schedule = self.lock();
             for entry in &schedule.in_flight {
-                entry.state.resolve_with(Err(Error::DeviceLost(why.to_string())));
+                entry
+                    .state
+                    .resolve_with(Err(Error::DeviceLost(why.to_string())));
             }
             std::mem::take(&mut schedule.wakers)
         };
@@ -305,7 +315,11 @@ impl Timeline {
         self.poll();
         self.shutdown.store(true, Ordering::Release);
         self.watcher_wake.notify_all();
-        let handle = self.watcher.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let handle = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(handle) = handle
             && Some(&std::thread::current().id()) != self.watcher_id.get()
         {

@@ -12,7 +12,9 @@ fn faulty_runtime() -> Runtime {
 
 /// A graph that keeps the device busy for a while (many large fills).
 fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
-    let big = runtime.allocate(64 << 20, MemoryPlacement::GpuLocal).unwrap();
+    let big = runtime
+        .allocate(64 << 20, MemoryPlacement::GpuLocal)
+        .unwrap();
     let mut graph = runtime.graph();
     for value in 0..12 {
         graph.fill(big.view(), value).unwrap();
@@ -39,8 +41,12 @@ fn words(buffer: &Buffer) -> Vec<u32> {
 #[test]
 fn submit_after_orders_work_across_graphs_on_the_device() {
     let runtime = Runtime::new().unwrap();
-    let source = runtime.allocate(1 << 20, MemoryPlacement::GpuLocal).unwrap();
-    let target = runtime.allocate(1 << 20, MemoryPlacement::HostVisible).unwrap();
+    let source = runtime
+        .allocate(1 << 20, MemoryPlacement::GpuLocal)
+        .unwrap();
+    let target = runtime
+        .allocate(1 << 20, MemoryPlacement::HostVisible)
+        .unwrap();
     let slow = slow_graph(&runtime);
     let fill = fill_graph(&runtime, &source, 0x5EED);
     let mut copy = runtime.graph();
@@ -57,9 +63,14 @@ fn submit_after_orders_work_across_graphs_on_the_device() {
 #[test]
 fn completion_is_a_future_under_tokio() {
     let runtime = Runtime::new().unwrap();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let graph = fill_graph(&runtime, &buffer, 9);
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
     tokio.block_on(async {
         let slow = slow_graph(&runtime).submit().unwrap();
         let done = graph.submit_after(&[slow]).unwrap();
@@ -84,7 +95,10 @@ fn wait_timeout_reports_pending_work_then_success() {
     let slow = slow_graph(&runtime);
     let first = slow.submit().unwrap();
     let second = slow.submit().unwrap();
-    assert!(!second.wait_timeout(Duration::ZERO).unwrap(), "work just queued is pending");
+    assert!(
+        !second.wait_timeout(Duration::ZERO).unwrap(),
+        "work just queued is pending"
+    );
     assert!(!second.is_complete());
     assert!(second.wait_timeout(Duration::from_secs(60)).unwrap());
     assert!(first.is_complete() && second.is_complete());
@@ -94,33 +108,55 @@ fn wait_timeout_reports_pending_work_then_success() {
 #[test]
 fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
     let runtime = Runtime::new().unwrap();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let busy = slow_graph(&runtime).submit().unwrap();
-    let waiting = fill_graph(&runtime, &buffer, 1).submit_after(&[busy.clone()]).unwrap();
+    let waiting = fill_graph(&runtime, &buffer, 1)
+        .submit_after(&[busy.clone()])
+        .unwrap();
     waiting.cancel();
-    assert!(!waiting.is_complete(), "a cancelled submission stays pending until drained");
-    let dependent = fill_graph(&runtime, &buffer, 2).submit_after(&[waiting.clone()]).unwrap();
+    assert!(
+        !waiting.is_complete(),
+        "a cancelled submission stays pending until drained"
+    );
+    let dependent = fill_graph(&runtime, &buffer, 2)
+        .submit_after(&[waiting.clone()])
+        .unwrap();
     assert!(matches!(waiting.wait(), Err(Error::Cancelled)));
     assert!(matches!(dependent.wait(), Err(Error::Cancelled)));
-    assert!(busy.wait().is_ok(), "cancellation does not travel backwards");
+    assert!(
+        busy.wait().is_ok(),
+        "cancellation does not travel backwards"
+    );
     // Once drained, a new dependent is refused at once and never runs.
-    let late = fill_graph(&runtime, &buffer, 3).submit_after(&[waiting]).unwrap();
+    let late = fill_graph(&runtime, &buffer, 3)
+        .submit_after(&[waiting])
+        .unwrap();
     assert!(matches!(late.result(), Some(Err(Error::Cancelled))));
 }
 
 #[test]
 fn cancelling_finished_work_changes_nothing_and_dropping_never_cancels() {
     let runtime = Runtime::new().unwrap();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let done = fill_graph(&runtime, &buffer, 4).submit().unwrap();
     done.wait().unwrap();
     done.cancel();
     assert!(done.wait().is_ok());
     // Drop every observer of pending work: it still runs.
     let busy = slow_graph(&runtime).submit().unwrap();
-    drop(fill_graph(&runtime, &buffer, 5).submit_after(&[busy]).unwrap());
+    drop(
+        fill_graph(&runtime, &buffer, 5)
+            .submit_after(&[busy])
+            .unwrap(),
+    );
     let mut probe = runtime.graph();
-    let copy = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let copy = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     probe.copy(copy.view(), buffer.view()).unwrap();
     // Submission order plus a wait on everything before: use the timeline.
     let after = probe.prepare().unwrap().submit().unwrap();
@@ -132,7 +168,9 @@ fn cancelling_finished_work_changes_nothing_and_dropping_never_cancels() {
 #[test]
 fn an_injected_execution_failure_propagates_through_a_chain_and_disables_its_graph() {
     let runtime = faulty_runtime();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let failing = fill_graph(&runtime, &buffer, 1);
     let middle = fill_graph(&runtime, &buffer, 2);
     let last = fill_graph(&runtime, &buffer, 3);
@@ -145,35 +183,58 @@ fn an_injected_execution_failure_propagates_through_a_chain_and_disables_its_gra
         other => panic!("expected an execution failure, got {other:?}"),
     };
     let (ea, eb, ec) = (cause(a.wait()), cause(b.wait()), cause(c.wait()));
-    assert!(std::sync::Arc::ptr_eq(&ea, &eb) && std::sync::Arc::ptr_eq(&eb, &ec), "one shared cause");
+    assert!(
+        std::sync::Arc::ptr_eq(&ea, &eb) && std::sync::Arc::ptr_eq(&eb, &ec),
+        "one shared cause"
+    );
     assert!(failing.usable().is_err(), "the failing graph is disabled");
     assert!(failing.submit().is_err());
-    assert!(middle.usable().is_ok() && last.usable().is_ok(), "dependents stay usable");
+    assert!(
+        middle.usable().is_ok() && last.usable().is_ok(),
+        "dependents stay usable"
+    );
     assert!(middle.submit().unwrap().wait().is_ok());
 }
 
 #[test]
 fn an_injected_submission_failure_is_reported_without_queueing() {
     let runtime = faulty_runtime();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let graph = fill_graph(&runtime, &buffer, 7);
     runtime.inject_fault(Fault::FailNextSubmission).unwrap();
     let failed = graph.submit().unwrap();
-    assert!(matches!(failed.result(), Some(Err(Error::Execution { .. }))));
+    assert!(matches!(
+        failed.result(),
+        Some(Err(Error::Execution { .. }))
+    ));
     assert!(graph.usable().is_err());
     assert!(words(&buffer).iter().all(|&w| w == 0), "nothing ran");
-    let dependent = fill_graph(&runtime, &buffer, 8).submit_after(&[failed]).unwrap();
-    assert!(matches!(dependent.result(), Some(Err(Error::Execution { .. }))));
-    assert!(words(&buffer).iter().all(|&w| w == 0), "work after a failure never runs");
+    let dependent = fill_graph(&runtime, &buffer, 8)
+        .submit_after(&[failed])
+        .unwrap();
+    assert!(matches!(
+        dependent.result(),
+        Some(Err(Error::Execution { .. }))
+    ));
+    assert!(
+        words(&buffer).iter().all(|&w| w == 0),
+        "work after a failure never runs"
+    );
 }
 
 #[test]
 fn failure_takes_precedence_over_cancellation() {
     let runtime = faulty_runtime();
-    let buffer = runtime.allocate(4096, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
     let busy = slow_graph(&runtime).submit().unwrap();
     runtime.inject_fault(Fault::FailNextExecution).unwrap();
-    let failing = fill_graph(&runtime, &buffer, 1).submit_after(&[busy]).unwrap();
+    let failing = fill_graph(&runtime, &buffer, 1)
+        .submit_after(&[busy])
+        .unwrap();
     failing.cancel();
     assert!(matches!(failing.wait(), Err(Error::Execution { .. })));
 }
@@ -189,11 +250,16 @@ fn device_loss_fails_every_pending_completion_without_hanging() {
     let runtime = faulty_runtime();
     let slow = slow_graph(&runtime);
     let pending: Vec<Completion> = (0..4).map(|_| slow.submit().unwrap()).collect();
-    let tokio = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let future = pending[3].clone();
     runtime.inject_fault(Fault::LoseDevice).unwrap();
     for completion in &pending {
-        assert!(matches!(completion.wait(), Err(Error::DeviceLost(_))), "{completion:?}");
+        assert!(
+            matches!(completion.wait(), Err(Error::DeviceLost(_))),
+            "{completion:?}"
+        );
     }
     assert!(matches!(tokio.block_on(future), Err(Error::DeviceLost(_))));
     assert!(matches!(slow.submit(), Err(Error::DeviceLost(_))));
@@ -219,9 +285,13 @@ fn completions_of_another_domain_are_rejected_before_queueing() {
 #[test]
 fn mapping_waits_for_device_writes_or_reports_busy() {
     let runtime = Runtime::new().unwrap();
-    let buffer = runtime.allocate(1 << 20, MemoryPlacement::HostVisible).unwrap();
+    let buffer = runtime
+        .allocate(1 << 20, MemoryPlacement::HostVisible)
+        .unwrap();
     let busy = slow_graph(&runtime).submit().unwrap();
-    let fill = fill_graph(&runtime, &buffer, 0xABCD).submit_after(&[busy]).unwrap();
+    let fill = fill_graph(&runtime, &buffer, 0xABCD)
+        .submit_after(&[busy])
+        .unwrap();
     assert!(matches!(buffer.try_map_read(), Err(Error::Busy(_))));
     assert!(matches!(buffer.try_map_write(), Err(Error::Busy(_))));
     // The blocking form waits for the fill, then sees its result.

@@ -69,12 +69,19 @@ fn read_after_write_chain() {
     let b = upload(&rt, &[0; N]);
     let c = upload(&rt, &[0; N]);
     let mut graph = rt.graph();
-    graph.dispatch(&map, &[a.view(), b.view()], &[], groups()).unwrap();
-    graph.dispatch(&map, &[b.view(), c.view()], &[], groups()).unwrap();
+    graph
+        .dispatch(&map, &[a.view(), b.view()], &[], groups())
+        .unwrap();
+    graph
+        .dispatch(&map, &[b.view(), c.view()], &[], groups())
+        .unwrap();
     let graph = graph.prepare().unwrap();
     assert_eq!(graph.barriers().len(), 1);
     assert_eq!(graph.barriers()[0].before(), 1);
-    assert_eq!(graph.barriers()[0].edges(), &[edge(0, 1, Hazard::ReadAfterWrite)]);
+    assert_eq!(
+        graph.barriers()[0].edges(),
+        &[edge(0, 1, Hazard::ReadAfterWrite)]
+    );
     graph.submit().unwrap().wait().unwrap();
     let expected: Vec<u32> = input().iter().map(|&x| f(f(x))).collect();
     assert_eq!(read(&c.view()), expected);
@@ -87,11 +94,18 @@ fn write_after_read() {
     let a = upload(&rt, &input());
     let b = upload(&rt, &[0; N]);
     let mut graph = rt.graph();
-    graph.dispatch(&map, &[a.view(), b.view()], &[], groups()).unwrap();
-    graph.dispatch(&set, &[a.view()], &7u32.to_le_bytes(), groups()).unwrap();
+    graph
+        .dispatch(&map, &[a.view(), b.view()], &[], groups())
+        .unwrap();
+    graph
+        .dispatch(&set, &[a.view()], &7u32.to_le_bytes(), groups())
+        .unwrap();
     let graph = graph.prepare().unwrap();
     assert_eq!(graph.barriers().len(), 1);
-    assert_eq!(graph.barriers()[0].edges(), &[edge(0, 1, Hazard::WriteAfterRead)]);
+    assert_eq!(
+        graph.barriers()[0].edges(),
+        &[edge(0, 1, Hazard::WriteAfterRead)]
+    );
     graph.submit().unwrap().wait().unwrap();
     let expected: Vec<u32> = input().iter().map(|&x| f(x)).collect();
     assert_eq!(read(&b.view()), expected, "the overwrite raced the read");
@@ -105,11 +119,18 @@ fn write_after_write() {
     let a = upload(&rt, &input());
     let b = upload(&rt, &[0; N]);
     let mut graph = rt.graph();
-    graph.dispatch(&map, &[a.view(), b.view()], &[], groups()).unwrap();
-    graph.dispatch(&set, &[b.view()], &9u32.to_le_bytes(), groups()).unwrap();
+    graph
+        .dispatch(&map, &[a.view(), b.view()], &[], groups())
+        .unwrap();
+    graph
+        .dispatch(&set, &[b.view()], &9u32.to_le_bytes(), groups())
+        .unwrap();
     let graph = graph.prepare().unwrap();
     assert_eq!(graph.barriers().len(), 1);
-    assert_eq!(graph.barriers()[0].edges(), &[edge(0, 1, Hazard::WriteAfterWrite)]);
+    assert_eq!(
+        graph.barriers()[0].edges(),
+        &[edge(0, 1, Hazard::WriteAfterWrite)]
+    );
     graph.submit().unwrap().wait().unwrap();
     assert_eq!(read(&b.view()), vec![9; N], "the first write landed last");
 }
@@ -120,11 +141,18 @@ fn independent_dispatches_get_no_barrier() {
     let map = map_kernel(&rt);
     let a = upload(&rt, &input());
     let out = upload(&rt, &[0; 2 * N]);
-    let (lo, hi) = (out.view().slice(0..4 * N).unwrap(), out.view().slice(4 * N..8 * N).unwrap());
+    let (lo, hi) = (
+        out.view().slice(0..4 * N).unwrap(),
+        out.view().slice(4 * N..8 * N).unwrap(),
+    );
     let mut graph = rt.graph();
     // Both read `a`; they write disjoint halves of one allocation.
-    graph.dispatch(&map, &[a.view(), lo.clone()], &[], groups()).unwrap();
-    graph.dispatch(&map, &[a.view(), hi.clone()], &[], groups()).unwrap();
+    graph
+        .dispatch(&map, &[a.view(), lo.clone()], &[], groups())
+        .unwrap();
+    graph
+        .dispatch(&map, &[a.view(), hi.clone()], &[], groups())
+        .unwrap();
     let graph = graph.prepare().unwrap();
     assert!(graph.barriers().is_empty(), "{:?}", graph.barriers());
     graph.submit().unwrap().wait().unwrap();
@@ -142,13 +170,18 @@ fn transfers_and_dispatches_share_one_hazard_model() {
     let c = upload(&rt, &[0; N]);
     let mut graph = rt.graph();
     graph.fill(a.view().slice(0..64).unwrap(), 5).unwrap(); // 0: writes a[0..16]
-    graph.dispatch(&map, &[a.view(), b.view()], &[], groups()).unwrap(); // 1: RAW on a
+    graph
+        .dispatch(&map, &[a.view(), b.view()], &[], groups())
+        .unwrap(); // 1: RAW on a
     graph.copy(c.view(), b.view()).unwrap(); // 2: RAW on b
     graph.fill(b.view(), 0).unwrap(); // 3: WAR on b (after 2), WAW (after 1)
     let graph = graph.prepare().unwrap();
     let positions: Vec<usize> = graph.barriers().iter().map(|b| b.before()).collect();
     assert_eq!(positions, [1, 2, 3]);
-    assert_eq!(graph.barriers()[2].edges(), &[edge(2, 3, Hazard::WriteAfterRead)]);
+    assert_eq!(
+        graph.barriers()[2].edges(),
+        &[edge(2, 3, Hazard::WriteAfterRead)]
+    );
     graph.submit().unwrap().wait().unwrap();
     let mut expected: Vec<u32> = input().iter().map(|&x| f(x)).collect();
     expected[..16].fill(16);

@@ -25,7 +25,9 @@ fn one_graph_submitted_a_thousand_times() {
     let rt = runtime();
     let counter = upload(&rt, &[0; 256]);
     let mut graph = rt.graph();
-    graph.dispatch(&increment(&rt), &[counter.view()], &[], [4, 1, 1]).unwrap();
+    graph
+        .dispatch(&increment(&rt), &[counter.view()], &[], [4, 1, 1])
+        .unwrap();
     let graph = graph.prepare().unwrap();
     let mut last = Completion::ready();
     for _ in 0..1000 {
@@ -42,8 +44,12 @@ fn submit_after_orders_graphs_on_the_device() {
     let a = upload(&rt, &[0; 64]);
     let b = upload(&rt, &[0; 64]);
     let mut first = rt.graph();
-    first.dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1]).unwrap();
-    first.dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1]).unwrap();
+    first
+        .dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1])
+        .unwrap();
+    first
+        .dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1])
+        .unwrap();
     let first = first.prepare().unwrap();
     let mut second = rt.graph();
     second.copy(b.view(), a.view()).unwrap();
@@ -65,7 +71,8 @@ fn empty_graphs_need_no_device_and_still_order() {
     let rt = runtime();
     let a = upload(&rt, &[0; 64]);
     let mut work = rt.graph();
-    work.dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1]).unwrap();
+    work.dispatch(&increment(&rt), &[a.view()], &[], [1, 1, 1])
+        .unwrap();
     let work = work.prepare().unwrap();
     let empty = rt.graph().prepare().unwrap();
     let after = empty.submit_after(&[work.submit().unwrap()]).unwrap();
@@ -88,8 +95,13 @@ fn foreign_completions_and_runtimes_are_rejected() {
     let graph = graph.prepare().unwrap();
     assert!(graph.validate_runtime(&rt.clone()).is_ok());
     assert!(graph.validate_runtime(&other).is_err());
-    let error = graph.submit_after(&[foreign_done.clone()]).unwrap_err();
-    assert!(error.to_string().contains("another runtime domain"), "{error}");
+    let error = graph
+        .submit_after(std::slice::from_ref(&foreign_done))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("another runtime domain"),
+        "{error}"
+    );
     foreign_done.wait().unwrap();
 }
 

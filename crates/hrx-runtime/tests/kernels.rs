@@ -31,7 +31,14 @@ fn a_dispatch_runs_with_constants() {
     let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
     let b = upload(&rt, &[0; 64]);
     let mut graph = rt.graph();
-    graph.dispatch(&add(&rt), &[a.view(), b.view()], &10u32.to_le_bytes(), [1, 1, 1]).unwrap();
+    graph
+        .dispatch(
+            &add(&rt),
+            &[a.view(), b.view()],
+            &10u32.to_le_bytes(),
+            [1, 1, 1],
+        )
+        .unwrap();
     graph.prepare().unwrap().submit().unwrap().wait().unwrap();
     assert_eq!(read(&b.view()), (10..74).collect::<Vec<u32>>());
 }
@@ -60,18 +67,39 @@ fn contract_violations_are_rejected_at_record_time() {
     let c4 = 1u32.to_le_bytes();
     let mut graph = rt.graph();
     let small = a.view().slice(0..32).unwrap();
-    assert!(message(graph.dispatch(&k, &[small, b.view()], &c4, [1, 1, 1])).contains("at least 64"));
+    assert!(
+        message(graph.dispatch(&k, &[small, b.view()], &c4, [1, 1, 1])).contains("at least 64")
+    );
     assert!(message(graph.dispatch(&k, &[a.view()], &c4, [1, 1, 1])).contains("bindings"));
     let misaligned = a.view().slice(4..132).unwrap();
     let b2 = upload(&rt, &[0; 64]);
-    assert!(message(graph.dispatch(&k, &[b2.view(), misaligned], &c4, [1, 1, 1])).contains("offset"));
-    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &[0; 8], [1, 1, 1])).contains("constants"));
-    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [0, 1, 1])).contains("workgroups"));
-    assert!(message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [1, u32::MAX, 1])).contains("workgroups"));
+    assert!(
+        message(graph.dispatch(&k, &[b2.view(), misaligned], &c4, [1, 1, 1])).contains("offset")
+    );
+    assert!(
+        message(graph.dispatch(&k, &[a.view(), b.view()], &[0; 8], [1, 1, 1]))
+            .contains("constants")
+    );
+    assert!(
+        message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [0, 1, 1])).contains("workgroups")
+    );
+    assert!(
+        message(graph.dispatch(&k, &[a.view(), b.view()], &c4, [1, u32::MAX, 1]))
+            .contains("workgroups")
+    );
     let empty = a.view().slice(0..0).unwrap();
-    assert!(graph.dispatch(&k, &[empty, b.view()], &c4, [1, 1, 1]).is_err());
-    assert!(graph.is_empty(), "a rejected operation must not be recorded");
-    graph.dispatch(&k, &[a.view(), b.view()], &c4, [1, 1, 1]).unwrap();
+    assert!(
+        graph
+            .dispatch(&k, &[empty, b.view()], &c4, [1, 1, 1])
+            .is_err()
+    );
+    assert!(
+        graph.is_empty(),
+        "a rejected operation must not be recorded"
+    );
+    graph
+        .dispatch(&k, &[a.view(), b.view()], &c4, [1, 1, 1])
+        .unwrap();
     assert_eq!(graph.len(), 1);
 }
 
@@ -112,11 +140,15 @@ fn writable_aliasing_needs_the_unsafe_opt_in() {
     // Two read-only bindings may alias freely (recorded, never run: this
     // contract would misdeclare ADD's output).
     let reader = kernel(&rt, ADD, &[Access::Read, Access::Read], 4, 4, [64, 1, 1]);
-    rt.graph().dispatch(&reader, &[data.view(), data.view()], &c4, [1, 1, 1]).unwrap();
+    rt.graph()
+        .dispatch(&reader, &[data.view(), data.view()], &c4, [1, 1, 1])
+        .unwrap();
     // SAFETY: each invocation reads and writes only its own element.
     let in_place = unsafe { add(&rt).allow_aliasing() };
     assert!(in_place.aliasing_allowed());
-    graph.dispatch(&in_place, &[data.view(), data.view()], &c4, [1, 1, 1]).unwrap();
+    graph
+        .dispatch(&in_place, &[data.view(), data.view()], &c4, [1, 1, 1])
+        .unwrap();
     graph.prepare().unwrap().submit().unwrap().wait().unwrap();
     assert_eq!(read(&data.view()), (5..69).collect::<Vec<u32>>());
 }
@@ -128,7 +160,14 @@ fn device_local_views_bind_too() {
     let dev = rt.allocate(256, MemoryPlacement::GpuLocal).unwrap();
     let b = upload(&rt, &[0; 64]);
     let mut graph = rt.graph();
-    graph.dispatch(&add(&rt), &[a.view(), dev.view()], &2u32.to_le_bytes(), [1, 1, 1]).unwrap();
+    graph
+        .dispatch(
+            &add(&rt),
+            &[a.view(), dev.view()],
+            &2u32.to_le_bytes(),
+            [1, 1, 1],
+        )
+        .unwrap();
     graph.copy(b.view(), dev.view()).unwrap();
     graph.prepare().unwrap().submit().unwrap().wait().unwrap();
     assert_eq!(read(&b.view()), (2..66).collect::<Vec<u32>>());

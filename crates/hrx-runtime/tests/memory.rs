@@ -9,12 +9,17 @@ fn runtime() -> Runtime {
 
 #[test]
 fn creating_a_runtime_touches_no_hardware() {
-    let runtime = Runtime::with_options(RuntimeOptions::default().with_device_name("no such device")).unwrap();
+    let runtime =
+        Runtime::with_options(RuntimeOptions::default().with_device_name("no such device"))
+            .unwrap();
     assert!(!runtime.is_open());
     assert_eq!(runtime.memory_stats().total_allocations, 0);
     // The bad selector only matters once the device is needed.
     let error = runtime.gpu().unwrap_err();
-    assert!(error.to_string().contains("no Vulkan device matches"), "{error}");
+    assert!(
+        error.to_string().contains("no Vulkan device matches"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -37,20 +42,32 @@ fn allocations_are_zero_initialised_in_both_placements() {
 
 #[test]
 fn zero_byte_allocations_are_refused() {
-    let error = runtime().allocate(0, MemoryPlacement::GpuLocal).unwrap_err();
+    let error = runtime()
+        .allocate(0, MemoryPlacement::GpuLocal)
+        .unwrap_err();
     assert!(error.to_string().contains("zero bytes"));
 }
 
 #[test]
 fn the_memory_budget_refuses_without_crashing_and_statistics_follow() {
-    let runtime = Runtime::with_options(RuntimeOptions::default().with_memory_budget(10_000)).unwrap();
-    let a = runtime.allocate(6_000, MemoryPlacement::HostVisible).unwrap();
-    let error = runtime.allocate(6_000, MemoryPlacement::HostVisible).unwrap_err();
-    assert!(error.to_string().contains("memory budget exceeded"), "{error}");
+    let runtime =
+        Runtime::with_options(RuntimeOptions::default().with_memory_budget(10_000)).unwrap();
+    let a = runtime
+        .allocate(6_000, MemoryPlacement::HostVisible)
+        .unwrap();
+    let error = runtime
+        .allocate(6_000, MemoryPlacement::HostVisible)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("memory budget exceeded"),
+        "{error}"
+    );
     let stats = runtime.memory_stats();
     assert_eq!((stats.live_bytes, stats.live_allocations), (6_000, 1));
     drop(a);
-    let b = runtime.allocate(9_000, MemoryPlacement::HostVisible).unwrap();
+    let b = runtime
+        .allocate(9_000, MemoryPlacement::HostVisible)
+        .unwrap();
     let stats = runtime.memory_stats();
     assert_eq!(stats.live_bytes, 9_000);
     assert_eq!(stats.peak_bytes, 9_000);
@@ -69,21 +86,33 @@ fn views_are_checked_and_compare_by_allocation() {
     let b = a.slice(8..16).unwrap();
     assert_eq!(b.offset(), 24, "offsets count from the allocation's start");
     assert!(a.overlaps(&b) && b.overlaps(&a));
-    assert!(!a.overlaps(&view.slice(64..128).unwrap()), "adjacent ranges do not overlap");
+    assert!(
+        !a.overlaps(&view.slice(64..128).unwrap()),
+        "adjacent ranges do not overlap"
+    );
     assert!(view.slice(200..300).is_err());
     #[allow(clippy::reversed_empty_ranges)]
     let reversed = view.slice(10..5);
     assert!(reversed.is_err());
     assert!(a.same_region(&view.slice(16..64).unwrap()));
     let other = runtime.allocate(256, MemoryPlacement::HostVisible).unwrap();
-    assert!(!view.overlaps(&other.view()), "different allocations never overlap");
+    assert!(
+        !view.overlaps(&other.view()),
+        "different allocations never overlap"
+    );
 }
 
 #[test]
 fn mapped_views_write_and_read_their_own_range() {
     let runtime = runtime();
     let buffer = runtime.allocate(64, MemoryPlacement::HostVisible).unwrap();
-    buffer.view().slice(8..12).unwrap().map_write().unwrap().copy_from_slice(&[1, 2, 3, 4]);
+    buffer
+        .view()
+        .slice(8..12)
+        .unwrap()
+        .map_write()
+        .unwrap()
+        .copy_from_slice(&[1, 2, 3, 4]);
     let all = buffer.map_read().unwrap();
     assert_eq!(&all[6..14], &[0, 0, 1, 2, 3, 4, 0, 0]);
 }

@@ -148,7 +148,11 @@ fn encode_launch(w: &mut Writer, l: &LaunchProgram) {
                 w.u32(*b);
             }
             LaunchInst::Madd(a, b, c) | LaunchInst::Select(a, b, c) => {
-                w.u8(if matches!(inst, LaunchInst::Madd(..)) { 3 } else { 5 });
+                w.u8(if matches!(inst, LaunchInst::Madd(..)) {
+                    3
+                } else {
+                    5
+                });
                 w.u32(*a);
                 w.u32(*b);
                 w.u32(*c);

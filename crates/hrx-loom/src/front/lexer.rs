@@ -228,7 +228,9 @@ mod tests {
         use TokenKind::*;
         assert_eq!(
             kinds("vector<4xf32> -1.5e-3 0x1F // c\n%a.b @k.w"),
-            vec![Word, Lt, Number, Word, Gt, Minus, Number, Number, Value, Symbol, Eof]
+            vec![
+                Word, Lt, Number, Word, Gt, Minus, Number, Number, Value, Symbol, Eof
+            ]
         );
     }
 

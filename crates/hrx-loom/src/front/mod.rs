@@ -6,6 +6,7 @@
 //! parser can resume at a later op.
 
 pub mod ast;
+mod forms;
 pub mod lexer;
 pub mod parser;
 pub mod printer;

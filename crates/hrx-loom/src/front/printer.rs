@@ -135,7 +135,13 @@ fn op(out: &mut String, op: &Op, depth: usize) {
             operands,
             ty: t,
         } => {
-            let _ = write!(rest, " {}, {} : {}", predicate.text, values(operands), ty(t));
+            let _ = write!(
+                rest,
+                " {}, {} : {}",
+                predicate.text,
+                values(operands),
+                ty(t)
+            );
         }
         Form::Access {
             value,
@@ -151,7 +157,11 @@ fn op(out: &mut String, op: &Op, depth: usize) {
             let _ = write!(rest, "%{}[{}]", base.text, values(indices));
             typed(&mut rest, list, to);
         }
-        Form::Alloca { align, bytes, ty: t } => {
+        Form::Alloca {
+            align,
+            bytes,
+            ty: t,
+        } => {
             let _ = write!(rest, " align({}) %{} : {}", align.text, bytes.text, ty(t));
         }
         Form::Barrier { attrs } => {

@@ -18,7 +18,9 @@ impl Parser<'_> {
         let t = self.expect(TokenKind::Word, "a type")?;
         let name = self.text(t);
         let lt = self.peek();
-        if !matches!(name, "vector" | "view") || lt.kind != TokenKind::Lt || lt.span.start != t.span.end
+        if !matches!(name, "vector" | "view")
+            || lt.kind != TokenKind::Lt
+            || lt.span.start != t.span.end
         {
             return Ok(TypeExpr {
                 kind: TypeKind::Named(name.to_string()),
@@ -142,7 +144,11 @@ impl Scan<'_> {
 
     fn fail<T>(&self, msg: &str) -> Result<T, ScanError> {
         let end = (self.at + 1).min(self.src.len());
-        Err((Span::new(self.at, end), codes::UNEXPECTED_TOKEN, msg.to_string()))
+        Err((
+            Span::new(self.at, end),
+            codes::UNEXPECTED_TOKEN,
+            msg.to_string(),
+        ))
     }
 
     fn expect(&mut self, c: u8, msg: &str) -> Result<(), ScanError> {

@@ -90,14 +90,17 @@ impl Kernel {
         }
         // Program order guarantees operands are visited before their uses;
         // an explicit stack keeps deep nesting off the call stack.
-        let mut stack: Vec<std::slice::Iter<'_, Op>> = vec![self.body.ops.iter(), self.launch.iter()];
+        let mut stack: Vec<std::slice::Iter<'_, Op>> =
+            vec![self.body.ops.iter(), self.launch.iter()];
         while let Some(top) = stack.last_mut() {
             let Some(op) = top.next() else {
                 stack.pop();
                 continue;
             };
             match &op.kind {
-                OpKind::If { then, otherwise, .. } => {
+                OpKind::If {
+                    then, otherwise, ..
+                } => {
                     if let Some(b) = otherwise {
                         stack.push(b.ops.iter());
                     }

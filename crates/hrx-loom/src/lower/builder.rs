@@ -8,9 +8,7 @@
 //! so callers just add expressions and statements in program order.
 
 use naga::proc::Emitter;
-use naga::{
-    Arena, Block, Expression, Handle, LocalVariable, Span, Statement, Type, UniqueArena,
-};
+use naga::{Arena, Block, Expression, Handle, LocalVariable, Span, Statement, Type, UniqueArena};
 
 /// Builds one function body: expressions, locals and nested blocks.
 pub(crate) struct FnBuilder {

@@ -72,7 +72,11 @@ impl Lowerer<'_> {
                 }
             }
             OpKind::IndexMadd(a, b, c) => {
-                let (a, b, c) = (self.val(*a, span)?, self.val(*b, span)?, self.val(*c, span)?);
+                let (a, b, c) = (
+                    self.val(*a, span)?,
+                    self.val(*b, span)?,
+                    self.val(*c, span)?,
+                );
                 let p = self.binary(B::Multiply, a, b);
                 self.binary(B::Add, p, c)
             }
@@ -93,7 +97,11 @@ impl Lowerer<'_> {
                 self.scalar_binary(*b, kind, x, y)
             }
             OpKind::ScalarFma(a, b, c) => {
-                let (a, b, c) = (self.val(*a, span)?, self.val(*b, span)?, self.val(*c, span)?);
+                let (a, b, c) = (
+                    self.val(*a, span)?,
+                    self.val(*b, span)?,
+                    self.val(*c, span)?,
+                );
                 self.math(M::Fma, &[a, b, c])
             }
             OpKind::ScalarUnary(u, x) => {
@@ -126,16 +134,19 @@ impl Lowerer<'_> {
             }
             OpKind::Select(c, a, b) => {
                 let rt = self.ty_of(*a, span)?;
-                let (mut condition, accept, reject) =
-                    (self.val(*c, span)?, self.val(*a, span)?, self.val(*b, span)?);
+                let (mut condition, accept, reject) = (
+                    self.val(*c, span)?,
+                    self.val(*a, span)?,
+                    self.val(*b, span)?,
+                );
                 // SPIR-V 1.3 OpSelect needs a vector condition for vectors.
-                if let Type::Vector { len, .. } = rt {
-                    if let Some(size) = types::vector_size(len) {
-                        condition = self.fb.expr(Expression::Splat {
-                            size,
-                            value: condition,
-                        });
-                    }
+                if let Type::Vector { len, .. } = rt
+                    && let Some(size) = types::vector_size(len)
+                {
+                    condition = self.fb.expr(Expression::Splat {
+                        size,
+                        value: condition,
+                    });
                 }
                 self.fb.expr(Expression::Select {
                     condition,
@@ -284,9 +295,9 @@ impl Lowerer<'_> {
             (Literal::Bool(b), ScalarKind::Bool) => {
                 self.fb.expr(Expression::Literal(naga::Literal::Bool(b)))
             }
-            (Literal::Int(i), ScalarKind::Sint) => {
-                self.fb.expr(Expression::Literal(naga::Literal::I32(i as i32)))
-            }
+            (Literal::Int(i), ScalarKind::Sint) => self
+                .fb
+                .expr(Expression::Literal(naga::Literal::I32(i as i32))),
             (Literal::Int(i), ScalarKind::Uint) => self.lit_u32(i as u32),
             (Literal::Bool(b), ScalarKind::Uint) => self.lit_u32(u32::from(b)),
             (Literal::Int(_) | Literal::Float(_), ScalarKind::Float) => {

@@ -42,7 +42,7 @@ impl Lowerer<'_> {
             OpKind::ViewLoad { view, indices } => {
                 let (pointer, g, elem) = self.element(*view, indices, span)?;
                 let raw = self.fb.expr(Expression::Load { pointer });
-                let v = self.from_storage(raw, g.layout, elem);
+                let v = self.loaded_value(raw, g.layout, elem);
                 let r = self.result(&op.results, span)?;
                 self.set(r, Val::Expr(v));
                 Ok(())
@@ -54,7 +54,7 @@ impl Lowerer<'_> {
             } => {
                 let (pointer, g, elem) = self.element(*view, indices, span)?;
                 let v = self.val(*value, span)?;
-                let v = self.to_storage(v, g.layout, elem);
+                let v = self.stored_value(v, g.layout, elem);
                 self.fb.stmt(Statement::Store { pointer, value: v });
                 Ok(())
             }
@@ -197,7 +197,12 @@ impl Lowerer<'_> {
     }
 
     /// Pointer to one view element (scalar layouts only).
-    fn element(&mut self, view: ValueId, indices: &[ValueId], span: Span) -> R<(H, Global, Scalar)> {
+    fn element(
+        &mut self,
+        view: ValueId,
+        indices: &[ValueId],
+        span: Span,
+    ) -> R<(H, Global, Scalar)> {
         let (v, g) = self.view(view, span)?;
         if let Layout::Vec4(_) = g.layout {
             return Err(self.bug(span, "scalar access to a vec4-declared buffer"));
@@ -207,7 +212,7 @@ impl Lowerer<'_> {
     }
 
     /// A value read from storage, as the view's element type.
-    fn from_storage(&mut self, raw: H, layout: Layout, elem: Scalar) -> H {
+    fn loaded_value(&mut self, raw: H, layout: Layout, elem: Scalar) -> H {
         match layout {
             Layout::Words if elem != Scalar::U32 => self.bitcast(raw, types::scalar(elem).kind),
             _ => raw,
@@ -215,7 +220,7 @@ impl Lowerer<'_> {
     }
 
     /// A value to write to storage, from the view's element type.
-    fn to_storage(&mut self, v: H, layout: Layout, elem: Scalar) -> H {
+    fn stored_value(&mut self, v: H, layout: Layout, elem: Scalar) -> H {
         match layout {
             Layout::Words if elem != Scalar::U32 => self.bitcast(v, ScalarKind::Uint),
             _ => v,
@@ -256,7 +261,7 @@ impl Lowerer<'_> {
                 };
                 let pointer = self.at(g, i);
                 let raw = self.fb.expr(Expression::Load { pointer });
-                lanes.push(self.from_storage(raw, g.layout, v.elem));
+                lanes.push(self.loaded_value(raw, g.layout, v.elem));
             }
             let ty = self.value_type(&t, span)?;
             self.fb.expr(Expression::Compose {
@@ -268,7 +273,13 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    fn vector_store(&mut self, value: ValueId, view: ValueId, idx: &[ValueId], span: Span) -> R<()> {
+    fn vector_store(
+        &mut self,
+        value: ValueId,
+        view: ValueId,
+        idx: &[ValueId],
+        span: Span,
+    ) -> R<()> {
         let t = self.ty_of(value, span)?;
         let (len, _) = self.vector_len(&t, span)?;
         let vec = self.val(value, span)?;
@@ -278,7 +289,10 @@ impl Lowerer<'_> {
             let two = self.lit_u32(2);
             let q = self.binary(B::ShiftRight, index, two);
             let pointer = self.at(g, q);
-            self.fb.stmt(Statement::Store { pointer, value: vec });
+            self.fb.stmt(Statement::Store {
+                pointer,
+                value: vec,
+            });
             return Ok(());
         }
         for lane in 0..u32::from(len) {
@@ -292,7 +306,7 @@ impl Lowerer<'_> {
                 base: vec,
                 index: lane,
             });
-            let x = self.to_storage(x, g.layout, v.elem);
+            let x = self.stored_value(x, g.layout, v.elem);
             let pointer = self.at(g, i);
             self.fb.stmt(Statement::Store { pointer, value: x });
         }
@@ -307,7 +321,14 @@ impl Lowerer<'_> {
         }
     }
 
-    fn atomic(&mut self, op: &Op, a: AtomicOp, value: ValueId, view: ValueId, idx: &[ValueId]) -> R<()> {
+    fn atomic(
+        &mut self,
+        op: &Op,
+        a: AtomicOp,
+        value: ValueId,
+        view: ValueId,
+        idx: &[ValueId],
+    ) -> R<()> {
         let span = op.span;
         let r = self.result(&op.results, span)?;
         let (pointer, g, elem) = self.element(view, idx, span)?;

@@ -104,7 +104,11 @@ pub fn lower(
         .map(|i| eval.get(kernel, ValueId(i as u32)).ok())
         .collect();
     let mut diags = Diagnostics::new();
-    let plan = Plan::build(kernel, &|v| known.get(v.index()).copied().flatten(), &mut diags);
+    let plan = Plan::build(
+        kernel,
+        &|v| known.get(v.index()).copied().flatten(),
+        &mut diags,
+    );
     if !diags.is_empty() {
         return Err(diags.into_error(source));
     }

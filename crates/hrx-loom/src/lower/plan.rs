@@ -180,7 +180,8 @@ impl Plan {
                         f.accessed = true;
                     }
                 }
-                OpKind::VectorLoad { view, indices } | OpKind::VectorStore { view, indices, .. } => {
+                OpKind::VectorLoad { view, indices }
+                | OpKind::VectorStore { view, indices, .. } => {
                     let lanes = match &op.kind {
                         OpKind::VectorLoad { .. } => result.and_then(|r| kernel.value_types.get(r)),
                         OpKind::VectorStore { value, .. } => kernel.ty(*value),

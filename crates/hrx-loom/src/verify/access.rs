@@ -21,7 +21,12 @@ pub(super) fn infer(kernel: &mut Kernel, diags: &mut Diagnostics) {
         }
     }
     let mut access = vec![BufferAccess::default(); kernel.args.len()];
-    let name = |id: ValueId| kernel.value_names.get(id.index()).map_or("?", String::as_str);
+    let name = |id: ValueId| {
+        kernel
+            .value_names
+            .get(id.index())
+            .map_or("?", String::as_str)
+    };
     kernel.body.for_each_op(|op| {
         let (view, read, written) = match &op.kind {
             OpKind::Alloca { .. } => {
@@ -37,7 +42,9 @@ pub(super) fn infer(kernel: &mut Kernel, diags: &mut Diagnostics) {
                 return;
             }
             OpKind::ViewLoad { view, .. } | OpKind::VectorLoad { view, .. } => (*view, true, false),
-            OpKind::ViewStore { view, .. } | OpKind::VectorStore { view, .. } => (*view, false, true),
+            OpKind::ViewStore { view, .. } | OpKind::VectorStore { view, .. } => {
+                (*view, false, true)
+            }
             OpKind::AtomicRmw { view, .. } => (*view, true, true),
             _ => return,
         };

@@ -17,7 +17,9 @@ pub(super) fn check_literal(lit: Literal, ty: &Type) -> Result<Literal, String> 
         _ => Err("an integer literal is required".to_string()),
     };
     let float_max = |max: f64| match lit {
-        Literal::Float(f) if f.is_nan() || f.is_infinite() || f.abs() <= max => Ok(Literal::Float(f)),
+        Literal::Float(f) if f.is_nan() || f.is_infinite() || f.abs() <= max => {
+            Ok(Literal::Float(f))
+        }
         Literal::Float(f) => Err(format!("{f} is out of range for the type")),
         Literal::Int(v) if (v as f64).abs() <= max => Ok(Literal::Float(v as f64)),
         Literal::Int(v) => Err(format!("{v} is out of range for the type")),
@@ -67,7 +69,12 @@ fn convert_ok(op: ConvertOp, from: &Type, to: &Type) -> bool {
 }
 
 impl Builder<'_> {
-    pub(super) fn constant(&mut self, op: &ast::Op, value: &LiteralTok, ty: &TypeExpr) -> Option<Built> {
+    pub(super) fn constant(
+        &mut self,
+        op: &ast::Op,
+        value: &LiteralTok,
+        ty: &TypeExpr,
+    ) -> Option<Built> {
         let ty = self.resolve_type(ty)?;
         let is_index = op.name.text == "index.constant";
         if is_index && !matches!(ty, Type::Index | Type::Offset) {
@@ -84,14 +91,24 @@ impl Builder<'_> {
             }
             Ok(lit) => Built::new(OpKind::ScalarConstant(lit), vec![Some(ty)]),
             Err(why) => {
-                let msg = format!("literal `{}` is not a valid {}: {why}", value.text, self.show(&ty));
+                let msg = format!(
+                    "literal `{}` is not a valid {}: {why}",
+                    value.text,
+                    self.show(&ty)
+                );
                 self.error(value.span, codes::LITERAL_TYPE, msg);
                 None
             }
         }
     }
 
-    pub(super) fn compare(&mut self, op: &ast::Op, pred: &Ident, operands: &[Ident], ty: &TypeExpr) -> Option<Built> {
+    pub(super) fn compare(
+        &mut self,
+        op: &ast::Op,
+        pred: &Ident,
+        operands: &[Ident],
+        ty: &TypeExpr,
+    ) -> Option<Built> {
         let ty = self.resolve_type(ty)?;
         let ids = self.operands(op, operands, 2)?;
         self.all_typed(operands, &ids, &ty);
@@ -162,8 +179,14 @@ impl Builder<'_> {
         to: Option<&TypeExpr>,
     ) -> Option<Built> {
         let name = op.name.text.as_str();
-        let index_like: (fn(&Type) -> bool, &str) = (|t| matches!(t, Type::Index | Type::Offset), "index or offset");
-        let float: (fn(&Type) -> bool, &str) = (|t| t.element().is_some_and(Scalar::is_float), "f32, f16 or a vector of them");
+        let index_like: (fn(&Type) -> bool, &str) = (
+            |t| matches!(t, Type::Index | Type::Offset),
+            "index or offset",
+        );
+        let float: (fn(&Type) -> bool, &str) = (
+            |t| t.element().is_some_and(Scalar::is_float),
+            "f32, f16 or a vector of them",
+        );
         if let Some(b) = words::index_binary(name) {
             let (ty, v) = self.uniform_op(op, operands, types, to, 2, index_like)?;
             return Built::new(OpKind::IndexBinary(b, v[0], v[1]), vec![Some(ty)]);
@@ -173,9 +196,15 @@ impl Builder<'_> {
             let accept: (fn(&Type) -> bool, &str) = if name.ends_with('f') {
                 float
             } else if bitwise {
-                (|t| *t == Type::I1 || matches!(t.element(), Some(Scalar::I32 | Scalar::U32)), "i1, i32, u32 or a vector of i32 or u32")
+                (
+                    |t| *t == Type::I1 || matches!(t.element(), Some(Scalar::I32 | Scalar::U32)),
+                    "i1, i32, u32 or a vector of i32 or u32",
+                )
             } else {
-                (|t| matches!(t.element(), Some(Scalar::I32 | Scalar::U32)), "i32, u32 or a vector of them")
+                (
+                    |t| matches!(t.element(), Some(Scalar::I32 | Scalar::U32)),
+                    "i32, u32 or a vector of them",
+                )
             };
             let (ty, v) = self.uniform_op(op, operands, types, to, 2, accept)?;
             return Built::new(OpKind::ScalarBinary(b, v[0], v[1]), vec![Some(ty)]);
@@ -189,12 +218,23 @@ impl Builder<'_> {
             let ids = self.operands(op, operands, 1)?;
             self.all_typed(operands, &ids, &from);
             if !convert_ok(c, &from, &to_ty) {
-                let msg = format!("`{name}` cannot convert {} to {}", self.show(&from), self.show(&to_ty));
+                let msg = format!(
+                    "`{name}` cannot convert {} to {}",
+                    self.show(&from),
+                    self.show(&to_ty)
+                );
                 self.error(op.name.span, codes::UNSUPPORTED_TYPE, msg);
                 return None;
             }
             let v = all_some(ids)?;
-            return Built::new(OpKind::Convert { op: c, value: v[0], to: to_ty.clone() }, vec![Some(to_ty)]);
+            return Built::new(
+                OpKind::Convert {
+                    op: c,
+                    value: v[0],
+                    to: to_ty.clone(),
+                },
+                vec![Some(to_ty)],
+            );
         }
         match name {
             "index.madd" => {
@@ -212,7 +252,13 @@ impl Builder<'_> {
                 let ids = self.operands(op, operands, 1)?;
                 self.all_typed(operands, &ids, &from);
                 let v = all_some(ids)?;
-                Built::new(OpKind::IndexCast { value: v[0], to: to_ty.clone() }, vec![Some(to_ty)])
+                Built::new(
+                    OpKind::IndexCast {
+                        value: v[0],
+                        to: to_ty.clone(),
+                    },
+                    vec![Some(to_ty)],
+                )
             }
             "scalar.fmaf" => {
                 let (ty, v) = self.uniform_op(op, operands, types, to, 3, float)?;
@@ -237,7 +283,11 @@ impl Builder<'_> {
                 match (&to_ty, from.scalar()) {
                     (Type::Vector { elem, .. }, Some(s)) if *elem == s => {}
                     _ => {
-                        let msg = format!("`vector.splat` cannot make {} from {}", self.show(&to_ty), self.show(&from));
+                        let msg = format!(
+                            "`vector.splat` cannot make {} from {}",
+                            self.show(&to_ty),
+                            self.show(&from)
+                        );
                         self.error(op.name.span, codes::UNSUPPORTED_TYPE, msg);
                         return None;
                     }
@@ -246,7 +296,11 @@ impl Builder<'_> {
                 Built::new(OpKind::VectorSplat(v[0]), vec![Some(to_ty)])
             }
             "scf.yield" => {
-                self.error(op.name.span, codes::MISPLACED_OP, "`scf.yield` must be the last op of an scf.if or scf.for region");
+                self.error(
+                    op.name.span,
+                    codes::MISPLACED_OP,
+                    "`scf.yield` must be the last op of an scf.if or scf.for region",
+                );
                 None
             }
             _ => self.kernel_op(op, operands, types, to),

@@ -62,7 +62,8 @@ impl<'a> Builder<'a> {
     pub(super) fn define(&mut self, name: Option<&Ident>, ty: Option<Type>, span: Span) -> ValueId {
         let id = ValueId(u32::try_from(self.types.len()).unwrap_or(u32::MAX));
         self.types.push(ty);
-        self.names.push(name.map_or_else(String::new, |n| n.text.clone()));
+        self.names
+            .push(name.map_or_else(String::new, |n| n.text.clone()));
         self.def_spans.push(name.map_or(span, |n| n.span));
         self.is_static.push(false);
         if let Some(name) = name
@@ -120,7 +121,8 @@ impl<'a> Builder<'a> {
 
     /// The type of a resolved value (`None` if its definition failed).
     pub(super) fn ty(&self, id: Option<ValueId>) -> Option<&Type> {
-        id.and_then(|id| self.types.get(id.index())).and_then(Option::as_ref)
+        id.and_then(|id| self.types.get(id.index()))
+            .and_then(Option::as_ref)
     }
 
     /// Resolve uses and check each has type `want`.
@@ -191,7 +193,11 @@ impl<'a> Builder<'a> {
                 "f16" => Some(Type::F16),
                 "buffer" => Some(Type::Buffer),
                 other => {
-                    self.error(t.span, codes::UNKNOWN_TYPE, format!("unknown type `{other}`"));
+                    self.error(
+                        t.span,
+                        codes::UNKNOWN_TYPE,
+                        format!("unknown type `{other}`"),
+                    );
                     None
                 }
             },
@@ -245,7 +251,10 @@ impl<'a> Builder<'a> {
             self.error(
                 t.span,
                 codes::UNSUPPORTED_TYPE,
-                format!("{what} must be i32, u32, f32 or f16, not {}", self.show(&ty)),
+                format!(
+                    "{what} must be i32, u32, f32 or f16, not {}",
+                    self.show(&ty)
+                ),
             );
         }
         s

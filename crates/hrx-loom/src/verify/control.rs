@@ -39,9 +39,17 @@ impl Builder<'_> {
                 }
                 ("kernel.return", Role::Body) if last => {
                     if !op.results.is_empty() || op.tag.is_some() {
-                        self.error(op.span, codes::OPERAND_COUNT, "`kernel.return` takes nothing");
+                        self.error(
+                            op.span,
+                            codes::OPERAND_COUNT,
+                            "`kernel.return` takes nothing",
+                        );
                     }
-                    out.push(ir::Op { results: Vec::new(), kind: OpKind::Return, span: op.span });
+                    out.push(ir::Op {
+                        results: Vec::new(),
+                        kind: OpKind::Return,
+                        span: op.span,
+                    });
                     terminated = true;
                 }
                 ("kernel.return", _) => self.error(
@@ -68,13 +76,24 @@ impl Builder<'_> {
                     self.error(
                         end,
                         codes::MISPLACED_OP,
-                        format!("this region must end with `scf.yield` of {} value(s)", expected.len()),
+                        format!(
+                            "this region must end with `scf.yield` of {} value(s)",
+                            expected.len()
+                        ),
                     );
                 }
-                out.push(ir::Op { results: Vec::new(), kind: OpKind::Yield(Vec::new()), span: end });
+                out.push(ir::Op {
+                    results: Vec::new(),
+                    kind: OpKind::Yield(Vec::new()),
+                    span: end,
+                });
             }
             Role::Body if !terminated => {
-                self.error(end, codes::MISPLACED_OP, "the kernel body must end with `kernel.return`");
+                self.error(
+                    end,
+                    codes::MISPLACED_OP,
+                    "the kernel body must end with `kernel.return`",
+                );
             }
             _ => {}
         }
@@ -82,23 +101,40 @@ impl Builder<'_> {
     }
 
     fn yield_op(&mut self, op: &ast::Op, expected: &[Option<Type>]) -> Option<ir::Op> {
-        let Form::Operands { operands, types, to } = &op.form else {
+        let Form::Operands {
+            operands,
+            types,
+            to,
+        } = &op.form
+        else {
             return None;
         };
         if !op.results.is_empty() || to.is_some() {
-            self.error(op.span, codes::TYPE_MISMATCH, "`scf.yield` is written `scf.yield %a, ... : type, ...`");
+            self.error(
+                op.span,
+                codes::TYPE_MISMATCH,
+                "`scf.yield` is written `scf.yield %a, ... : type, ...`",
+            );
             return None;
         }
         if operands.len() != expected.len() {
             self.error(
                 op.name.span,
                 codes::OPERAND_COUNT,
-                format!("`scf.yield` gives {} value(s), the region produces {}", operands.len(), expected.len()),
+                format!(
+                    "`scf.yield` gives {} value(s), the region produces {}",
+                    operands.len(),
+                    expected.len()
+                ),
             );
             return None;
         }
         if types.len() != operands.len() {
-            self.error(op.span, codes::TYPE_MISMATCH, "`scf.yield` needs one type per value after `:`");
+            self.error(
+                op.span,
+                codes::TYPE_MISMATCH,
+                "`scf.yield` needs one type per value after `:`",
+            );
             return None;
         }
         let mut ids = Vec::with_capacity(operands.len());
@@ -120,7 +156,11 @@ impl Builder<'_> {
             ids.push(id);
         }
         let ids: Option<Vec<ValueId>> = ids.into_iter().collect();
-        Some(ir::Op { results: Vec::new(), kind: OpKind::Yield(ids?), span: op.span })
+        Some(ir::Op {
+            results: Vec::new(),
+            kind: OpKind::Yield(ids?),
+            span: op.span,
+        })
     }
 
     /// Result types of an scf op; buffers and views may not leave regions.
@@ -141,7 +181,11 @@ impl Builder<'_> {
 
     fn enter(&mut self, region: &ast::Region) -> bool {
         if self.depth >= MAX_DEPTH {
-            self.error(region.span, codes::TOO_DEEP, format!("regions nested deeper than {MAX_DEPTH} levels"));
+            self.error(
+                region.span,
+                codes::TOO_DEEP,
+                format!("regions nested deeper than {MAX_DEPTH} levels"),
+            );
             return false;
         }
         self.depth += 1;
@@ -160,33 +204,62 @@ impl Builder<'_> {
 
     pub(super) fn control_op(&mut self, op: &ast::Op) -> Option<Built> {
         match &op.form {
-            Form::If { cond, results, then, otherwise } => {
+            Form::If {
+                cond,
+                results,
+                then,
+                otherwise,
+            } => {
                 let c = self.use_typed(cond, &Type::I1);
                 let types = self.result_types(results);
                 if !results.is_empty() && otherwise.is_none() {
-                    self.error(op.name.span, codes::MISPLACED_OP, "`scf.if` with results needs an `else` region");
+                    self.error(
+                        op.name.span,
+                        codes::MISPLACED_OP,
+                        "`scf.if` with results needs an `else` region",
+                    );
                 }
                 if !self.enter(then) {
                     return None;
                 }
-                let then_block = self.block(&then.ops, Role::Region(&types), Self::region_end(then));
+                let then_block =
+                    self.block(&then.ops, Role::Region(&types), Self::region_end(then));
                 self.leave();
                 let mut else_block = None;
                 if let Some(e) = otherwise {
                     if !self.enter(e) {
                         return None;
                     }
-                    else_block = Some(self.block(&e.ops, Role::Region(&types), Self::region_end(e)));
+                    else_block =
+                        Some(self.block(&e.ops, Role::Region(&types), Self::region_end(e)));
                     self.leave();
                 }
-                Built::new(OpKind::If { cond: c?, then: then_block, otherwise: else_block }, types)
+                Built::new(
+                    OpKind::If {
+                        cond: c?,
+                        then: then_block,
+                        otherwise: else_block,
+                    },
+                    types,
+                )
             }
-            Form::For { iv, lower, upper, step, iter_args, results, body } => {
+            Form::For {
+                iv,
+                lower,
+                upper,
+                step,
+                iter_args,
+                results,
+                body,
+            } => {
                 let bounds = [lower, upper, step].map(|b| self.use_typed(b, &Type::Index));
                 let mut inits = Vec::with_capacity(iter_args.len());
                 let mut arg_types = Vec::with_capacity(iter_args.len());
                 for a in iter_args {
-                    let ty = self.result_types(std::slice::from_ref(&a.ty)).pop().flatten();
+                    let ty = self
+                        .result_types(std::slice::from_ref(&a.ty))
+                        .pop()
+                        .flatten();
                     let init = self.use_value(&a.init);
                     if let Some(t) = &ty {
                         self.check_type(&a.init, init, t);
@@ -199,14 +272,22 @@ impl Builder<'_> {
                     self.error(
                         op.name.span,
                         codes::RESULT_COUNT,
-                        format!("`scf.for` carries {} value(s) but declares {} result(s)", arg_types.len(), declared.len()),
+                        format!(
+                            "`scf.for` carries {} value(s) but declares {} result(s)",
+                            arg_types.len(),
+                            declared.len()
+                        ),
                     );
                 } else {
                     for ((d, a), t) in declared.iter().zip(&arg_types).zip(results) {
                         if let (Some(d), Some(a)) = (d, a)
                             && d != a
                         {
-                            let msg = format!("type mismatch: result {} does not match the carried {}", self.show(d), self.show(a));
+                            let msg = format!(
+                                "type mismatch: result {} does not match the carried {}",
+                                self.show(d),
+                                self.show(a)
+                            );
                             self.error(t.span, codes::TYPE_MISMATCH, msg);
                         }
                     }
@@ -220,13 +301,21 @@ impl Builder<'_> {
                     .zip(&arg_types)
                     .map(|(a, t)| self.define(Some(&a.name), t.clone(), a.name.span))
                     .collect();
-                let body_block = self.block(&body.ops, Role::Region(&arg_types), Self::region_end(body));
+                let body_block =
+                    self.block(&body.ops, Role::Region(&arg_types), Self::region_end(body));
                 self.leave();
                 let [lower, upper, step] = bounds;
                 let inits: Option<Vec<ValueId>> = inits.into_iter().collect();
                 let iter = args.into_iter().zip(inits?).collect();
                 Built::new(
-                    OpKind::For { iv: iv_id, lower: lower?, upper: upper?, step: step?, iter_args: iter, body: body_block },
+                    OpKind::For {
+                        iv: iv_id,
+                        lower: lower?,
+                        upper: upper?,
+                        step: step?,
+                        iter_args: iter,
+                        body: body_block,
+                    },
                     arg_types,
                 )
             }

@@ -11,7 +11,11 @@ use crate::ir::{self, Type, ValueId};
 use std::collections::HashMap;
 
 /// Build and check one kernel; `None` when any diagnostic was raised.
-pub(super) fn kernel(def: &ast::KernelDef, diags: &mut Diagnostics, configs: &HashMap<String, Type>) -> Option<ir::Kernel> {
+pub(super) fn kernel(
+    def: &ast::KernelDef,
+    diags: &mut Diagnostics,
+    configs: &HashMap<String, Type>,
+) -> Option<ir::Kernel> {
     let before = diags.len();
     let mut b = Builder::new(diags, configs);
     b.in_launch = true;
@@ -21,7 +25,10 @@ pub(super) fn kernel(def: &ast::KernelDef, diags: &mut Diagnostics, configs: &Ha
         b.error(
             def.name.span,
             codes::MISSING_LAUNCH_CONFIG,
-            format!("kernel @{} has no `kernel.launch.config` in its launch region", def.name.text),
+            format!(
+                "kernel @{} has no `kernel.launch.config` in its launch region",
+                def.name.text
+            ),
         );
     }
     // The body is a separate function: workload values are not visible.
@@ -36,7 +43,11 @@ pub(super) fn kernel(def: &ast::KernelDef, diags: &mut Diagnostics, configs: &Ha
     let (Some(launch_config), false) = (launch_config, failed) else {
         return None;
     };
-    let value_types: Vec<Type> = b.types.iter().map(|t| t.clone().unwrap_or(Type::Index)).collect();
+    let value_types: Vec<Type> = b
+        .types
+        .iter()
+        .map(|t| t.clone().unwrap_or(Type::Index))
+        .collect();
     let n = value_types.len();
     let mut kernel = ir::Kernel {
         name: def.name.text.clone(),
@@ -72,7 +83,10 @@ impl Builder<'_> {
                 let msg = if workload {
                     format!("workload arguments are index values, not {}", self.show(t))
                 } else {
-                    format!("launch arguments are buffer, index, offset, i32, u32 or f32, not {}", self.show(t))
+                    format!(
+                        "launch arguments are buffer, index, offset, i32, u32 or f32, not {}",
+                        self.show(t)
+                    )
                 };
                 self.error(a.ty.span, codes::UNSUPPORTED_TYPE, msg);
             }
@@ -102,21 +116,41 @@ impl Builder<'_> {
 
     /// `kernel.launch.config workgroups(..) workgroup_size(..) : index`.
     pub(super) fn launch_config(&mut self, op: &ast::Op) {
-        let Form::LaunchConfig { workgroups, workgroup_size, ty } = &op.form else {
+        let Form::LaunchConfig {
+            workgroups,
+            workgroup_size,
+            ty,
+        } = &op.form
+        else {
             return;
         };
         if self.launch_seen {
-            self.error(op.name.span, codes::DUPLICATE_LAUNCH_CONFIG, "a second `kernel.launch.config`; a kernel has exactly one");
+            self.error(
+                op.name.span,
+                codes::DUPLICATE_LAUNCH_CONFIG,
+                "a second `kernel.launch.config`; a kernel has exactly one",
+            );
             return;
         }
         self.launch_seen = true;
         if !op.results.is_empty() {
-            self.error(op.span, codes::RESULT_COUNT, "`kernel.launch.config` produces no results");
+            self.error(
+                op.span,
+                codes::RESULT_COUNT,
+                "`kernel.launch.config` produces no results",
+            );
         }
         if let Some(t) = self.resolve_type(ty)
             && t != Type::Index
         {
-            self.error(ty.span, codes::TYPE_MISMATCH, format!("type mismatch: launch config values are index, not {}", self.show(&t)));
+            self.error(
+                ty.span,
+                codes::TYPE_MISMATCH,
+                format!(
+                    "type mismatch: launch config values are index, not {}",
+                    self.show(&t)
+                ),
+            );
         }
         if workgroups.len() != 3 || workgroup_size.len() != 3 {
             self.error(
@@ -130,7 +164,10 @@ impl Builder<'_> {
             );
             return;
         }
-        let grid: Vec<Option<ValueId>> = workgroups.iter().map(|v| self.use_typed(v, &Type::Index)).collect();
+        let grid: Vec<Option<ValueId>> = workgroups
+            .iter()
+            .map(|v| self.use_typed(v, &Type::Index))
+            .collect();
         let mut size = Vec::with_capacity(3);
         for v in workgroup_size {
             let id = self.use_typed(v, &Type::Index);
@@ -153,8 +190,11 @@ impl Builder<'_> {
             v?.try_into().ok()
         };
         if let (Some(workgroups), Some(workgroup_size)) = (to3(grid), to3(size)) {
-            self.launch_config = Some(ir::LaunchConfig { workgroups, workgroup_size, span: op.span });
+            self.launch_config = Some(ir::LaunchConfig {
+                workgroups,
+                workgroup_size,
+                span: op.span,
+            });
         }
     }
 }
-

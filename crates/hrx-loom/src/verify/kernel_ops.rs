@@ -40,13 +40,19 @@ impl Builder<'_> {
                 };
                 let elem = ty.element();
                 let ok = match r {
-                    ReduceOp::AddF | ReduceOp::MaxNumF | ReduceOp::MinNumF => elem.is_some_and(Scalar::is_float),
+                    ReduceOp::AddF | ReduceOp::MaxNumF | ReduceOp::MinNumF => {
+                        elem.is_some_and(Scalar::is_float)
+                    }
                     ReduceOp::AddI => matches!(elem, Some(Scalar::I32 | Scalar::U32)),
                     ReduceOp::MaxSI | ReduceOp::MinSI => elem == Some(Scalar::I32),
                     ReduceOp::MaxUI | ReduceOp::MinUI => elem == Some(Scalar::U32),
                 };
                 if !ok {
-                    let msg = format!("reduction `{}` does not accept {}", tag.text, self.show(&ty));
+                    let msg = format!(
+                        "reduction `{}` does not accept {}",
+                        tag.text,
+                        self.show(&ty)
+                    );
                     self.error(tag.span, codes::UNSUPPORTED_TYPE, msg);
                     return None;
                 }
@@ -62,7 +68,9 @@ impl Builder<'_> {
                 let mode = match tag {
                     Some(tag) => match words::shuffle_mode(&tag.text) {
                         Some(m) => Some(m),
-                        None => return self.unknown_word(tag, "shuffle mode", words::SHUFFLE_MODES),
+                        None => {
+                            return self.unknown_word(tag, "shuffle mode", words::SHUFFLE_MODES);
+                        }
                     },
                     None => None,
                 };
@@ -77,14 +85,24 @@ impl Builder<'_> {
                 Built::new(kind, vec![Some(ty)])
             }
             _ => {
-                self.error(op.name.span, codes::UNKNOWN_OP, format!("unknown op `{name}`"));
+                self.error(
+                    op.name.span,
+                    codes::UNKNOWN_OP,
+                    format!("unknown op `{name}`"),
+                );
                 None
             }
         }
     }
 
     /// No operands, `: index`.
-    fn index_result(&mut self, op: &ast::Op, operands: &[Ident], types: &[TypeExpr], to: Option<&TypeExpr>) -> Option<()> {
+    fn index_result(
+        &mut self,
+        op: &ast::Op,
+        operands: &[Ident],
+        types: &[TypeExpr],
+        to: Option<&TypeExpr>,
+    ) -> Option<()> {
         self.operands(op, operands, 0)?;
         let ty = self.one_type(op, types, to)?;
         if ty != Type::Index {

@@ -18,9 +18,14 @@ impl Builder<'_> {
                     return self.unknown_word(tag, "memory space", "workgroup");
                 }
                 let align = match align.value {
-                    Literal::Int(v) if (1..=4096).contains(&v) && (v as u64).is_power_of_two() => v as u32,
+                    Literal::Int(v) if (1..=4096).contains(&v) && (v as u64).is_power_of_two() => {
+                        v as u32
+                    }
                     _ => {
-                        let msg = format!("alignment `{}` must be a power of two up to 4096", align.text);
+                        let msg = format!(
+                            "alignment `{}` must be a power of two up to 4096",
+                            align.text
+                        );
                         self.error(align.span, codes::LITERAL_TYPE, msg);
                         return None;
                     }
@@ -42,23 +47,38 @@ impl Builder<'_> {
                     );
                     return None;
                 }
-                Built::new(OpKind::Alloca { align, bytes: id }, vec![Some(Type::Buffer)])
+                Built::new(
+                    OpKind::Alloca { align, bytes: id },
+                    vec![Some(Type::Buffer)],
+                )
             }
-            Form::Access { value, base, indices, types, to } => {
-                self.access(op, value.as_ref(), base, indices, types, to.as_ref())
-            }
+            Form::Access {
+                value,
+                base,
+                indices,
+                types,
+                to,
+            } => self.access(op, value.as_ref(), base, indices, types, to.as_ref()),
             _ => None,
         }
     }
 
     fn shape_error<T>(&mut self, op: &ast::Op, spelling: &str) -> Option<T> {
-        let msg = format!("`{}` is written `{} {spelling}`", op.name.text, op.name.text);
+        let msg = format!(
+            "`{}` is written `{} {spelling}`",
+            op.name.text, op.name.text
+        );
         self.error(op.span, codes::TYPE_MISMATCH, msg);
         None
     }
 
     /// Resolve the view operand against its annotated type and the indices.
-    fn view_operand(&mut self, base: &Ident, declared: &TypeExpr, indices: &[Ident]) -> Option<(ValueId, ViewType, Vec<ValueId>)> {
+    fn view_operand(
+        &mut self,
+        base: &Ident,
+        declared: &TypeExpr,
+        indices: &[Ident],
+    ) -> Option<(ValueId, ViewType, Vec<ValueId>)> {
         let declared_ty = self.resolve_type(declared)?;
         let Type::View(view) = declared_ty.clone() else {
             let msg = format!("expected a view type, found {}", self.show(&declared_ty));
@@ -70,11 +90,19 @@ impl Builder<'_> {
             self.error(
                 base.span,
                 codes::OPERAND_COUNT,
-                format!("%{} has {} dimension(s), {} index(es) given", base.text, view.dims.len(), indices.len()),
+                format!(
+                    "%{} has {} dimension(s), {} index(es) given",
+                    base.text,
+                    view.dims.len(),
+                    indices.len()
+                ),
             );
             return None;
         }
-        let idx: Vec<Option<ValueId>> = indices.iter().map(|i| self.use_typed(i, &Type::Index)).collect();
+        let idx: Vec<Option<ValueId>> = indices
+            .iter()
+            .map(|i| self.use_typed(i, &Type::Index))
+            .collect();
         Some((id?, view, idx.into_iter().collect::<Option<Vec<_>>>()?))
     }
 
@@ -107,7 +135,11 @@ impl Builder<'_> {
                 let view = self.resolve_type(to);
                 let buf = self.use_typed(base, &Type::Buffer);
                 if indices.len() != 1 {
-                    self.error(base.span, codes::OPERAND_COUNT, "`buffer.view` takes one byte offset in brackets");
+                    self.error(
+                        base.span,
+                        codes::OPERAND_COUNT,
+                        "`buffer.view` takes one byte offset in brackets",
+                    );
                     return None;
                 }
                 let offset = self.use_typed(&indices[0], &Type::Offset);
@@ -120,7 +152,14 @@ impl Builder<'_> {
                     self.unsupported(op, &view, "a view type after `->`");
                     return None;
                 };
-                Built::new(OpKind::BufferView { buffer: buf?, byte_offset: offset?, view: vt }, vec![Some(view)])
+                Built::new(
+                    OpKind::BufferView {
+                        buffer: buf?,
+                        byte_offset: offset?,
+                        view: vt,
+                    },
+                    vec![Some(view)],
+                )
             }
             "view.load" | "vector.load" => {
                 let ([vt], Some(to)) = (types, to) else {
@@ -132,9 +171,15 @@ impl Builder<'_> {
                 let vector = name == "vector.load";
                 self.check_element(op, &result, view.elem, vector)?;
                 let kind = if vector {
-                    OpKind::VectorLoad { view: v, indices: idx }
+                    OpKind::VectorLoad {
+                        view: v,
+                        indices: idx,
+                    }
                 } else {
-                    OpKind::ViewLoad { view: v, indices: idx }
+                    OpKind::ViewLoad {
+                        view: v,
+                        indices: idx,
+                    }
                 };
                 Built::new(kind, vec![Some(result)])
             }
@@ -152,9 +197,17 @@ impl Builder<'_> {
                 self.check_element(op, &value_ty, view.elem, vector)?;
                 let x = x?;
                 let kind = if vector {
-                    OpKind::VectorStore { value: x, view: v, indices: idx }
+                    OpKind::VectorStore {
+                        value: x,
+                        view: v,
+                        indices: idx,
+                    }
                 } else {
-                    OpKind::ViewStore { value: x, view: v, indices: idx }
+                    OpKind::ViewStore {
+                        value: x,
+                        view: v,
+                        indices: idx,
+                    }
                 };
                 Built::new(kind, Vec::new())
             }
@@ -174,7 +227,12 @@ impl Builder<'_> {
             } else {
                 self.show(&elem.to_type())
             };
-            let msg = format!("type mismatch: `{}` on a view of {} moves {want}, not {}", op.name.text, self.show(&elem.to_type()), self.show(ty));
+            let msg = format!(
+                "type mismatch: `{}` on a view of {} moves {want}, not {}",
+                op.name.text,
+                self.show(&elem.to_type()),
+                self.show(ty)
+            );
             self.error(op.span, codes::TYPE_MISMATCH, msg);
             return None;
         }
@@ -209,13 +267,25 @@ impl Builder<'_> {
             None => true,
         };
         if !matches!(elem, Scalar::I32 | Scalar::U32) || !sign_ok {
-            let msg = format!("atomic `{}` does not work on a view of {}", tag.text, self.show(&elem.to_type()));
+            let msg = format!(
+                "atomic `{}` does not work on a view of {}",
+                tag.text,
+                self.show(&elem.to_type())
+            );
             self.error(tag.span, codes::UNSUPPORTED_TYPE, msg);
             return None;
         }
         self.check_element(op, &value_ty, elem, false)?;
         self.check_element(op, &result, elem, false)?;
         self.check_type(value, x, &value_ty);
-        Built::new(OpKind::AtomicRmw { op: aop, value: x?, view: v, indices: idx }, vec![Some(result)])
+        Built::new(
+            OpKind::AtomicRmw {
+                op: aop,
+                value: x?,
+                view: v,
+                indices: idx,
+            },
+            vec![Some(result)],
+        )
     }
 }

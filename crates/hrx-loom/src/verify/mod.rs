@@ -44,7 +44,10 @@ pub fn verify(module: &ast::Module, source: &str) -> Result<ir::Module> {
             diags.error(
                 name.span,
                 codes::DUPLICATE_SYMBOL,
-                format!("duplicate symbol @{} (first defined at {}:{})", name.text, d.line, d.column),
+                format!(
+                    "duplicate symbol @{} (first defined at {}:{})",
+                    name.text, d.line, d.column
+                ),
             );
             return true;
         }
@@ -60,19 +63,34 @@ pub fn verify(module: &ast::Module, source: &str) -> Result<ir::Module> {
         let empty = HashMap::new();
         let ty = builder::Builder::new(&mut diags, &empty).resolve_type(&c.ty);
         let Some(ty) = ty else { continue };
-        if !matches!(ty, Type::Index | Type::Offset | Type::I1 | Type::I32 | Type::U32 | Type::F32) {
-            diags.error(c.ty.span, codes::CONFIG_TYPE, "config values are index, offset, i1, i32, u32 or f32");
+        if !matches!(
+            ty,
+            Type::Index | Type::Offset | Type::I1 | Type::I32 | Type::U32 | Type::F32
+        ) {
+            diags.error(
+                c.ty.span,
+                codes::CONFIG_TYPE,
+                "config values are index, offset, i1, i32, u32 or f32",
+            );
             continue;
         }
         match arith::check_literal(c.default.value, &ty) {
             Ok(default) => {
                 config_types.insert(c.key.text.clone(), ty.clone());
-                out.configs.push(ir::ConfigDecl { key: c.key.text.clone(), ty, default, span: c.span });
+                out.configs.push(ir::ConfigDecl {
+                    key: c.key.text.clone(),
+                    ty,
+                    default,
+                    span: c.span,
+                });
             }
             Err(why) => diags.error(
                 c.default.span,
                 codes::LITERAL_TYPE,
-                format!("default `{}` does not fit the declared type: {why}", c.default.text),
+                format!(
+                    "default `{}` does not fit the declared type: {why}",
+                    c.default.text
+                ),
             ),
         }
     }

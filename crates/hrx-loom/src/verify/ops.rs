@@ -50,10 +50,18 @@ impl Builder<'_> {
         let tagged = TAGGED.contains(&name);
         match (&op.tag, tagged) {
             (Some(tag), false) => {
-                self.error(tag.span, codes::UNKNOWN_WORD, format!("`{name}` takes no `<...>`"));
+                self.error(
+                    tag.span,
+                    codes::UNKNOWN_WORD,
+                    format!("`{name}` takes no `<...>`"),
+                );
             }
             (None, true) => {
-                self.error(op.name.span, codes::UNKNOWN_WORD, format!("`{name}` needs a `<...>` tag"));
+                self.error(
+                    op.name.span,
+                    codes::UNKNOWN_WORD,
+                    format!("`{name}` needs a `<...>` tag"),
+                );
                 self.define_failed(op);
                 return None;
             }
@@ -61,14 +69,26 @@ impl Builder<'_> {
         }
         let built = match &op.form {
             Form::Constant { value, ty } => self.constant(op, value, ty),
-            Form::Compare { predicate, operands, ty } => self.compare(op, predicate, operands, ty),
-            Form::Operands { operands, types, to } => self.operand_op(op, operands, types, to.as_ref()),
+            Form::Compare {
+                predicate,
+                operands,
+                ty,
+            } => self.compare(op, predicate, operands, ty),
+            Form::Operands {
+                operands,
+                types,
+                to,
+            } => self.operand_op(op, operands, types, to.as_ref()),
             Form::Access { .. } | Form::Alloca { .. } => self.memory_op(op),
             Form::Barrier { attrs } => self.barrier(op, attrs),
             Form::ConfigValue { key, ty } => self.config_value(key, ty),
             Form::If { .. } | Form::For { .. } => self.control_op(op),
             Form::LaunchConfig { .. } | Form::Bare => {
-                self.error(op.name.span, codes::MISPLACED_OP, format!("`{name}` is misplaced here"));
+                self.error(
+                    op.name.span,
+                    codes::MISPLACED_OP,
+                    format!("`{name}` is misplaced here"),
+                );
                 None
             }
         };
@@ -137,12 +157,21 @@ impl Builder<'_> {
     }
 
     /// Exactly `n` operands, resolved (unresolved ones are `None`).
-    pub(super) fn operands(&mut self, op: &ast::Op, list: &[Ident], n: usize) -> Option<Vec<Option<ValueId>>> {
+    pub(super) fn operands(
+        &mut self,
+        op: &ast::Op,
+        list: &[Ident],
+        n: usize,
+    ) -> Option<Vec<Option<ValueId>>> {
         if list.len() != n {
             self.error(
                 op.name.span,
                 codes::OPERAND_COUNT,
-                format!("`{}` takes {n} operand(s), {} given", op.name.text, list.len()),
+                format!(
+                    "`{}` takes {n} operand(s), {} given",
+                    op.name.text,
+                    list.len()
+                ),
             );
             return None;
         }
@@ -150,7 +179,12 @@ impl Builder<'_> {
     }
 
     /// The one type after `:` (and no `->`).
-    pub(super) fn one_type(&mut self, op: &ast::Op, types: &[TypeExpr], to: Option<&TypeExpr>) -> Option<Type> {
+    pub(super) fn one_type(
+        &mut self,
+        op: &ast::Op,
+        types: &[TypeExpr],
+        to: Option<&TypeExpr>,
+    ) -> Option<Type> {
         match (types, to) {
             ([t], None) => self.resolve_type(t),
             _ => {
@@ -165,7 +199,12 @@ impl Builder<'_> {
     }
 
     /// `: from -> to`.
-    pub(super) fn cast_types(&mut self, op: &ast::Op, types: &[TypeExpr], to: Option<&TypeExpr>) -> Option<(Type, Type)> {
+    pub(super) fn cast_types(
+        &mut self,
+        op: &ast::Op,
+        types: &[TypeExpr],
+        to: Option<&TypeExpr>,
+    ) -> Option<(Type, Type)> {
         match (types, to) {
             ([from], Some(to)) => {
                 let from = self.resolve_type(from);

@@ -47,7 +47,10 @@ pub(super) fn check(kernel: &Kernel, diags: &mut Diagnostics) {
 
 impl Solver<'_> {
     fn get(&self, id: ValueId) -> Level {
-        self.level.get(id.index()).copied().unwrap_or(Level::Divergent)
+        self.level
+            .get(id.index())
+            .copied()
+            .unwrap_or(Level::Divergent)
     }
 
     fn lower(&mut self, id: ValueId, to: Level) {
@@ -60,7 +63,10 @@ impl Solver<'_> {
     }
 
     fn meet(&self, ids: &[ValueId]) -> Level {
-        ids.iter().map(|i| self.get(*i)).min().unwrap_or(Level::Workgroup)
+        ids.iter()
+            .map(|i| self.get(*i))
+            .min()
+            .unwrap_or(Level::Workgroup)
     }
 
     fn yielded(block: &Block) -> &[ValueId] {
@@ -79,7 +85,9 @@ impl Solver<'_> {
     fn block(&mut self, block: &Block, control: Level) {
         for op in &block.ops {
             let level = match &op.kind {
-                OpKind::IndexConstant(_) | OpKind::ScalarConstant(_) | OpKind::ConfigValue(_) => Level::Workgroup,
+                OpKind::IndexConstant(_) | OpKind::ScalarConstant(_) | OpKind::ConfigValue(_) => {
+                    Level::Workgroup
+                }
                 OpKind::WorkItem(kind, _) => match kind {
                     WorkItemKind::DispatchId | WorkItemKind::WorkitemId => Level::Divergent,
                     _ => Level::Workgroup,
@@ -89,7 +97,9 @@ impl Solver<'_> {
                     SubgroupQuery::Id => Level::Subgroup,
                     SubgroupQuery::LaneId => Level::Divergent,
                 },
-                OpKind::ViewLoad { .. } | OpKind::VectorLoad { .. } | OpKind::AtomicRmw { .. } => Level::Divergent,
+                OpKind::ViewLoad { .. } | OpKind::VectorLoad { .. } | OpKind::AtomicRmw { .. } => {
+                    Level::Divergent
+                }
                 OpKind::SubgroupShuffle(..) => Level::Divergent,
                 OpKind::Barrier => {
                     if control < Level::Workgroup {
@@ -112,12 +122,20 @@ impl Solver<'_> {
                     if let OpKind::SubgroupBroadcast(_, lane) = &op.kind
                         && self.get(*lane) < Level::Subgroup
                     {
-                        self.error(op.span, codes::DIVERGENT_LANE, "`kernel.subgroup.broadcast` needs a subgroup-uniform lane");
+                        self.error(
+                            op.span,
+                            codes::DIVERGENT_LANE,
+                            "`kernel.subgroup.broadcast` needs a subgroup-uniform lane",
+                        );
                     }
                     let _ = x;
                     Level::Subgroup
                 }
-                OpKind::If { cond, then, otherwise } => {
+                OpKind::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
                     let c = self.get(*cond);
                     let inner = control.min(c);
                     self.block(then, inner);
@@ -136,7 +154,14 @@ impl Solver<'_> {
                     }
                     continue;
                 }
-                OpKind::For { iv, lower, upper, step, iter_args, body } => {
+                OpKind::For {
+                    iv,
+                    lower,
+                    upper,
+                    step,
+                    iter_args,
+                    body,
+                } => {
                     let bounds = self.meet(&[*lower, *upper, *step]);
                     self.lower(*iv, bounds);
                     let yields = Self::yielded(body).to_vec();
@@ -169,11 +194,20 @@ fn operands(kind: &OpKind) -> Vec<ValueId> {
         | OpKind::ScalarBinary(_, a, b)
         | OpKind::CmpF(_, a, b)
         | OpKind::CmpI(_, a, b) => vec![*a, *b],
-        OpKind::IndexMadd(a, b, c) | OpKind::ScalarFma(a, b, c) | OpKind::Select(a, b, c) => vec![*a, *b, *c],
-        OpKind::IndexCast { value, .. } | OpKind::Convert { value, .. } | OpKind::ScalarUnary(_, value) | OpKind::VectorSplat(value) => {
+        OpKind::IndexMadd(a, b, c) | OpKind::ScalarFma(a, b, c) | OpKind::Select(a, b, c) => {
+            vec![*a, *b, *c]
+        }
+        OpKind::IndexCast { value, .. }
+        | OpKind::Convert { value, .. }
+        | OpKind::ScalarUnary(_, value)
+        | OpKind::VectorSplat(value) => {
             vec![*value]
         }
-        OpKind::BufferView { buffer, byte_offset, .. } => vec![*buffer, *byte_offset],
+        OpKind::BufferView {
+            buffer,
+            byte_offset,
+            ..
+        } => vec![*buffer, *byte_offset],
         OpKind::Alloca { bytes, .. } => vec![*bytes],
         _ => Vec::new(),
     }

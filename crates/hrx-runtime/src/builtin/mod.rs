@@ -11,7 +11,7 @@ use crate::{
     device::Gpu,
     kernel::{Access, BindingContract, KernelContract, WeakKernel},
 };
-use hrx_core::{Error, Result, Target};
+use hrx_core::{DeviceKind, Error, Result, Target};
 use std::sync::{Arc, Mutex};
 
 /// The generated SPIR-V of `copy.wgsl`, as little-endian bytes.
@@ -32,7 +32,10 @@ const MAX_GROUPS: u32 = 65_535;
 /// missing magic number.
 pub(crate) fn words(bytes: &[u8]) -> Result<Vec<u32>> {
     if !bytes.len().is_multiple_of(4) {
-        return Err(Error::Message(format!("SPIR-V of {} bytes is not whole words", bytes.len())));
+        return Err(Error::Message(format!(
+            "SPIR-V of {} bytes is not whole words",
+            bytes.len()
+        )));
     }
     let words: Vec<u32> = bytes
         .chunks_exact(4)
@@ -51,16 +54,23 @@ fn alignment(target: &Target) -> usize {
         .next_power_of_two()
 }
 
+/// Whether `view` lives in device memory the GPU streams at full speed:
+/// memory that is not host-visible, or any memory of a device that shares
+/// one memory with the host (integrated GPUs, CPU devices such as lavapipe).
+fn device_local(target: &Target, view: &BufferView) -> bool {
+    !view.is_host_visible() || matches!(target.kind, DeviceKind::Integrated | DeviceKind::Cpu)
+}
+
 /// How many leading bytes of a copy of `src` into `dst` the compute kernel
 /// moves; the rest (fewer than 16 bytes) goes through `vkCmdCopyBuffer`.
-/// Zero when the copy is small, touches host-visible memory, or an offset is
+/// Zero when the copy is small, touches host memory of a discrete GPU, or an offset is
 /// not aligned for storage-buffer binding.
 pub(crate) fn compute_copy_bytes(target: &Target, dst: &BufferView, src: &BufferView) -> usize {
     let align = alignment(target);
     let len = dst.len().min(src.len());
     if len < COMPUTE_COPY_MIN_BYTES
-        || dst.is_host_visible()
-        || src.is_host_visible()
+        || !device_local(target, dst)
+        || !device_local(target, src)
         || !dst.offset().is_multiple_of(align)
         || !src.offset().is_multiple_of(align)
     {

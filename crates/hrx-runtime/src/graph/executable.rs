@@ -72,7 +72,10 @@ fn buffer_uses(ops: &[Op]) -> Vec<BufferUse> {
         for (i, view) in op.views().enumerate() {
             let allocation: &Arc<Allocation> = view.allocation();
             let writes = op.writes(i);
-            match uses.iter_mut().find(|u| u.allocation.id() == allocation.id()) {
+            match uses
+                .iter_mut()
+                .find(|u| u.allocation.id() == allocation.id())
+            {
                 Some(used) => used.writes |= writes,
                 None => uses.push(BufferUse {
                     allocation: allocation.clone(),
@@ -88,8 +91,8 @@ fn buffer_uses(ops: &[Op]) -> Vec<BufferUse> {
 /// completion after pending dependencies.
 fn empty_ready(gpu: &Arc<Gpu>) -> Result<Arc<Ready>> {
     let commands = gpu.command_buffer()?;
-    let begin = vk::CommandBufferBeginInfo::default()
-        .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
+    let begin =
+        vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
     // SAFETY: a fresh command buffer recorded by this thread only.
     unsafe {
         gpu.raw()
@@ -140,7 +143,11 @@ impl ExecutableGraph {
                 _copy_kernel: copy_kernel,
             }),
         };
-        graph.state.get_mut().unwrap_or_else(|e| e.into_inner()).ready = Some(Arc::new(ready));
+        graph
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .ready = Some(Arc::new(ready));
         Ok(graph)
     }
 
@@ -198,7 +205,9 @@ impl ExecutableGraph {
         if self.runtime.same_domain(runtime) {
             Ok(())
         } else {
-            Err(Error::Message("executable graph belongs to another runtime domain".into()))
+            Err(Error::Message(
+                "executable graph belongs to another runtime domain".into(),
+            ))
         }
     }
 

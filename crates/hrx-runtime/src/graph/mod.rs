@@ -32,7 +32,9 @@ pub struct Graph {
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Graph").field("operations", &self.ops.len()).finish_non_exhaustive()
+        f.debug_struct("Graph")
+            .field("operations", &self.ops.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -42,7 +44,10 @@ fn fail<T>(operation: &str, why: impl std::fmt::Display) -> Result<T> {
 
 impl Graph {
     pub(crate) fn new(runtime: Runtime) -> Graph {
-        Graph { runtime, ops: Vec::new() }
+        Graph {
+            runtime,
+            ops: Vec::new(),
+        }
     }
 
     /// The number of operations recorded so far.
@@ -59,7 +64,10 @@ impl Graph {
         if self.runtime.owns(view) {
             Ok(())
         } else {
-            fail(operation, format!("the {what} view belongs to another runtime domain"))
+            fail(
+                operation,
+                format!("the {what} view belongs to another runtime domain"),
+            )
         }
     }
 
@@ -77,7 +85,10 @@ impl Graph {
             );
         }
         if dst.overlaps(&src) {
-            return fail("copy", format!("destination {dst:?} overlaps source {src:?}"));
+            return fail(
+                "copy",
+                format!("destination {dst:?} overlaps source {src:?}"),
+            );
         }
         self.ops.push(Op::Copy { dst, src });
         Ok(())
@@ -90,7 +101,11 @@ impl Graph {
         if !view.offset().is_multiple_of(4) || !view.len().is_multiple_of(4) {
             return fail(
                 "fill",
-                format!("offset {} and length {} must be multiples of 4", view.offset(), view.len()),
+                format!(
+                    "offset {} and length {} must be multiples of 4",
+                    view.offset(),
+                    view.len()
+                ),
             );
         }
         self.ops.push(Op::Fill { view, value });
@@ -123,7 +138,11 @@ impl Graph {
         if views.len() != contract.bindings.len() {
             return fail(
                 operation,
-                format!("{} views given, the kernel has {} bindings", views.len(), contract.bindings.len()),
+                format!(
+                    "{} views given, the kernel has {} bindings",
+                    views.len(),
+                    contract.bindings.len()
+                ),
             );
         }
         for (i, (view, binding)) in views.iter().zip(&contract.bindings).enumerate() {
@@ -132,7 +151,11 @@ impl Graph {
             let why = if view.is_empty() {
                 Some("the view is empty".to_string())
             } else if view.len() < binding.min_bytes {
-                Some(format!("{} bytes, the kernel needs at least {}", view.len(), binding.min_bytes))
+                Some(format!(
+                    "{} bytes, the kernel needs at least {}",
+                    view.len(),
+                    binding.min_bytes
+                ))
             } else if view.len() as u64 > target.max_storage_buffer_range {
                 Some(format!(
                     "{} bytes exceed the device's storage range {}",
@@ -140,7 +163,11 @@ impl Graph {
                     target.max_storage_buffer_range
                 ))
             } else if !view.offset().is_multiple_of(binding.alignment.max(1)) {
-                Some(format!("offset {} is not a multiple of {}", view.offset(), binding.alignment))
+                Some(format!(
+                    "offset {} is not a multiple of {}",
+                    view.offset(),
+                    binding.alignment
+                ))
             } else if !(view.offset() as u64).is_multiple_of(offset_alignment) {
                 Some(format!(
                     "offset {} is not a multiple of the device's storage offset alignment {offset_alignment}",
@@ -179,7 +206,10 @@ impl Graph {
             );
         }
         if workgroups.contains(&0)
-            || workgroups.iter().zip(target.max_workgroup_count).any(|(&n, max)| n > max)
+            || workgroups
+                .iter()
+                .zip(target.max_workgroup_count)
+                .any(|(&n, max)| n > max)
         {
             return fail(
                 operation,

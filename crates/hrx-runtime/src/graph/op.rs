@@ -130,3 +130,52 @@ impl Op {
         plan
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryPlacement, Runtime};
+
+    #[test]
+    fn large_device_local_copies_plan_the_compute_kernel() {
+        let rt = Runtime::new().unwrap();
+        let target = rt.gpu().unwrap().target().clone();
+        let a = rt
+            .allocate((2 << 20) + 4, MemoryPlacement::GpuLocal)
+            .unwrap();
+        let b = rt
+            .allocate((2 << 20) + 4, MemoryPlacement::GpuLocal)
+            .unwrap();
+        let host = rt
+            .allocate((2 << 20) + 4, MemoryPlacement::HostVisible)
+            .unwrap();
+        let copy = |dst: BufferView, src: BufferView| Op::Copy { dst, src }.plan(&target);
+        let plan = copy(a.view(), b.view());
+        assert_eq!(plan.compute_copy_bytes, 2 << 20);
+        assert!(
+            plan.stages
+                .contains(COMPUTE | vk::PipelineStageFlags2::COPY)
+        );
+        let host_copy = copy(a.view(), host.view()).compute_copy_bytes;
+        let unified = matches!(
+            target.kind,
+            hrx_core::DeviceKind::Cpu | hrx_core::DeviceKind::Integrated
+        );
+        assert_eq!(host_copy, if unified { 2 << 20 } else { 0 });
+        let small = |v: &crate::Buffer| v.view().slice(0..4096).unwrap();
+        assert_eq!(copy(small(&a), small(&b)).compute_copy_bytes, 0);
+        let skewed = b.view().slice(4..(2 << 20) + 4).unwrap();
+        assert_eq!(
+            copy(a.view().slice(0..2 << 20).unwrap(), skewed).compute_copy_bytes,
+            0
+        );
+        assert_eq!(
+            copy(
+                a.view().slice(0..2 << 20).unwrap(),
+                b.view().slice(0..2 << 20).unwrap()
+            )
+            .stages,
+            COMPUTE
+        );
+    }
+}

@@ -62,11 +62,10 @@ pub(crate) fn record(
     let commands = gpu.command_buffer()?;
     let cb = commands.raw();
     let device = gpu.raw();
-    let begin = vk::CommandBufferBeginInfo::default()
-        .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
+    let begin =
+        vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
     // SAFETY: a fresh command buffer, recorded by this thread only.
-    unsafe { device.begin_command_buffer(cb, &begin) }
-        .map_err(vk_error("vkBeginCommandBuffer"))?;
+    unsafe { device.begin_command_buffer(cb, &begin) }.map_err(vk_error("vkBeginCommandBuffer"))?;
     let mut next_barrier = barriers.iter().peekable();
     for (index, (op, plan)) in ops.iter().zip(plans).enumerate() {
         if let Some(barrier) = next_barrier.next_if(|b| b.before() == index) {
@@ -104,7 +103,9 @@ fn record_op(
             let bulk = copy_kernel.map_or(0, |_| plan.compute_copy_bytes);
             if let Some(kernel) = copy_kernel.filter(|_| bulk > 0) {
                 // SAFETY: recording state; the pipeline belongs to this device.
-                unsafe { device.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, kernel.pipeline()) };
+                unsafe {
+                    device.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, kernel.pipeline())
+                };
                 for chunk in builtin::chunks(gpu.target(), bulk) {
                     let infos = [
                         buffer_info(src.raw_buffer(), src.offset() + chunk.offset, chunk.bytes),
@@ -133,7 +134,13 @@ fn record_op(
                 // SAFETY: offset and size are multiples of 4 inside the
                 // buffer (checked at record time).
                 unsafe {
-                    device.cmd_fill_buffer(cb, view.raw_buffer(), view.offset() as u64, view.len() as u64, *value)
+                    device.cmd_fill_buffer(
+                        cb,
+                        view.raw_buffer(),
+                        view.offset() as u64,
+                        view.len() as u64,
+                        *value,
+                    )
                 };
             }
         }
@@ -144,7 +151,9 @@ fn record_op(
             workgroups,
         } => {
             // SAFETY: recording state; the pipeline belongs to this device.
-            unsafe { device.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, kernel.pipeline()) };
+            unsafe {
+                device.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, kernel.pipeline())
+            };
             let infos: Vec<_> = views
                 .iter()
                 .map(|v| buffer_info(v.raw_buffer(), v.offset(), v.len()))
@@ -154,7 +163,13 @@ fn record_op(
                 // SAFETY: the layout has one compute range of exactly
                 // `constants.len()` bytes at offset 0 (checked at record time).
                 unsafe {
-                    device.cmd_push_constants(cb, kernel.layout(), vk::ShaderStageFlags::COMPUTE, 0, constants)
+                    device.cmd_push_constants(
+                        cb,
+                        kernel.layout(),
+                        vk::ShaderStageFlags::COMPUTE,
+                        0,
+                        constants,
+                    )
                 };
             }
             let [x, y, z] = *workgroups;
@@ -173,7 +188,12 @@ fn buffer_info(buffer: vk::Buffer, offset: usize, len: usize) -> vk::DescriptorB
     }
 }
 
-fn push_descriptors(gpu: &Gpu, cb: vk::CommandBuffer, kernel: &GpuKernel, infos: &[vk::DescriptorBufferInfo]) {
+fn push_descriptors(
+    gpu: &Gpu,
+    cb: vk::CommandBuffer,
+    kernel: &GpuKernel,
+    infos: &[vk::DescriptorBufferInfo],
+) {
     if infos.is_empty() {
         return;
     }

@@ -17,8 +17,8 @@ pub fn runtime() -> Runtime {
 /// and no inserted checks.
 pub fn spirv(wgsl: &str) -> Vec<u32> {
     use naga::back::spv;
-    let module = naga::front::wgsl::parse_str(wgsl)
-        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
+    let module =
+        naga::front::wgsl::parse_str(wgsl).unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
         naga::valid::Capabilities::IMMEDIATES,
@@ -52,8 +52,12 @@ pub fn kernel(
     push_constant_bytes: u32,
     workgroup_size: [u32; 3],
 ) -> GpuKernel {
-    GpuKernel::new(runtime, &spirv(wgsl), contract(access, min_bytes, push_constant_bytes, workgroup_size))
-        .expect("kernel")
+    GpuKernel::new(
+        runtime,
+        &spirv(wgsl),
+        contract(access, min_bytes, push_constant_bytes, workgroup_size),
+    )
+    .expect("kernel")
 }
 
 /// The contract `kernel` uses.

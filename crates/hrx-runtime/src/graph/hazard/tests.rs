@@ -104,10 +104,7 @@ fn read_after_write_gets_one_barrier() {
     let barriers = plan(&ops);
     assert_eq!(barriers.len(), 1);
     assert_eq!(barriers[0].before(), 1);
-    assert_eq!(
-        barriers[0].edges(),
-        &[edge(0, 1, Hazard::ReadAfterWrite)]
-    );
+    assert_eq!(barriers[0].edges(), &[edge(0, 1, Hazard::ReadAfterWrite)]);
 }
 
 #[test]
@@ -144,7 +141,11 @@ fn write_after_read_and_write_after_write() {
 #[test]
 fn a_late_barrier_covers_several_edges() {
     // 0 and 1 are independent writers; 2 reads both: one barrier before 2.
-    let ops = vec![vec![w(1, 0..4)], vec![w(2, 0..4)], vec![r(1, 0..4), r(2, 0..4)]];
+    let ops = vec![
+        vec![w(1, 0..4)],
+        vec![w(2, 0..4)],
+        vec![r(1, 0..4), r(2, 0..4)],
+    ];
     let barriers = plan(&ops);
     assert_eq!(barriers.len(), 1);
     assert_eq!(barriers[0].before(), 2);

@@ -1,0 +1,119 @@
+//! The `hrx` binary end to end.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn hrx() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hrx"))
+}
+
+fn corpus(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../hrx-loom/tests/corpus")
+        .join(name)
+}
+
+fn temp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("hrx-cli-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn compile_writes_valid_spirv_and_reports() {
+    let out = temp("scale.spv");
+    let o = hrx()
+        .arg("compile")
+        .arg(corpus("scale.loom"))
+        .args([
+            "--kernel", "@scale", "--target", "lavapipe", "--report", "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes.len() % 4, 0);
+    assert_eq!(&bytes[..4], &0x0723_0203u32.to_le_bytes());
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(report.contains("workgroup size: 256 x 1 x 1"), "{report}");
+    assert!(report.contains("binding 0 %data: ReadWrite"), "{report}");
+    assert!(report.contains("+4 %factor: F32"), "{report}");
+    if let Ok(v) = Command::new("spirv-val")
+        .args(["--target-env", "vulkan1.3"])
+        .arg(&out)
+        .output()
+    {
+        assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    }
+    let _ = std::fs::remove_file(&out);
+}
+
+#[test]
+fn config_flags_reach_the_compiler() {
+    let out = temp("cfg.spv");
+    let o = hrx()
+        .arg("compile")
+        .arg(corpus("config.loom"))
+        .args([
+            "--kernel",
+            "configured",
+            "--config",
+            "cfg.width=128",
+            "--report",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("workgroup size: 128 x 1 x 1"));
+    let _ = std::fs::remove_file(&out);
+}
+
+#[test]
+fn compile_errors_print_file_line_col_code_and_exit_below_100() {
+    let src = temp("bad.loom");
+    std::fs::write(
+        &src,
+        "kernel.def @k(%n: index) {\n  %one = index.constant 1 : index\n  \
+         kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%one, %one, %one) : index\n\
+         } launch(%n: index) {\n  %x = index.add %n, %nope : index\n  kernel.return\n}\n",
+    )
+    .unwrap();
+    let o = hrx()
+        .arg("compile")
+        .arg(&src)
+        .args(["--kernel", "@k", "-o"])
+        .arg(temp("bad.spv"))
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap();
+    assert!(code != 0 && code < 100, "exit {code}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let prefix = format!("{}:5:", src.display());
+    assert!(err.contains(&prefix), "{err}");
+    assert!(err.contains(": error[E0"), "{err}");
+    assert!(err.contains('^'), "caret excerpt expected: {err}");
+    let _ = std::fs::remove_file(&src);
+}
+
+#[test]
+fn unknown_kernel_and_usage_errors_fail_cleanly() {
+    let o = hrx()
+        .arg("compile")
+        .arg(corpus("scale.loom"))
+        .args(["--kernel", "@nope", "-o"])
+        .arg(temp("x.spv"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("error[E0510]"));
+    let o = hrx().arg("compile").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = hrx()
+        .arg("compile")
+        .arg(temp("missing.loom"))
+        .args(["--kernel", "@k", "-o", "x.spv"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}
