@@ -235,10 +235,7 @@ mod tests {
         let a = sample();
         cache.put(7, &a);
         let fresh = Cache::new(Some(&dir)).unwrap();
-        assert_eq!(
-            fresh.get(7),
-            Some((a.clone(), CacheHit::Disk))
-        );
+        assert_eq!(fresh.get(7), Some((a.clone(), CacheHit::Disk)));
         let path = cache.path(7).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;

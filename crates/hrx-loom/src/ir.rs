@@ -23,7 +23,7 @@
 //!   ends with exactly one [`OpKind::Return`], which occurs nowhere else.
 //! - `launch` holds only index arithmetic and config values; the launch
 //!   config's `workgroup_size` and every `Alloca`'s `bytes` depend only on
-//!   constants and config values, so [`eval`] can compute them from a
+//!   constants and config values, so [`Kernel::evaluate`] can compute them from a
 //!   specialization.
 //! - Barriers sit in workgroup-uniform control flow and subgroup collectives
 //!   in subgroup-uniform control flow.

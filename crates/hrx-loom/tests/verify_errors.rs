@@ -528,3 +528,35 @@ kernel.def @k(%n: index) {
     );
     assert!(k.launch_grid(&[], &default).is_err());
 }
+
+#[test]
+fn verifier_bounds_nesting_of_trees_built_by_hand() {
+    use hrx_loom::front::ast::{Form, Item};
+    let src = kernel(
+        "",
+        "  %c = index.cmp ult, %i, %n : index\n  scf.if %c {\n  }",
+    );
+    let mut ast = hrx_loom::front::parse(&src).unwrap();
+    let Item::Kernel(k) = &mut ast.items[0] else {
+        panic!("a kernel")
+    };
+    let at = k.body.iter().position(|o| o.name.text == "scf.if").unwrap();
+    let template = k.body[at].clone();
+    let mut op = template.clone();
+    for _ in 0..hrx_loom::verify::MAX_DEPTH * 2 {
+        let mut outer = template.clone();
+        if let Form::If { then, .. } = &mut outer.form {
+            then.ops = vec![op];
+        }
+        op = outer;
+    }
+    k.body[at] = op;
+    let err = hrx_loom::verify::verify(&ast, &src).unwrap_err();
+    let Error::Compile { diagnostics, .. } = err else {
+        panic!("compile error")
+    };
+    assert!(
+        diagnostics.iter().any(|d| d.code == "E0105"),
+        "{diagnostics:#?}"
+    );
+}

@@ -50,7 +50,7 @@ struct Config {
 /// Submissions per back-to-back sample; chain replays per chain sample.
 const BURST: usize = 50;
 const CHAIN_BURST: usize = 4;
-const ROUNDS: usize = 4;
+const ROUNDS: usize = 8;
 
 fn env_usize(name: &str) -> Result<Option<usize>, String> {
     match std::env::var(name) {

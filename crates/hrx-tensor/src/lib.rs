@@ -24,6 +24,7 @@ mod desc;
 mod dtype;
 mod host;
 mod layout;
+pub mod ops;
 mod tensor;
 
 pub use desc::{TensorDesc, contiguous_strides};
@@ -31,4 +32,5 @@ pub use dtype::DType;
 pub use host::{decode, encode};
 pub use hrx_core::{Error, Result};
 pub use layout::Layout;
+pub use ops::Ops;
 pub use tensor::{DeviceTensor, Lease};

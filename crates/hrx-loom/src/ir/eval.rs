@@ -108,10 +108,10 @@ impl Kernel {
                 }
                 OpKind::For { body, .. } => stack.push(body.ops.iter()),
                 kind => {
-                    if let Some(slot) = self.eval_op(kind, op, &slots, config) {
-                        if let Some(r) = op.results.first().and_then(|r| slots.get_mut(r.index())) {
-                            *r = slot;
-                        }
+                    if let Some(slot) = self.eval_op(kind, op, &slots, config)
+                        && let Some(r) = op.results.first().and_then(|r| slots.get_mut(r.index()))
+                    {
+                        *r = slot;
                     }
                 }
             }

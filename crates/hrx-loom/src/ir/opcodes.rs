@@ -124,7 +124,7 @@ pub enum ScalarUnary {
     TanhF,
 }
 
-/// Conversions; the target type is in [`OpKind::Convert::to`].
+/// Conversions; the target type is in [`super::OpKind::Convert`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConvertOp {
     /// f16 -> f32

@@ -3,7 +3,7 @@
 //!
 //! - Buffer arguments become storage bindings (group 0, binding = position
 //!   among the buffer arguments), read-only unless the kernel writes them;
-//!   their element declaration follows [`plan`]'s rule.
+//!   their element declaration follows the rule documented in `plan.rs`.
 //! - Scalar arguments become one push-constant block, loaded once at entry.
 //! - `index` and `offset` are `u32`; arithmetic on them wraps like the
 //!   device's, views index row-major from a base element

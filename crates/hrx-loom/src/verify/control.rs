@@ -140,18 +140,17 @@ impl Builder<'_> {
         let mut ids = Vec::with_capacity(operands.len());
         for ((name, t), want) in operands.iter().zip(types).zip(expected) {
             let id = self.use_value(name);
-            if let Some(ty) = self.resolve_type(t) {
-                if self.check_type(name, id, &ty)
-                    && let Some(want) = want
-                    && *want != ty
-                {
-                    let msg = format!(
-                        "type mismatch: `scf.yield` gives {}, the region produces {}",
-                        self.show(&ty),
-                        self.show(want)
-                    );
-                    self.error(t.span, codes::TYPE_MISMATCH, msg);
-                }
+            if let Some(ty) = self.resolve_type(t)
+                && self.check_type(name, id, &ty)
+                && let Some(want) = want
+                && *want != ty
+            {
+                let msg = format!(
+                    "type mismatch: `scf.yield` gives {}, the region produces {}",
+                    self.show(&ty),
+                    self.show(want)
+                );
+                self.error(t.span, codes::TYPE_MISMATCH, msg);
             }
             ids.push(id);
         }

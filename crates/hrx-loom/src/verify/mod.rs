@@ -1,13 +1,13 @@
 //! The verifier: syntax tree to checked [`ir::Module`].
 //!
 //! Checked here, each with its own error code (see [`crate::diag::codes`]):
-//! names and SSA dominance ([`scope`]), types with no implicit casts and
-//! operand counts ([`arith`], [`memory`], [`kernel_ops`], [`control`]), the
+//! names and SSA dominance (`scope`), types with no implicit casts and
+//! operand counts (`arith`, `memory`, `kernel_ops`, `control`), the
 //! launch region (index arithmetic, workload arguments and config values
 //! only; exactly one `kernel.launch.config`; a compile-time workgroup size),
 //! config keys, symbol uniqueness, buffer access and the read-only rule
-//! ([`access`]), and the uniformity of barriers and subgroup collectives
-//! ([`uniformity`]). Region nesting is bounded by [`MAX_DEPTH`].
+//! (`access`), and the uniformity of barriers and subgroup collectives
+//! (`uniformity`). Region nesting is bounded by [`MAX_DEPTH`].
 
 mod access;
 mod arith;

@@ -44,7 +44,7 @@ pub struct Sampling {
 /// Seconds per call of `op` for each side (`[hrx, raw]`), taken in
 /// interleaved rounds, each side warming up before its timed calls.
 pub fn sample(
-    mut sides: [&mut dyn Contender; 2],
+    sides: [&mut dyn Contender; 2],
     sampling: Sampling,
     mut op: impl FnMut(&mut dyn Contender) -> Result<(), String>,
 ) -> Result<[Vec<f64>; 2], String> {

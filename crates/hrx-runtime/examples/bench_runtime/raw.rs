@@ -93,7 +93,23 @@ impl RawGpu {
         let app = vk::ApplicationInfo::default()
             .application_name(c"hrx-bench-raw")
             .api_version(vk::API_VERSION_1_3);
-        let info = vk::InstanceCreateInfo::default().application_info(&app);
+        // With HRX_VALIDATION set (a check of this harness, never for
+        // timing), the layers report to stdout.
+        let validate = std::env::var("HRX_VALIDATION").is_ok_and(|v| !v.is_empty() && v != "0");
+        let layers = if validate {
+            vec![c"VK_LAYER_KHRONOS_validation".as_ptr()]
+        } else {
+            vec![]
+        };
+        let enables = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features =
+            vk::ValidationFeaturesEXT::default().enabled_validation_features(&enables);
+        let mut info = vk::InstanceCreateInfo::default()
+            .application_info(&app)
+            .enabled_layer_names(&layers);
+        if validate {
+            info = info.push_next(&mut features);
+        }
         // SAFETY: the create info points at locals alive for the call.
         let instance =
             unsafe { entry.create_instance(&info, None) }.map_err(vk_err("vkCreateInstance"))?;

@@ -122,24 +122,3 @@ pub fn write(path: &Path, text: &str) -> Result<(), String> {
     }
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_escapes_and_lists() {
-        let e = Entry {
-            name: "a \"b\"".into(),
-            unit: "us",
-            hrx: 2.0,
-            baseline: 1.0,
-            baseline_name: "raw".into(),
-            better: Better::Lower,
-        };
-        let text = json(&[e], "dev\\1");
-        assert!(text.starts_with("[\n  {\"name\": \"a \\\"b\\\"\""));
-        assert!(text.contains("\"ratio\": 2.000000"));
-        assert!(text.contains("\"device\": \"dev\\\\1\""));
-    }
-}

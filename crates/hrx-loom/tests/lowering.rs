@@ -1,0 +1,181 @@
+//! Lowering details: push-constant packing, buffer layouts, byte offsets,
+//! vector fallbacks and target limits. Every artifact passes spirv-val.
+
+mod common;
+
+use hrx_core::{Error, Target};
+use hrx_loom::{Compiler, ScalarType, ScalarValue, Specialization};
+
+const LAUNCH: &str = "kernel.def @k(%n: index) {
+  %one = index.constant 1 : index
+  %wg = index.constant 64 : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%wg, %one, %one) : index
+}";
+
+fn kernel(args: &str, body: &str) -> String {
+    format!("{LAUNCH} launch({args}) {{\n{body}\n  kernel.return\n}}\n")
+}
+
+fn compile(src: &str) -> Result<hrx_loom::Artifact, Error> {
+    let c = Compiler::for_target(None, &Target::lavapipe())?;
+    let a = c.module(src)?.compile(&Specialization::new("@k"))?;
+    common::spirv_val("k", a.spirv());
+    Ok(a)
+}
+
+#[test]
+fn push_constants_pack_in_order_with_types() {
+    let src = kernel(
+        "%n: index, %b: buffer, %s: i32, %u: u32, %f: f32, %o: offset",
+        "",
+    );
+    let a = compile(&src).unwrap();
+    let layout: Vec<_> = a
+        .push_constants()
+        .iter()
+        .map(|p| (p.name.as_str(), p.ty, p.offset))
+        .collect();
+    assert_eq!(
+        layout,
+        [
+            ("n", ScalarType::Index, 0),
+            ("s", ScalarType::I32, 4),
+            ("u", ScalarType::U32, 8),
+            ("f", ScalarType::F32, 12),
+            ("o", ScalarType::Offset, 16),
+        ]
+    );
+    assert_eq!(a.push_constant_bytes(), 20);
+    let bytes = a
+        .push_constants_from(&[
+            ScalarValue::Index(7),
+            ScalarValue::I32(-2),
+            ScalarValue::U32(9),
+            ScalarValue::F32(1.5),
+            ScalarValue::Offset(16),
+        ])
+        .unwrap();
+    let words: Vec<u32> = bytes
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [7, (-2i32) as u32, 9, 1.5f32.to_bits(), 16]);
+    // Wrong count, wrong type, index past 32 bits.
+    assert!(a.push_constants_from(&[ScalarValue::Index(7)]).is_err());
+    let mut wrong = vec![ScalarValue::F32(0.0); 5];
+    assert!(a.push_constants_from(&wrong).is_err());
+    wrong = vec![
+        ScalarValue::Index(1 << 32),
+        ScalarValue::I32(0),
+        ScalarValue::U32(0),
+        ScalarValue::F32(0.0),
+        ScalarValue::Offset(0),
+    ];
+    assert!(a.push_constants_from(&wrong).is_err());
+    // An unused buffer still has its binding.
+    assert_eq!(a.bindings().len(), 1);
+    assert_eq!(a.bindings()[0].name, "b");
+}
+
+#[test]
+fn f16_push_constant_is_rejected() {
+    // Rejected (by the verifier, before lowering's own E0604 check).
+    let e = compile(&kernel("%n: index, %h: f16", "")).unwrap_err();
+    let Error::Compile { diagnostics, .. } = e else {
+        panic!("expected a compile error");
+    };
+    assert!(diagnostics[0].message.contains("f16"));
+    assert_eq!(diagnostics[0].line, 5);
+}
+
+#[test]
+fn mixed_32_bit_element_types_share_u32_words() {
+    let body = "  %z = index.constant 0 : offset
+  %f = buffer.view %b[%z] : buffer -> view<[%n]xf32>
+  %u = buffer.view %b[%z] : buffer -> view<[%n]xu32>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %x = view.load %f[%i] : view<[%n]xf32> -> f32
+  %bits = view.load %u[%i] : view<[%n]xu32> -> u32
+  %y = scalar.bitcast %bits : u32 -> f32
+  %s = scalar.addf %x, %y : f32
+  view.store %s, %f[%i] : f32, view<[%n]xf32>";
+    let a = compile(&kernel("%n: index, %b: buffer", body)).unwrap();
+    assert_eq!(a.bindings()[0].element_bytes, 4);
+}
+
+#[test]
+fn f16_mixed_with_f32_is_rejected() {
+    let body = "  %z = index.constant 0 : offset
+  %f = buffer.view %b[%z] : buffer -> view<[%n]xf32>
+  %h = buffer.view %b[%z] : buffer -> view<[%n]xf16>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %x = view.load %h[%i] : view<[%n]xf16> -> f16
+  %y = scalar.extf %x : f16 -> f32
+  view.store %y, %f[%i] : f32, view<[%n]xf32>";
+    let e = compile(&kernel("%n: index, %b: buffer", body)).unwrap_err();
+    assert!(e.to_string().contains("E0603"), "{e}");
+}
+
+#[test]
+fn static_views_at_byte_offsets_give_min_bytes() {
+    let body = "  %off = index.constant 64 : offset
+  %v = buffer.view %b[%off] : buffer -> view<4x8xf32>
+  %w = buffer.view %b[%off] : buffer -> view<2xf32>
+  %i = kernel.workitem.id<x> : index
+  %c1 = index.constant 1 : index
+  %x = view.load %v[%c1, %i] : view<4x8xf32> -> f32
+  view.store %x, %w[%c1] : f32, view<2xf32>";
+    let a = compile(&kernel("%n: index, %b: buffer", body)).unwrap();
+    assert_eq!(a.bindings()[0].min_bytes, Some(64 + 4 * 8 * 4));
+    assert_eq!(a.bindings()[0].access, hrx_loom::Access::ReadWrite);
+}
+
+#[test]
+fn unaligned_vector_access_falls_back_to_scalar_elements() {
+    let body = "  %off = index.constant 4 : offset
+  %v = buffer.view %b[%off] : buffer -> view<[%n]xf32>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %q = vector.load %v[%i] : view<[%n]xf32> -> vector<3xf32>
+  vector.store %q, %v[%i] : vector<3xf32>, view<[%n]xf32>";
+    let a = compile(&kernel("%n: index, %b: buffer", body)).unwrap();
+    assert_eq!(a.bindings()[0].element_bytes, 4);
+}
+
+#[test]
+fn workgroup_memory_is_limited_by_the_target() {
+    let body = "  %z = index.constant 0 : offset
+  %bytes = index.constant 65536 : offset
+  %m = buffer.alloca<workgroup> align(16) %bytes : buffer
+  %v = buffer.view %m[%z] : buffer -> view<16384xf32>
+  %i = kernel.workitem.id<x> : index
+  %f = scalar.constant 1.0 : f32
+  view.store %f, %v[%i] : f32, view<16384xf32>";
+    let e = compile(&kernel("%n: index", body)).unwrap_err();
+    assert!(e.to_string().contains("E0605"), "{e}");
+}
+
+#[test]
+fn atomics_with_plain_loads_and_stores_on_one_buffer() {
+    let body = "  %z = index.constant 0 : offset
+  %v = buffer.view %b[%z] : buffer -> view<[%n]xu32>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %x = view.load %v[%i] : view<[%n]xu32> -> u32
+  %old = view.atomic.rmw<addi> %x, %v[%i] : u32, view<[%n]xu32> -> u32
+  view.store %old, %v[%i] : u32, view<[%n]xu32>";
+    compile(&kernel("%n: index, %b: buffer", body)).unwrap();
+}
+
+#[test]
+fn non_finite_and_f16_constants_lower() {
+    let body = "  %z = index.constant 0 : offset
+  %v = buffer.view %b[%z] : buffer -> view<[%n]xf32>
+  %h = buffer.view %c[%z] : buffer -> view<[%n]xf16>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %inf = scalar.constant inf : f32
+  %nan = scalar.constant nan : f32
+  %s = scalar.addf %inf, %nan : f32
+  view.store %s, %v[%i] : f32, view<[%n]xf32>
+  %q = scalar.constant 0.25 : f16
+  view.store %q, %h[%i] : f16, view<[%n]xf16>";
+    compile(&kernel("%n: index, %b: buffer, %c: buffer", body)).unwrap();
+}

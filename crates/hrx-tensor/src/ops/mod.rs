@@ -1,0 +1,81 @@
+//! The operator library: loom kernels compiled for the device at first use,
+//! recorded into a caller's [`Graph`] or run eagerly.
+//!
+//! Every operator has two forms:
+//! - `record_*(graph, inputs.., out)` checks everything, then records the
+//!   work into `graph` writing the caller's `out` tensor (so a model is one
+//!   prepared graph with fixed-address outputs). The caller submits the graph
+//!   after the inputs' producers and sets the outputs' producer;
+//! - the eager form allocates the output, records, prepares and submits
+//!   after the inputs' producers, and returns the output with its producer.
+//!
+//! An error names the operator and the shapes, and leaves the graph as it
+//! was (nothing is recorded before every check has passed).
+
+mod bridge;
+mod elementwise;
+mod indexing;
+mod operand;
+mod registry;
+
+pub use bridge::{contract_of, kernel_from_artifact};
+pub use elementwise::{BinaryOp, UnaryOp};
+pub use indexing::broadcast_shapes;
+
+use crate::{DeviceTensor, TensorDesc};
+use hrx_core::Result;
+use hrx_runtime::{Graph, MemoryPlacement, Runtime};
+use registry::Registry;
+use std::sync::Arc;
+
+/// The operator library of one runtime domain: a loom compiler for the
+/// device's target and the kernels built so far. Cheap to clone; clones
+/// share the cache. Creating one touches no hardware.
+#[derive(Clone)]
+pub struct Ops {
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for Ops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ops")
+            .field("runtime", self.registry.runtime())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ops {
+    /// The library for `runtime`'s domain. Kernels compile on first use.
+    pub fn new(runtime: &Runtime) -> Ops {
+        Ops {
+            registry: Arc::new(Registry::new(runtime.clone())),
+        }
+    }
+
+    /// The domain the library records work for.
+    pub fn runtime(&self) -> &Runtime {
+        self.registry.runtime()
+    }
+
+    /// Allocate a device-local output tensor (nothing when empty).
+    pub fn output(&self, desc: TensorDesc) -> Result<DeviceTensor> {
+        DeviceTensor::allocate(self.runtime(), desc, MemoryPlacement::GpuLocal)
+    }
+
+    /// Run `record` eagerly: allocate `desc`, record into a fresh graph,
+    /// submit it after every input's producer and return the output, whose
+    /// producer is that submission. Failures of inputs propagate to it.
+    pub fn eager(
+        &self,
+        inputs: &[&DeviceTensor],
+        desc: TensorDesc,
+        record: impl FnOnce(&mut Graph, &DeviceTensor) -> Result<()>,
+    ) -> Result<DeviceTensor> {
+        let mut out = self.output(desc)?;
+        let mut graph = self.runtime().graph();
+        record(&mut graph, &out)?;
+        let dependencies: Vec<_> = inputs.iter().map(|t| t.completion().clone()).collect();
+        out.set_producer(graph.prepare()?.submit_after(&dependencies)?);
+        Ok(out)
+    }
+}

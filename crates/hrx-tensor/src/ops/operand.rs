@@ -1,0 +1,85 @@
+//! Binding tensors to kernels: an aligned storage range and the element
+//! offset of the tensor within it.
+
+use crate::{DType, DeviceTensor, TensorDesc};
+use hrx_core::{Error, Result, Target};
+use hrx_loom::ScalarValue;
+use hrx_runtime::{BufferView, Runtime};
+
+/// A tensor as a kernel sees it: a bound range whose start satisfies the
+/// device's storage offset alignment, the element offset of element 0 in it,
+/// and the range's length in elements.
+pub(crate) struct Operand {
+    pub(crate) view: BufferView,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl Operand {
+    /// The offset and length as `index` launch arguments.
+    pub(crate) fn scalars(&self) -> [ScalarValue; 2] {
+        [ScalarValue::Index(self.offset), ScalarValue::Index(self.len)]
+    }
+}
+
+/// Bind a non-empty tensor. Fails when its storage cannot be bound at an
+/// aligned offset or its elements are not addressable with 32-bit indices.
+pub(crate) fn operand(tensor: &DeviceTensor, target: &Target, operation: &str) -> Result<Operand> {
+    let fail = |why: &str| {
+        Err(Error::Message(format!(
+            "{operation}: tensor {} {why}",
+            tensor.desc()
+        )))
+    };
+    let Some((storage, offset)) = tensor.storage() else {
+        return fail("is empty and cannot be bound");
+    };
+    let element = tensor.desc().dtype().bytes();
+    let align = (target.storage_buffer_offset_alignment.max(4) as usize).max(element);
+    let absolute = storage.offset() + offset;
+    let aligned = absolute - absolute % align;
+    let Some(start) = aligned.checked_sub(storage.offset()) else {
+        return fail(&format!(
+            "starts in storage at byte {} that is not aligned to {align} bytes",
+            storage.offset()
+        ));
+    };
+    let end = offset + tensor.desc().bytes();
+    let view = storage.slice(start..end)?;
+    let len = (end - start) / element;
+    if u32::try_from(len).is_err() {
+        return fail("has more elements than 32-bit indices reach");
+    }
+    Ok(Operand {
+        view,
+        offset: ((absolute - aligned) / element) as u64,
+        len: len as u64,
+    })
+}
+
+/// Check an output tensor: same domain, the expected dtype and shape, and
+/// contiguous (it may start anywhere in its storage).
+pub(crate) fn check_output(
+    runtime: &Runtime,
+    operation: &str,
+    out: &DeviceTensor,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<()> {
+    out.check_runtime(runtime, operation)?;
+    let desc = out.desc();
+    if desc.dtype() != dtype || desc.shape() != shape || !desc.is_contiguous() {
+        return Err(Error::Message(format!(
+            "{operation}: output {desc} must be a contiguous {}",
+            TensorDesc::new(dtype, shape.to_vec())?
+        )));
+    }
+    Ok(())
+}
+
+/// Check that inputs belong to `runtime`.
+pub(crate) fn check_inputs(runtime: &Runtime, operation: &str, inputs: &[&DeviceTensor]) -> Result<()> {
+    inputs
+        .iter()
+        .try_for_each(|t| t.check_runtime(runtime, operation))
+}

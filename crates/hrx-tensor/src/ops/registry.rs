@@ -1,0 +1,112 @@
+//! Per-domain kernel cache: loom templates instantiated, compiled for the
+//! device's [`Target`](hrx_core::Target) at first use, and kept as
+//! pipelines.
+
+use super::bridge::kernel_from_artifact;
+use hrx_core::{Error, Result, Target, cached_init};
+use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
+use hrx_runtime::{BufferView, Graph, GpuKernel, Runtime};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+/// A compiled kernel: its artifact (launch program, push-constant layout)
+/// and the pipeline built from it.
+#[derive(Clone)]
+pub(crate) struct Kernel {
+    pub(crate) artifact: Arc<Artifact>,
+    pub(crate) gpu: GpuKernel,
+}
+
+impl Kernel {
+    /// Record one dispatch: the grid from the launch program's `workload`,
+    /// the push constants from `scalars` (in declaration order).
+    pub(crate) fn record(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        views: &[BufferView],
+        scalars: &[ScalarValue],
+        workload: &[u64],
+    ) -> Result<()> {
+        let context = |e: Error| Error::Message(format!("{operation}: {e}"));
+        let constants = self.artifact.push_constants_from(scalars).map_err(context)?;
+        let grid = self.artifact.launch(workload).map_err(context)?;
+        graph.dispatch(&self.gpu, views, &constants, grid).map_err(context)
+    }
+}
+
+/// Instantiation of one kernel: the template, its `${NAME}` substitutions,
+/// the kernel symbol and its config values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelKey {
+    pub(crate) template: &'static str,
+    pub(crate) substitutions: Vec<(&'static str, String)>,
+    pub(crate) symbol: &'static str,
+    pub(crate) config: Vec<(&'static str, u64)>,
+}
+
+impl KernelKey {
+    /// Replace every `${NAME}` of the template.
+    fn source(&self) -> String {
+        let mut text = self.template.to_string();
+        for (name, value) in &self.substitutions {
+            text = text.replace(&format!("${{{name}}}"), value);
+        }
+        text
+    }
+}
+
+/// The kernel cache of one runtime domain.
+pub(crate) struct Registry {
+    runtime: Runtime,
+    compiler: Mutex<Option<Compiler>>,
+    kernels: Mutex<HashMap<KernelKey, Kernel>>,
+}
+
+impl Registry {
+    pub(crate) fn new(runtime: Runtime) -> Self {
+        Registry {
+            runtime,
+            compiler: Mutex::new(None),
+            kernels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The device's target facts (opens the device).
+    pub(crate) fn target(&self) -> Result<Target> {
+        Ok(self.compiler()?.target().clone())
+    }
+
+    fn compiler(&self) -> Result<Compiler> {
+        cached_init(&self.compiler, || {
+            Compiler::for_target(None, self.runtime.gpu()?.target())
+        })
+    }
+
+    /// The kernel for `key`, compiled and built on first use.
+    pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
+        let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kernel) = kernels.get(&key) {
+            return Ok(kernel.clone());
+        }
+        let compiler = self.compiler()?;
+        let module = compiler.module(&key.source())?;
+        let mut spec = Specialization::new(format!("@{}", key.symbol));
+        for &(name, value) in &key.config {
+            spec = spec.with_config(name, value);
+        }
+        let artifact = module.compile(&spec)?;
+        let kernel = Kernel {
+            gpu: kernel_from_artifact(&self.runtime, &artifact)?,
+            artifact: Arc::new(artifact),
+        };
+        kernels.insert(key, kernel.clone());
+        Ok(kernel)
+    }
+}
