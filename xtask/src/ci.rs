@@ -10,7 +10,14 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     cargo(root, &["fmt", "--all", "--check"], &[])?;
     cargo(
         root,
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         &[],
     )?;
     // Any validation message aborts the test process (see hrx-runtime).
@@ -28,7 +35,14 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
 pub(crate) fn demo(root: &Path) -> Result<(), String> {
     cargo(
         root,
-        &["run", "--release", "-p", "hrx-runtime", "--example", "hello"],
+        &[
+            "run",
+            "--release",
+            "-p",
+            "hrx-runtime",
+            "--example",
+            "hello",
+        ],
         &[],
     )
 }

@@ -53,7 +53,11 @@ fn workspace_root() -> PathBuf {
 }
 
 /// Run a command in the workspace root, failing with its name on non-zero exit.
-pub(crate) fn cargo(root: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
+pub(crate) fn cargo(
+    root: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     println!("xtask: cargo {}", args.join(" "));
     let status = std::process::Command::new(cargo)

@@ -11,15 +11,25 @@ pub(crate) const PACKAGES: &[&str] = &[
 
 fn missing() -> Vec<&'static str> {
     let mut missing = Vec::new();
-    let icd_dirs = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d"];
-    let has_icd = icd_dirs.iter().any(|dir| {
-        std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
-    }) || std::env::var_os("VK_DRIVER_FILES").is_some()
+    let icd_dirs = [
+        "/usr/share/vulkan/icd.d",
+        "/etc/vulkan/icd.d",
+        "/usr/local/share/vulkan/icd.d",
+    ];
+    let has_icd = icd_dirs
+        .iter()
+        .any(|dir| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()))
+        || std::env::var_os("VK_DRIVER_FILES").is_some()
         || std::env::var_os("VK_ICD_FILENAMES").is_some();
     if !has_icd {
         missing.push("mesa-vulkan-drivers");
     }
-    let loader = ["/usr/lib/x86_64-linux-gnu/libvulkan.so.1", "/usr/lib/aarch64-linux-gnu/libvulkan.so.1", "/usr/lib/libvulkan.so.1", "/usr/lib64/libvulkan.so.1"];
+    let loader = [
+        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/usr/lib/aarch64-linux-gnu/libvulkan.so.1",
+        "/usr/lib/libvulkan.so.1",
+        "/usr/lib64/libvulkan.so.1",
+    ];
     let has_loader = loader.iter().any(|p| Path::new(p).exists())
         || Command::new("sh")
             .args(["-c", "ldconfig -p | grep -q libvulkan.so.1"])
@@ -28,11 +38,16 @@ fn missing() -> Vec<&'static str> {
     if !has_loader {
         missing.push("libvulkan1");
     }
-    let layer_dirs = ["/usr/share/vulkan/explicit_layer.d", "/etc/vulkan/explicit_layer.d", "/usr/local/share/vulkan/explicit_layer.d"];
-    if !layer_dirs
-        .iter()
-        .any(|dir| Path::new(dir).join("VkLayer_khronos_validation.json").exists())
-    {
+    let layer_dirs = [
+        "/usr/share/vulkan/explicit_layer.d",
+        "/etc/vulkan/explicit_layer.d",
+        "/usr/local/share/vulkan/explicit_layer.d",
+    ];
+    if !layer_dirs.iter().any(|dir| {
+        Path::new(dir)
+            .join("VkLayer_khronos_validation.json")
+            .exists()
+    }) {
         missing.push("vulkan-validationlayers");
     }
     if Command::new("spirv-val").arg("--version").output().is_err() {
@@ -48,7 +63,10 @@ pub(crate) fn ensure_vulkan() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    let command = format!("apt-get update && apt-get install -y {}", PACKAGES.join(" "));
+    let command = format!(
+        "apt-get update && apt-get install -y {}",
+        PACKAGES.join(" ")
+    );
     let is_root = Command::new("id")
         .arg("-u")
         .output()
@@ -60,7 +78,11 @@ pub(crate) fn ensure_vulkan() -> Result<(), String> {
             missing.join(", ")
         ));
     }
-    println!("xtask: installing {} (missing: {})", PACKAGES.join(" "), missing.join(", "));
+    println!(
+        "xtask: installing {} (missing: {})",
+        PACKAGES.join(" "),
+        missing.join(", ")
+    );
     let status = Command::new("sh")
         .args(["-c", &command])
         .env("DEBIAN_FRONTEND", "noninteractive")

@@ -40,6 +40,12 @@
 //! - **Host evaluation** of launch regions ([`ir::Kernel::launch_grid`],
 //!   [`ir::Kernel::workgroup_size`]) refuses overflow and division by zero
 //!   rather than wrapping.
+//!
+//! # Running kernels
+//!
+//! With the cargo feature `runtime`, `Artifact::contract`,
+//! `Artifact::gpu_kernel` and `Artifact::dispatch_args` turn an artifact
+//! into an `hrx_runtime::GpuKernel` and the arguments of a graph dispatch.
 
 pub mod diag;
 pub mod front;
@@ -53,6 +59,8 @@ pub mod compiler;
 pub mod emit;
 pub mod launch;
 pub mod lower;
+#[cfg(feature = "runtime")]
+mod runtime_bridge;
 pub mod specialize;
 
 pub use artifact::{Access, Artifact, Binding, PushConstant, ScalarType, ScalarValue};

@@ -31,6 +31,8 @@ mod hrx;
 mod kernel;
 #[path = "bench_runtime/raw.rs"]
 mod raw;
+#[path = "bench_runtime/raw_kernel.rs"]
+mod raw_kernel;
 #[path = "bench_runtime/report.rs"]
 mod report;
 

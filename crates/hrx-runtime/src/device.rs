@@ -24,7 +24,6 @@ pub struct Gpu {
     index: usize,
     target: Target,
     pub(crate) device: ash::Device,
-    queue_family: u32,
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) allocator: Mutex<ManuallyDrop<Allocator>>,
     command_pool: Mutex<vk::CommandPool>,
@@ -33,6 +32,8 @@ pub struct Gpu {
     pub(crate) timeline: Arc<Timeline>,
     pub(crate) memory: MemoryCounters,
     pub(crate) fault_injection: bool,
+    /// Whether large device-local copies use the compute copy kernel.
+    pub(crate) compute_copy: bool,
     pub(crate) fail_next_submission: AtomicBool,
     pub(crate) fail_next_execution: AtomicBool,
     // Dropped last: the instance outlives the device created from it.
@@ -100,12 +101,14 @@ impl Gpu {
         };
         std::mem::forget(partial);
         let push_descriptor = ash::khr::push_descriptor::Device::new(&instance.raw, &device);
+        let compute_copy = options
+            .compute_copy
+            .unwrap_or(physical.target.kind != hrx_core::DeviceKind::Cpu);
         Ok(Arc::new(Gpu {
             domain,
             index: physical.index,
             target: physical.target,
             device,
-            queue_family,
             queue: Mutex::new(queue),
             allocator: Mutex::new(ManuallyDrop::new(allocator)),
             command_pool: Mutex::new(command_pool),
@@ -114,6 +117,7 @@ impl Gpu {
             timeline,
             memory: MemoryCounters::new(options.memory_budget),
             fault_injection: options.fault_injection,
+            compute_copy,
             fail_next_submission: AtomicBool::new(false),
             fail_next_execution: AtomicBool::new(false),
             _instance: instance,
@@ -132,10 +136,6 @@ impl Gpu {
 
     pub(crate) fn raw(&self) -> &ash::Device {
         &self.device
-    }
-
-    pub(crate) fn queue_family(&self) -> u32 {
-        self.queue_family
     }
 
     pub(crate) fn pipeline_cache(&self) -> vk::PipelineCache {

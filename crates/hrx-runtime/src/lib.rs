@@ -6,7 +6,7 @@
 //!   one device; clones share it. Creating one touches no hardware: the
 //!   device opens on first need. Views, kernels, graphs and completions are
 //!   checked against their domain before any work is queued; a foreign
-//!   object is an [`Error::Message`](hrx_core::Error::Message).
+//!   object is an [`Error::Message`].
 //! - **Memory.** [`Runtime::allocate`] returns zero-initialised storage
 //!   sub-allocated by gpu-allocator, charged against an optional budget.
 //!   [`BufferView`]s keep their allocation alive, and every submission keeps
@@ -24,7 +24,7 @@
 //!   Ordering after dependencies happens on the device; submitting never
 //!   waits on the host. Failure propagates to dependent work; failure takes
 //!   precedence over cancellation; a lost device fails everything pending
-//!   with [`Error::DeviceLost`](hrx_core::Error::DeviceLost).
+//!   with [`Error::DeviceLost`].
 //! - **The caller's job.** Do not submit work that touches memory while the
 //!   host holds a write mapping of it; declare accesses truthfully in kernel
 //!   contracts (a kernel that writes a binding declared read-only races).
@@ -50,7 +50,7 @@ pub use completion::Completion;
 pub use device::Gpu;
 pub use fault::Fault;
 pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard};
-pub use hrx_core::{Error, Result, Target};
+pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::{available_devices, validation_message_count};
 pub use kernel::{Access, BindingContract, GpuKernel, KernelContract};
 pub use memory::{Buffer, MappedRead, MappedWrite, MemoryPlacement, MemoryStats};

@@ -102,6 +102,7 @@ pub(crate) struct Allocation {
     memory: Mutex<Option<gpu_allocator::vulkan::Allocation>>,
     len: usize,
     mapped: Option<NonNull<u8>>,
+    device_local: bool,
     /// Timeline values of the last submission writing / touching this memory.
     last_write: AtomicU64,
     last_use: AtomicU64,
@@ -191,6 +192,9 @@ impl Allocation {
             return Err(vk_error("vkBindBufferMemory")(result));
         }
         let mapped = memory.mapped_ptr().map(|p| p.cast::<u8>());
+        let device_local = memory
+            .memory_properties()
+            .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL);
         let allocation = Arc::new(Allocation {
             id: NEXT_ALLOCATION.fetch_add(1, Ordering::Relaxed),
             gpu: gpu.clone(),
@@ -198,6 +202,7 @@ impl Allocation {
             memory: Mutex::new(Some(memory)),
             len: bytes,
             mapped,
+            device_local,
             last_write: AtomicU64::new(0),
             last_use: AtomicU64::new(0),
             host: RwLock::new(()),
@@ -266,6 +271,12 @@ impl Allocation {
 
     pub(crate) fn is_host_visible(&self) -> bool {
         self.mapped.is_some()
+    }
+
+    /// Whether the memory is device-local (it may be host-visible as well,
+    /// on a CPU device or with resizable BAR).
+    pub(crate) fn is_device_local(&self) -> bool {
+        self.device_local
     }
 
     /// Record that submission `value` reads (and maybe writes) this memory.

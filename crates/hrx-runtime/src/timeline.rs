@@ -30,6 +30,9 @@ const SPIN: Duration = Duration::from_micros(20);
 const SLICE: Duration = Duration::from_millis(50);
 /// How many finished completion states are kept for reuse.
 const RECYCLE_LIMIT: usize = 256;
+/// In-flight submissions the queue holds before it must grow (allocate):
+/// replay stays allocation-free up to this depth of unfinished work.
+const IN_FLIGHT_CAPACITY: usize = 1024;
 
 pub(crate) struct Timeline {
     pub(crate) domain: u64,
@@ -48,7 +51,6 @@ pub(crate) struct Timeline {
     watcher_id: OnceLock<ThreadId>,
 }
 
-#[derive(Default)]
 struct Schedule {
     in_flight: VecDeque<InFlight>,
     recycle: VecDeque<Arc<State>>,
@@ -82,7 +84,11 @@ impl Timeline {
             completed: AtomicU64::new(0),
             submitted: AtomicU64::new(0),
             lost: OnceLock::new(),
-            schedule: Mutex::new(Schedule::default()),
+            schedule: Mutex::new(Schedule {
+                in_flight: VecDeque::with_capacity(IN_FLIGHT_CAPACITY),
+                recycle: VecDeque::with_capacity(RECYCLE_LIMIT),
+                wakers: Vec::with_capacity(64),
+            }),
             watcher_wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             watcher: Mutex::new(None),
@@ -292,7 +298,7 @@ impl Timeline {
                         schedule = self.lock();
                         continue;
                     }
-                    if !schedule.in_flight.is_empty() && !self.lost.get().is_some() {
+                    if !schedule.in_flight.is_empty() {
                         break;
                     }
                     schedule = self
@@ -306,6 +312,12 @@ impl Timeline {
             self.block(target, SLICE);
             if self.shutdown.load(Ordering::Acquire) {
                 return;
+            }
+            if self.lost.get().is_some() {
+                // A lost device answers waits at once; keep draining what
+                // an injected loss left running, but without spinning.
+                let schedule = self.lock();
+                let _ = self.watcher_wake.wait_timeout(schedule, SLICE);
             }
         }
     }

@@ -113,7 +113,7 @@ fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
         .unwrap();
     let busy = slow_graph(&runtime).submit().unwrap();
     let waiting = fill_graph(&runtime, &buffer, 1)
-        .submit_after(&[busy.clone()])
+        .submit_after(std::slice::from_ref(&busy))
         .unwrap();
     waiting.cancel();
     assert!(
@@ -121,7 +121,7 @@ fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
         "a cancelled submission stays pending until drained"
     );
     let dependent = fill_graph(&runtime, &buffer, 2)
-        .submit_after(&[waiting.clone()])
+        .submit_after(std::slice::from_ref(&waiting))
         .unwrap();
     assert!(matches!(waiting.wait(), Err(Error::Cancelled)));
     assert!(matches!(dependent.wait(), Err(Error::Cancelled)));
@@ -176,8 +176,8 @@ fn an_injected_execution_failure_propagates_through_a_chain_and_disables_its_gra
     let last = fill_graph(&runtime, &buffer, 3);
     runtime.inject_fault(Fault::FailNextExecution).unwrap();
     let a = failing.submit().unwrap();
-    let b = middle.submit_after(&[a.clone()]).unwrap();
-    let c = last.submit_after(&[b.clone()]).unwrap();
+    let b = middle.submit_after(std::slice::from_ref(&a)).unwrap();
+    let c = last.submit_after(std::slice::from_ref(&b)).unwrap();
     let cause = |r: hrx_runtime::Result<()>| match r {
         Err(Error::Execution { source }) => source,
         other => panic!("expected an execution failure, got {other:?}"),

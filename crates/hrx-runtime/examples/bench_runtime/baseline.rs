@@ -4,7 +4,8 @@
 use super::{
     contender::{CHAIN_LEN, CHAIN_WORDS, Contender, ONE_WORDS},
     kernel,
-    raw::{RawBuffer, RawGpu, RawKernel, RawResult},
+    raw::{RawBuffer, RawGpu, RawResult},
+    raw_kernel::RawKernel,
 };
 use ash::vk;
 

@@ -11,7 +11,7 @@ use crate::{
     device::Gpu,
     kernel::{Access, BindingContract, KernelContract, WeakKernel},
 };
-use hrx_core::{DeviceKind, Error, Result, Target};
+use hrx_core::{Error, Result, Target};
 use std::sync::{Arc, Mutex};
 
 /// The generated SPIR-V of `copy.wgsl`, as little-endian bytes.
@@ -54,11 +54,10 @@ fn alignment(target: &Target) -> usize {
         .next_power_of_two()
 }
 
-/// Whether `view` lives in device memory the GPU streams at full speed:
-/// memory that is not host-visible, or any memory of a device that shares
-/// one memory with the host (integrated GPUs, CPU devices such as lavapipe).
-fn device_local(target: &Target, view: &BufferView) -> bool {
-    !view.is_host_visible() || matches!(target.kind, DeviceKind::Integrated | DeviceKind::Cpu)
+/// Whether `view` lives in device-local memory, which the GPU streams at
+/// full speed (on lavapipe and integrated GPUs that memory is also mappable).
+fn device_local(view: &BufferView) -> bool {
+    view.allocation().is_device_local()
 }
 
 /// How many leading bytes of a copy of `src` into `dst` the compute kernel
@@ -69,8 +68,8 @@ pub(crate) fn compute_copy_bytes(target: &Target, dst: &BufferView, src: &Buffer
     let align = alignment(target);
     let len = dst.len().min(src.len());
     if len < COMPUTE_COPY_MIN_BYTES
-        || !device_local(target, dst)
-        || !device_local(target, src)
+        || !device_local(dst)
+        || !device_local(src)
         || !dst.offset().is_multiple_of(align)
         || !src.offset().is_multiple_of(align)
     {

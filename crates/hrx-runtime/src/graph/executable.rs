@@ -125,7 +125,7 @@ impl ExecutableGraph {
             return Ok(graph);
         }
         let gpu = graph.runtime.gpu_arc()?.clone();
-        let plans: Vec<OpPlan> = ops.iter().map(|op| op.plan(gpu.target())).collect();
+        let plans: Vec<OpPlan> = ops.iter().map(|op| op.plan(&gpu)).collect();
         graph.barriers = hazard::plan(&plans);
         let copy_kernel = if plans.iter().any(|p| p.compute_copy_bytes > 0) {
             Some(builtin::copy_kernel(&gpu)?)

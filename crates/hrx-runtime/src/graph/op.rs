@@ -1,9 +1,8 @@
 //! Recorded operations and what each one touches, in hazard and Vulkan terms.
 
 use super::hazard::Use;
-use crate::{BufferView, GpuKernel, builtin};
+use crate::{BufferView, Gpu, GpuKernel, builtin};
 use ash::vk;
-use hrx_core::Target;
 
 /// One recorded operation; holds its views and kernel alive.
 pub(crate) enum Op {
@@ -77,7 +76,7 @@ impl Op {
     }
 
     /// Decide how to record the operation on `target`.
-    pub fn plan(&self, target: &Target) -> OpPlan {
+    pub fn plan(&self, gpu: &Gpu) -> OpPlan {
         let writes_host_visible = self
             .views()
             .enumerate()
@@ -93,7 +92,11 @@ impl Op {
         match self {
             Op::Copy { dst, src } => {
                 plan.uses = vec![use_of(dst, false, true), use_of(src, true, false)];
-                plan.compute_copy_bytes = builtin::compute_copy_bytes(target, dst, src);
+                plan.compute_copy_bytes = if gpu.compute_copy {
+                    builtin::compute_copy_bytes(gpu.target(), dst, src)
+                } else {
+                    0
+                };
                 if plan.compute_copy_bytes > 0 {
                     plan.stages |= COMPUTE;
                     plan.reads |= SHADER_READ;
@@ -138,8 +141,10 @@ mod tests {
 
     #[test]
     fn large_device_local_copies_plan_the_compute_kernel() {
-        let rt = Runtime::new().unwrap();
-        let target = rt.gpu().unwrap().target().clone();
+        let rt = Runtime::with_options(crate::RuntimeOptions::default().with_compute_copy(true))
+            .unwrap();
+        let gpu = rt.gpu().unwrap();
+        let target = gpu.target().clone();
         let a = rt
             .allocate((2 << 20) + 4, MemoryPlacement::GpuLocal)
             .unwrap();
@@ -149,7 +154,7 @@ mod tests {
         let host = rt
             .allocate((2 << 20) + 4, MemoryPlacement::HostVisible)
             .unwrap();
-        let copy = |dst: BufferView, src: BufferView| Op::Copy { dst, src }.plan(&target);
+        let copy = |dst: BufferView, src: BufferView| Op::Copy { dst, src }.plan(gpu);
         let plan = copy(a.view(), b.view());
         assert_eq!(plan.compute_copy_bytes, 2 << 20);
         assert!(

@@ -17,7 +17,9 @@ pub fn contract_of(artifact: &Artifact) -> KernelContract {
             .map(|b| BindingContract {
                 min_bytes: b
                     .min_bytes
-                    .map_or(b.element_bytes as usize, |n| usize::try_from(n).unwrap_or(usize::MAX))
+                    .map_or(b.element_bytes as usize, |n| {
+                        usize::try_from(n).unwrap_or(usize::MAX)
+                    })
                     .max(1),
                 alignment: (b.alignment.max(1) as usize).next_power_of_two(),
                 access: match b.access {

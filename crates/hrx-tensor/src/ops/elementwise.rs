@@ -296,13 +296,24 @@ impl Ops {
             .chain(kb.scalars())
             .chain(ko.scalars())
             .collect();
-        kernel.record(graph, operation, &[ka.view, kb.view, ko.view], &scalars, &[n])
+        kernel.record(
+            graph,
+            operation,
+            &[ka.view, kb.view, ko.view],
+            &scalars,
+            &[n],
+        )
     }
 
     /// `op(a, b)` with broadcasting, run eagerly.
     pub fn binary(&self, op: BinaryOp, a: &DeviceTensor, b: &DeviceTensor) -> Result<DeviceTensor> {
         let shape = broadcast_shapes(a.desc().shape(), b.desc().shape()).map_err(|e| {
-            Error::Message(format!("{} of {} and {}: {e}", op.name(), a.desc(), b.desc()))
+            Error::Message(format!(
+                "{} of {} and {}: {e}",
+                op.name(),
+                a.desc(),
+                b.desc()
+            ))
         })?;
         let desc = TensorDesc::new(a.desc().dtype(), shape)?;
         self.eager(&[a, b], desc, |g, out| self.record_binary(g, op, a, b, out))
@@ -336,7 +347,10 @@ impl Ops {
             ))
         })?;
         let target = self.registry.target()?;
-        let (ka, ko) = (operand(a, &target, operation)?, operand(out, &target, operation)?);
+        let (ka, ko) = (
+            operand(a, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
         let kernel = self.registry.kernel(KernelKey {
             template: UNARY,
             substitutions: vec![("T", t.into()), ("OP", op.body(t))],
@@ -368,7 +382,9 @@ impl Ops {
         max_key: &'static str,
     ) -> Result<Vec<(&'static str, u64)>> {
         let target = self.registry.target()?;
-        let wg = 256u32.min(target.max_workgroup_invocations).min(target.max_workgroup_size[0]);
+        let wg = 256u32
+            .min(target.max_workgroup_invocations)
+            .min(target.max_workgroup_size[0]);
         let groups = target.max_workgroup_count[0].min(1 << 20);
         Ok(vec![(wg_key, u64::from(wg)), (max_key, u64::from(groups))])
     }

@@ -13,11 +13,7 @@ use hrx_core::{Error, Result};
 /// ```
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| {
-        (i + s.len())
-            .checked_sub(rank)
-            .map_or(1, |j| s[j])
-    };
+    let at = |s: &[usize], i: usize| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
     (0..rank)
         .map(|i| match (at(a, i), at(b, i)) {
             (x, y) if x == y || y == 1 => Ok(x),
@@ -58,9 +54,10 @@ pub(crate) fn coalesce(
             continue;
         }
         let mergeable = dims.last().is_some()
-            && strides.iter().zip(&out).all(|(s, o)| {
-                o.last().copied() == Some(s[axis] * extent)
-            });
+            && strides
+                .iter()
+                .zip(&out)
+                .all(|(s, o)| o.last().copied() == Some(s[axis] * extent));
         if mergeable {
             *dims.last_mut()? *= extent;
             for (s, o) in strides.iter().zip(out.iter_mut()) {

@@ -18,7 +18,10 @@ pub(crate) struct Operand {
 impl Operand {
     /// The offset and length as `index` launch arguments.
     pub(crate) fn scalars(&self) -> [ScalarValue; 2] {
-        [ScalarValue::Index(self.offset), ScalarValue::Index(self.len)]
+        [
+            ScalarValue::Index(self.offset),
+            ScalarValue::Index(self.len),
+        ]
     }
 }
 
@@ -78,7 +81,11 @@ pub(crate) fn check_output(
 }
 
 /// Check that inputs belong to `runtime`.
-pub(crate) fn check_inputs(runtime: &Runtime, operation: &str, inputs: &[&DeviceTensor]) -> Result<()> {
+pub(crate) fn check_inputs(
+    runtime: &Runtime,
+    operation: &str,
+    inputs: &[&DeviceTensor],
+) -> Result<()> {
     inputs
         .iter()
         .try_for_each(|t| t.check_runtime(runtime, operation))

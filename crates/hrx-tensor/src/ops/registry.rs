@@ -5,7 +5,7 @@
 use super::bridge::kernel_from_artifact;
 use hrx_core::{Error, Result, Target, cached_init};
 use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
-use hrx_runtime::{BufferView, Graph, GpuKernel, Runtime};
+use hrx_runtime::{BufferView, GpuKernel, Graph, Runtime};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -31,9 +31,14 @@ impl Kernel {
         workload: &[u64],
     ) -> Result<()> {
         let context = |e: Error| Error::Message(format!("{operation}: {e}"));
-        let constants = self.artifact.push_constants_from(scalars).map_err(context)?;
+        let constants = self
+            .artifact
+            .push_constants_from(scalars)
+            .map_err(context)?;
         let grid = self.artifact.launch(workload).map_err(context)?;
-        graph.dispatch(&self.gpu, views, &constants, grid).map_err(context)
+        graph
+            .dispatch(&self.gpu, views, &constants, grid)
+            .map_err(context)
     }
 }
 

@@ -1,0 +1,87 @@
+//! The warm serving path makes no heap allocation: a counting global
+//! allocator watches every Rust allocation in the process (the runtime's
+//! watcher thread included) while warm requests go through
+//! `submit_host` -> `download` -> `read_into`.
+
+mod common;
+
+use common::*;
+use hrx_runtime::MemoryPlacement;
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const N: usize = 256;
+
+/// One test only: the counter is process-wide.
+#[test]
+fn submit_host_then_read_into_allocates_nothing_once_warm() {
+    for placement in [MemoryPlacement::GpuLocal, MemoryPlacement::HostVisible] {
+        let context = context();
+        let model = affine_model(&context, 2, N, placement);
+        let inputs: Vec<Vec<u8>> = (0..4u32)
+            .map(|seed| bytes(&(0..N as u32).map(|i| i * seed + 1).collect::<Vec<_>>()))
+            .collect();
+        let expected: Vec<Vec<u8>> = inputs
+            .iter()
+            .map(|x| bytes(&affine_reference(&words(x))))
+            .collect();
+        let mut out = vec![0u8; N * 4];
+        let mut serve = |i: usize, out: &mut Vec<u8>| {
+            let readback = model
+                .submit_host(&[&inputs[i % 4]])
+                .unwrap()
+                .download()
+                .unwrap();
+            readback.read_into(&mut [out.as_mut_slice()]).unwrap();
+        };
+        for i in 0..64 {
+            serve(i, &mut out);
+        }
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        COUNTING.store(true, Ordering::SeqCst);
+        let mut wrong = 0;
+        for i in 0..500 {
+            serve(i, &mut out);
+            wrong += usize::from(out != expected[i % 4]);
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+        assert_eq!(wrong, 0, "results are right");
+        assert_eq!(
+            ALLOCATIONS.load(Ordering::SeqCst),
+            0,
+            "heap allocations on the warm path ({placement:?})"
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! Elementwise operators against f64 references: broadcasting, strided
+//! and unaligned inputs, size-1 and empty axes, partial workgroups.
+//! Tolerances: f32 atol 1e-6 + rtol 1e-5 (transcendentals 2e-6 + 2e-5,
+//! pow 1e-4 relative); f16 (tests/f16.rs) atol 2e-3..4e-3 + rtol 4e-3.
+
+mod common;
+
+use common::{cases::*, *};
+use hrx_tensor::{
+    DType, TensorDesc,
+    ops::{BinaryOp, UnaryOp},
+};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn binary_ops_broadcast(shape in shape_strategy(), seed in any::<u64>()) {
+        check_binary(&shape, seed, false);
+    }
+
+    #[test]
+    fn unary_ops(shape in shape_strategy(), seed in any::<u64>()) {
+        check_unary(&shape, seed, false);
+    }
+}
+
+#[test]
+fn every_op_compiles_and_runs_on_a_partial_workgroup() {
+    let mut rng = Gen::new(1);
+    let v = values(&mut rng, 300, 0.2, 3.0);
+    let a = input(DType::F32, &[300], &v, Placement::Contiguous);
+    for op in BINARY {
+        let got = ops().binary(op, &a, &a).unwrap().to_values().unwrap();
+        let want: Vec<f64> = v
+            .iter()
+            .map(|&x| binary_ref(op, (x as f32) as f64, (x as f32) as f64))
+            .collect();
+        assert_close(&got, &want, 1e-6, 1e-4, &format!("{op:?}"));
+    }
+    for op in UNARY {
+        let got = ops().unary(op, &a).unwrap().to_values().unwrap();
+        let want: Vec<f64> = v
+            .iter()
+            .map(|&x| unary_ref(op, (x as f32) as f64))
+            .collect();
+        assert_close(&got, &want, 2e-6, 2e-5, &format!("{op:?}"));
+    }
+}
+
+#[test]
+fn pow_handles_signs_and_zero_exponents() {
+    let x = input(
+        DType::F32,
+        &[5],
+        &[-2.0, -2.0, -2.0, 3.0, 0.5],
+        Placement::Contiguous,
+    );
+    let y = input(
+        DType::F32,
+        &[5],
+        &[3.0, 2.0, 0.5, 0.0, -1.0],
+        Placement::Contiguous,
+    );
+    let got = ops()
+        .binary(BinaryOp::Pow, &x, &y)
+        .unwrap()
+        .to_values()
+        .unwrap();
+    assert_close(&got, &[-8.0, 4.0, f64::NAN, 1.0, 2.0], 1e-6, 1e-5, "pow");
+}
+
+#[test]
+fn mismatches_are_errors_and_record_nothing() {
+    let f = input(DType::F32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let g3 = input(DType::F32, &[4], &[1.0; 4], Placement::Contiguous);
+    let h = input(DType::F16, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let i = input(DType::I32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let out = ops()
+        .output(TensorDesc::new(DType::F32, vec![2, 3]).unwrap())
+        .unwrap();
+    let mut graph = ops().runtime().graph();
+    let e = ops()
+        .record_binary(&mut graph, BinaryOp::Add, &f, &g3, &out)
+        .unwrap_err();
+    assert!(e.to_string().contains("add of f32[2, 3] and f32[4]"), "{e}");
+    assert!(e.to_string().contains("do not broadcast"), "{e}");
+    let e = ops()
+        .record_binary(&mut graph, BinaryOp::Mul, &f, &h, &out)
+        .unwrap_err();
+    assert!(e.to_string().contains("dtypes differ"), "{e}");
+    let e = ops()
+        .record_unary(
+            &mut graph,
+            UnaryOp::Exp,
+            &i,
+            &ops().output(i.desc().clone()).unwrap(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("dtype i32"), "{e}");
+    let wrong = ops()
+        .output(TensorDesc::new(DType::F32, vec![3, 2]).unwrap())
+        .unwrap();
+    let e = ops()
+        .record_unary(&mut graph, UnaryOp::Exp, &f, &wrong)
+        .unwrap_err();
+    assert!(e.to_string().contains("output f32[3, 2]"), "{e}");
+    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::new().unwrap());
+    let e = other.unary(UnaryOp::Neg, &f).unwrap_err();
+    assert!(e.to_string().contains("another runtime domain"), "{e}");
+    assert!(ops().binary(BinaryOp::Add, &f, &g3).is_err());
+    assert!(graph.is_empty());
+}
