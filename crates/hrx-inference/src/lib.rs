@@ -35,6 +35,8 @@
 //!   ([`Inference::outputs`], [`Inference::wait`]), so `submit_host` then
 //!   [`InferenceReadback::read_into`] performs no heap allocation once warm.
 
+#![warn(missing_docs)]
+
 mod context;
 mod inference;
 mod model;

@@ -167,7 +167,7 @@ fn many_threads_and_tasks_share_a_bounded_pool() {
                     let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (t as u64 + 100));
                     for _ in 0..per_task {
                         let slot = shared.model.acquire().await.unwrap();
-                        if rng.next() % 4 == 0 {
+                        if rng.next().is_multiple_of(4) {
                             let index = shared.claim(&slot);
                             let x: Vec<u32> = (0..N).map(|_| rng.next() as u32).collect();
                             let readback =
@@ -200,7 +200,10 @@ fn many_threads_and_tasks_share_a_bounded_pool() {
     assert_eq!(end.live_bytes, baseline.live_bytes, "memory is flat");
     assert_eq!(end.live_allocations, baseline.live_allocations);
     let checked = shared.checked.load(Ordering::Relaxed);
-    assert!(checked > total / 2, "most requests were checked ({checked})");
+    assert!(
+        checked > total / 2,
+        "most requests were checked ({checked})"
+    );
     eprintln!(
         "stress: {total} requests in {elapsed:?}, {checked} checked, {} cancelled",
         shared.cancelled.load(Ordering::Relaxed)

@@ -58,7 +58,7 @@ fn submit_host_then_read_into_allocates_nothing_once_warm() {
             .map(|x| bytes(&affine_reference(&words(x))))
             .collect();
         let mut out = vec![0u8; N * 4];
-        let mut serve = |i: usize, out: &mut Vec<u8>| {
+        let serve = |i: usize, out: &mut Vec<u8>| {
             let readback = model
                 .submit_host(&[&inputs[i % 4]])
                 .unwrap()

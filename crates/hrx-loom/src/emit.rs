@@ -70,8 +70,39 @@ pub fn write_spirv(module: &naga::Module, info: &ModuleInfo, entry: &str) -> Res
         shader_stage: naga::ShaderStage::Compute,
         entry_point: entry.to_string(),
     };
-    spv::write_vec(module, info, &spirv_options(), Some(&pipeline))
-        .map_err(|e| internal(E_WRITE, format!("SPIR-V writer failed: {e}")))
+    let mut words = spv::write_vec(module, info, &spirv_options(), Some(&pipeline))
+        .map_err(|e| internal(E_WRITE, format!("SPIR-V writer failed: {e}")))?;
+    drop_capability(&mut words, CAP_UNIFORM_AND_STORAGE_16);
+    Ok(words)
+}
+
+/// `UniformAndStorageBuffer16BitAccess`. naga declares it beside
+/// `StorageBuffer16BitAccess` for every 16-bit type, but loom keeps 16-bit
+/// values only in storage buffers and registers (push constants refuse
+/// f16, and there are no uniform buffers), so it is never needed; a device
+/// that has not enabled `uniformAndStorageBuffer16BitAccess` would reject
+/// the module with it.
+const CAP_UNIFORM_AND_STORAGE_16: u32 = 4434;
+/// `OpCapability`, one operand: two words.
+const OP_CAPABILITY: u32 = 17;
+/// Words of the SPIR-V header.
+const HEADER_WORDS: usize = 5;
+
+/// Remove every `OpCapability cap` from a SPIR-V module. Capabilities come
+/// first after the header, so the walk stops at the first other opcode.
+fn drop_capability(words: &mut Vec<u32>, cap: u32) {
+    let mut at = HEADER_WORDS;
+    while let Some(&first) = words.get(at) {
+        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
+        if opcode != OP_CAPABILITY || count == 0 {
+            break;
+        }
+        if count == 2 && words.get(at + 1) == Some(&cap) {
+            words.drain(at..at + 2);
+        } else {
+            at += count;
+        }
+    }
 }
 
 /// Validate then write: the whole emit stage.
@@ -90,4 +121,30 @@ fn internal(code: &'static str, message: String) -> Error {
         column: 1,
         excerpt: String::new(),
     }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_capability_removes_only_that_capability() {
+        let cap = |c: u32| [(2 << 16) | OP_CAPABILITY, c];
+        let mut words = vec![0x0723_0203, 0x0001_0300, 0, 10, 0];
+        words.extend(cap(1));
+        words.extend(cap(CAP_UNIFORM_AND_STORAGE_16));
+        words.extend(cap(4433));
+        // OpExtension "..." (not a capability): the walk stops here, even
+        // though a later word equals the capability's number.
+        words.extend([(3 << 16) | 10, 0x6162_6364, CAP_UNIFORM_AND_STORAGE_16]);
+        let mut want = words.clone();
+        want.drain(7..9);
+        drop_capability(&mut words, CAP_UNIFORM_AND_STORAGE_16);
+        assert_eq!(words, want);
+        // Truncated or empty modules do not panic.
+        let mut short = vec![0x0723_0203, 1];
+        drop_capability(&mut short, CAP_UNIFORM_AND_STORAGE_16);
+        let mut zero = vec![0; 6];
+        drop_capability(&mut zero, 1);
+    }
 }

@@ -26,7 +26,7 @@ pub struct Gpu {
     pub(crate) device: ash::Device,
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) allocator: Mutex<ManuallyDrop<Allocator>>,
-    command_pool: Mutex<vk::CommandPool>,
+    queue_family: u32,
     pipeline_cache: vk::PipelineCache,
     push_descriptor: ash::khr::push_descriptor::Device,
     pub(crate) timeline: Arc<Timeline>,
@@ -74,28 +74,15 @@ impl Gpu {
             allocation_sizes: Default::default(),
         })
         .map_err(|e| Error::Message(format!("gpu-allocator: {e}")))?;
-        let pool_info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(queue_family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        // SAFETY: valid device and create info.
-        let command_pool = unsafe { device.create_command_pool(&pool_info, None) }
-            .map_err(vk_error("vkCreateCommandPool"))?;
         // SAFETY: valid device; an empty cache.
         let pipeline_cache =
             unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-                .map_err(|e| {
-                    // SAFETY: the pool was just created and is unused.
-                    unsafe { device.destroy_command_pool(command_pool, None) };
-                    vk_error("vkCreatePipelineCache")(e)
-                })?;
+                .map_err(vk_error("vkCreatePipelineCache"))?;
         let timeline = match Timeline::new(domain, device.clone()) {
             Ok(timeline) => timeline,
             Err(e) => {
-                // SAFETY: both objects were just created and are unused.
-                unsafe {
-                    device.destroy_pipeline_cache(pipeline_cache, None);
-                    device.destroy_command_pool(command_pool, None);
-                }
+                // SAFETY: the cache was just created and is unused.
+                unsafe { device.destroy_pipeline_cache(pipeline_cache, None) };
                 return Err(e);
             }
         };
@@ -111,7 +98,7 @@ impl Gpu {
             device,
             queue: Mutex::new(queue),
             allocator: Mutex::new(ManuallyDrop::new(allocator)),
-            command_pool: Mutex::new(command_pool),
+            queue_family,
             pipeline_cache,
             push_descriptor,
             timeline,
@@ -146,20 +133,34 @@ impl Gpu {
         &self.push_descriptor
     }
 
-    /// A primary command buffer from the device's pool, freed on drop.
+    /// A primary command buffer with a pool of its own, freed on drop.
+    ///
+    /// Vulkan requires a pool to be externally synchronised while any of its
+    /// buffers is recorded, allocated or freed. One pool per command buffer
+    /// (they are made at prepare time, a cold path) means recording never
+    /// contends with the watcher thread releasing finished work.
     pub(crate) fn command_buffer(self: &Arc<Self>) -> Result<CommandBuffer> {
-        let pool = self.command_pool.lock().unwrap_or_else(|e| e.into_inner());
-        let info = vk::CommandBufferAllocateInfo::default()
-            .command_pool(*pool)
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family);
+        // SAFETY: valid device and create info.
+        let pool = unsafe { self.device.create_command_pool(&info, None) }
+            .map_err(vk_error("vkCreateCommandPool"))?;
+        let allocate = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
-        // SAFETY: the pool is externally synchronised by its mutex.
-        let raw = unsafe { self.device.allocate_command_buffers(&info) }
-            .map_err(vk_error("vkAllocateCommandBuffers"))?;
-        Ok(CommandBuffer {
-            gpu: self.clone(),
-            raw: raw[0],
-        })
+        // SAFETY: the pool was just created and is used by this thread only.
+        match unsafe { self.device.allocate_command_buffers(&allocate) } {
+            Ok(raw) => Ok(CommandBuffer {
+                gpu: self.clone(),
+                pool,
+                raw: raw[0],
+            }),
+            Err(result) => {
+                // SAFETY: the pool is empty and unused.
+                unsafe { self.device.destroy_command_pool(pool, None) };
+                Err(vk_error("vkAllocateCommandBuffers")(result))
+            }
+        }
     }
 }
 
@@ -178,11 +179,6 @@ impl Drop for Gpu {
         unsafe {
             self.device
                 .destroy_pipeline_cache(self.pipeline_cache, None);
-            let pool = self
-                .command_pool
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner());
-            self.device.destroy_command_pool(*pool, None);
             let allocator = self.allocator.get_mut().unwrap_or_else(|e| e.into_inner());
             ManuallyDrop::drop(allocator);
             self.timeline.destroy_semaphore();
@@ -191,9 +187,10 @@ impl Drop for Gpu {
     }
 }
 
-/// A primary command buffer owned by the device's pool.
+/// A primary command buffer and the pool it alone comes from.
 pub(crate) struct CommandBuffer {
     gpu: Arc<Gpu>,
+    pool: vk::CommandPool,
     raw: vk::CommandBuffer,
 }
 
@@ -205,15 +202,10 @@ impl CommandBuffer {
 
 impl Drop for CommandBuffer {
     fn drop(&mut self) {
-        let pool = self
-            .gpu
-            .command_pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // SAFETY: command buffers are dropped only when no submission that
-        // uses them is pending (they live in a graph kept alive by every
-        // in-flight submission), and the pool is locked.
-        unsafe { self.gpu.device.free_command_buffers(*pool, &[self.raw]) };
+        // SAFETY: a command buffer is dropped only when no submission that
+        // uses it is pending (it lives in a graph kept alive by every
+        // in-flight submission); destroying its pool frees it.
+        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
     }
 }
 
@@ -269,9 +261,15 @@ fn create_device(
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
         .timeline_semaphore(true)
         .shader_float16(target.shader_f16)
-        .vulkan_memory_model(true);
+        .vulkan_memory_model(true)
+        // Required with the memory model in Vulkan 1.3; naga's storage
+        // atomics use device scope.
+        .vulkan_memory_model_device_scope(true);
+    // naga declares UniformAndStorageBuffer16BitAccess for any 16-bit
+    // storage access, so enable both where the device has them.
     let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
-        .storage_buffer16_bit_access(target.storage_16bit);
+        .storage_buffer16_bit_access(target.storage_16bit)
+        .uniform_and_storage_buffer16_bit_access(physical.uniform_16bit);
     let base = vk::PhysicalDeviceFeatures::default().shader_int64(target.shader_int64);
     let mut features = vk::PhysicalDeviceFeatures2::default()
         .features(base)

@@ -41,6 +41,7 @@ pub(crate) struct PhysicalDevice {
     pub(crate) target: Target,
     pub(crate) push_descriptor: bool,
     pub(crate) memory_budget_ext: bool,
+    pub(crate) uniform_16bit: bool,
 }
 
 impl Instance {
@@ -200,6 +201,7 @@ impl Instance {
                 .unwrap_or_default()
         };
         let shader_int64 = features.features.shader_int64 == vk::TRUE;
+        let uniform_16bit = v11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
         let has = |name: &CStr| {
             extensions
                 .iter()
@@ -261,6 +263,7 @@ impl Instance {
             target,
             push_descriptor: has(ash::khr::push_descriptor::NAME),
             memory_budget_ext: has(ash::ext::memory_budget::NAME),
+            uniform_16bit,
         }
     }
 

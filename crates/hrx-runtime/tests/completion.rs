@@ -1,8 +1,11 @@
 //! Completion semantics: ordering, futures, timeouts, cancellation, failure
 //! propagation, fault injection and device loss, on a real device.
 
+mod common;
+
 use hrx_runtime::{
-    Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime, RuntimeOptions,
+    Access, Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime,
+    RuntimeOptions,
 };
 use std::time::Duration;
 
@@ -10,15 +13,32 @@ fn faulty_runtime() -> Runtime {
     Runtime::with_options(RuntimeOptions::default().with_fault_injection()).unwrap()
 }
 
-/// A graph that keeps the device busy for a while (many large fills).
-fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
-    let big = runtime
-        .allocate(64 << 20, MemoryPlacement::GpuLocal)
-        .unwrap();
-    let mut graph = runtime.graph();
-    for value in 0..12 {
-        graph.fill(big.view(), value).unwrap();
+/// One invocation running a long chain of dependent arithmetic: about
+/// 30 ms on lavapipe and on an H200 alike, so that work is reliably still
+/// pending when a test looks at it (large fills finish in microseconds on
+/// a GPU).
+const SPIN: &str = r#"
+var<immediate> iterations: u32;
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    var x = out[0];
+    for (var i = 0u; i < iterations; i++) {
+        x = x * 0.999999 + 1.0;
     }
+    out[0] = x;
+}
+"#;
+
+/// A graph that keeps the device busy for a while.
+fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
+    let out = runtime.allocate(16, MemoryPlacement::GpuLocal).unwrap();
+    let kernel = common::kernel(runtime, SPIN, &[Access::ReadWrite], 4, 4, [1, 1, 1]);
+    let mut graph = runtime.graph();
+    let iterations: u32 = 1 << 24;
+    graph
+        .dispatch(&kernel, &[out.view()], &iterations.to_le_bytes(), [1, 1, 1])
+        .unwrap();
     graph.prepare().unwrap()
 }
 

@@ -17,8 +17,28 @@
 //!   cut from, so a kernel can bind an aligned range and index from an
 //!   element offset even when the view starts at an unaligned byte.
 //! - **Errors before work.** Every operation checks domains, dtypes, shapes
-//!   and extents first and returns an [`Error`](hrx_core::Error) naming the
-//!   operation and the shapes; nothing is queued when it fails.
+//!   and extents first and returns an [`Error`] naming the operation and the
+//!   shapes; nothing is recorded or queued when it fails.
+//! - **Operators are loom.** [`Ops`] is the operator library of one runtime
+//!   domain: a loom [`Compiler`](hrx_loom::Compiler) for the device's
+//!   target, built at first use, and a cache of pipelines. Kernels live in
+//!   `kernels/*.loom` as templates: `${NAME}` placeholders (element type,
+//!   the few lines of an operation's body, tile sizes that must be static
+//!   view extents) are substituted before compiling; grid sizes go through
+//!   `Specialization` config values. Tile and workgroup sizes come from
+//!   the `Target` (workgroup invocation and count limits), not constants.
+//! - **Record or run.** Each operator has a `record_*` form writing a
+//!   caller's output tensor inside a caller's [`Graph`](hrx_runtime::Graph)
+//!   (submit it after the inputs' producers), and an eager form that
+//!   allocates the output, submits after the inputs' producers and returns
+//!   it with its producer.
+//! - **Strides, not copies.** Kernels address operands by element strides
+//!   and offsets inside an aligned binding, so transposed, broadcast and
+//!   sliced inputs are read in place; axes are merged on the host first
+//!   (at most four remain for elementwise kernels, one batch axis for
+//!   matmul), and reductions pack inputs whose axes do not merge.
+
+#![warn(missing_docs)]
 
 mod desc;
 mod dtype;

@@ -88,13 +88,12 @@ impl Lowerer<'_> {
                 self.builtin(builtin, false)
             }
             OpKind::Barrier => {
-                // Also order storage-buffer accesses when the kernel writes
-                // any: tiled kernels exchange data through them too.
-                let mut flags = Barrier::WORK_GROUP;
-                if self.storage_written {
-                    flags |= Barrier::STORAGE;
-                }
-                self.fb.stmt(Statement::ControlBarrier(flags));
+                // `kernel.barrier<workgroup>` orders workgroup memory at
+                // workgroup scope (GLSL's `barrier()`). naga's STORAGE flag
+                // would widen the memory scope to Device, which a device
+                // with the Vulkan memory model but without its device
+                // scope feature rejects, and which costs more on GPUs.
+                self.fb.stmt(Statement::ControlBarrier(Barrier::WORK_GROUP));
                 return Ok(());
             }
             OpKind::SubgroupReduce(r, x) => {

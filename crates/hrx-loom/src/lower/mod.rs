@@ -88,7 +88,6 @@ pub(crate) struct Lowerer<'k> {
     pub(crate) arguments: Vec<naga::FunctionArgument>,
     pub(crate) workgroup_size: [u32; 3],
     pub(crate) workgroup_bytes: u64,
-    pub(crate) storage_written: bool,
     pub(crate) diags: Diagnostics,
 }
 
@@ -125,7 +124,6 @@ pub fn lower(
         arguments: Vec::new(),
         workgroup_size,
         workgroup_bytes: 0,
-        storage_written: kernel.buffer_access.iter().any(|a| a.written),
         diags,
     };
     match l.run() {

@@ -6,7 +6,6 @@
 use hrx_core::Target;
 use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
 use hrx_runtime::{Buffer, GpuKernel, MemoryPlacement, Runtime};
-use std::sync::OnceLock;
 
 /// The word every output is filled with before a run: a quiet NaN as f32,
 /// an odd pattern as an integer, so an unwritten element never passes.
@@ -21,19 +20,26 @@ pub struct Gpu {
     compiler: Compiler,
 }
 
-/// The process-wide device (opened once; tests share it).
+/// This thread's device (opened once per test thread). Each test gets its
+/// own runtime domain: hrx-runtime records graphs from one command pool per
+/// domain without a lock, so concurrent `prepare`s on one domain from
+/// several test threads trip the validation layers' threading checks.
 pub fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let runtime = Runtime::new().expect("runtime");
-        let target = runtime.gpu().expect("device").target().clone();
-        let compiler = Compiler::for_target(None, &target).expect("compiler");
-        Gpu {
-            runtime,
-            target,
-            compiler,
-        }
-    })
+    thread_local! {
+        static GPU: &'static Gpu = Box::leak(Box::new(open()));
+    }
+    GPU.with(|g| *g)
+}
+
+fn open() -> Gpu {
+    let runtime = Runtime::new().expect("runtime");
+    let target = runtime.gpu().expect("device").target().clone();
+    let compiler = Compiler::for_target(None, &target).expect("compiler");
+    Gpu {
+        runtime,
+        target,
+        compiler,
+    }
 }
 
 /// A compiled kernel and its pipeline.

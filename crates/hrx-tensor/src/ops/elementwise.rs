@@ -188,7 +188,7 @@ impl UnaryOp {
     }
 
     /// loom lines computing `%r` from `%x` of type `t`.
-    fn body(self, t: &str) -> String {
+    pub(crate) fn body(self, t: &str) -> String {
         let simple = |op: &str| format!("    %r = scalar.{op} %x : {t}");
         let text = match self {
             UnaryOp::Neg => return simple("negf"),

@@ -15,12 +15,18 @@
 mod bridge;
 mod elementwise;
 mod indexing;
+mod matmul;
+mod movement;
 mod operand;
+mod reduce;
 mod registry;
+mod rows;
 
 pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
+pub use matmul::MatmulOptions;
+pub use reduce::Reduction;
 
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::Result;

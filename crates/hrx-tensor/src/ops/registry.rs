@@ -67,6 +67,7 @@ impl KernelKey {
 pub(crate) struct Registry {
     runtime: Runtime,
     compiler: Mutex<Option<Compiler>>,
+    zeros: Mutex<Option<BufferView>>,
     kernels: Mutex<HashMap<KernelKey, Kernel>>,
 }
 
@@ -75,6 +76,7 @@ impl Registry {
         Registry {
             runtime,
             compiler: Mutex::new(None),
+            zeros: Mutex::new(None),
             kernels: Mutex::new(HashMap::new()),
         }
     }
@@ -91,6 +93,17 @@ impl Registry {
     fn compiler(&self) -> Result<Compiler> {
         cached_init(&self.compiler, || {
             Compiler::for_target(None, self.runtime.gpu()?.target())
+        })
+    }
+
+    /// 16 bytes of zeros, bound where a kernel's operand is absent or empty
+    /// (never written).
+    pub(crate) fn zeros(&self) -> Result<BufferView> {
+        cached_init(&self.zeros, || {
+            Ok(self
+                .runtime
+                .allocate(16, hrx_runtime::MemoryPlacement::GpuLocal)?
+                .view())
         })
     }
 

@@ -1,0 +1,248 @@
+//! Data movement through the strided copy kernel: contiguous copies,
+//! permutes (transposes), concatenation along any axis, and padding.
+
+use super::{
+    Ops,
+    indexing::coalesce,
+    operand::{check_inputs, operand},
+    registry::KernelKey,
+};
+use crate::{DeviceTensor, TensorDesc};
+use hrx_core::{Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+const COPY: &str = include_str!("../../kernels/copy.loom");
+
+fn index(v: usize) -> ScalarValue {
+    ScalarValue::Index(v as u64)
+}
+
+impl Ops {
+    /// Record an element-by-element copy of `src` into `dst` (same dtype
+    /// and shape; either may be strided, e.g. `dst` a slice of a larger
+    /// tensor). 4-byte and 2-byte dtypes.
+    pub fn record_copy(
+        &self,
+        graph: &mut Graph,
+        src: &DeviceTensor,
+        dst: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("copy of {} into {}", src.desc(), dst.desc());
+        let operation = operation.as_str();
+        check_inputs(self.runtime(), operation, &[src, dst])?;
+        if src.desc().dtype() != dst.desc().dtype() || src.desc().shape() != dst.desc().shape() {
+            return Err(Error::Message(format!(
+                "{operation}: dtypes or shapes differ"
+            )));
+        }
+        if src.desc().is_empty() {
+            return Ok(());
+        }
+        let t = match src.desc().dtype().bytes() {
+            4 => "u32",
+            2 => "f16",
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "{operation}: only 4-byte and 2-byte elements are copied"
+                )));
+            }
+        };
+        let strides = [src.desc().strides().to_vec(), dst.desc().strides().to_vec()];
+        let (dims, strides) = coalesce(src.desc().shape(), &strides, 4).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{operation}: more than 4 axes remain after merging"
+            ))
+        })?;
+        let target = self.registry.target()?;
+        let (ka, ko) = (
+            operand(src, &target, operation)?,
+            operand(dst, &target, operation)?,
+        );
+        let kernel = self.registry.kernel(KernelKey {
+            template: COPY,
+            substitutions: vec![("T", t.into())],
+            symbol: "copy",
+            config: self.grid_config("copy.wg", "copy.max_groups")?,
+        })?;
+        let n = src.desc().elements();
+        let scalars: Vec<ScalarValue> = std::iter::once(index(n))
+            .chain(dims[1..].iter().map(|&d| index(d)))
+            .chain(strides[0].iter().map(|&s| index(s)))
+            .chain(ka.scalars())
+            .chain(strides[1].iter().map(|&s| index(s)))
+            .chain(ko.scalars())
+            .collect();
+        kernel.record(graph, operation, &[ka.view, ko.view], &scalars, &[n as u64])
+    }
+
+    /// A contiguous copy of `a` recorded into `graph` (new storage), or `a`
+    /// itself when it is already contiguous.
+    pub fn record_contiguous(&self, graph: &mut Graph, a: &DeviceTensor) -> Result<DeviceTensor> {
+        if a.desc().is_contiguous() {
+            return Ok(a.clone());
+        }
+        let out = self.output(TensorDesc::new(
+            a.desc().dtype(),
+            a.desc().shape().to_vec(),
+        )?)?;
+        self.record_copy(graph, a, &out)?;
+        Ok(out)
+    }
+
+    /// `a` with its axes reordered: axis `i` of the result is axis
+    /// `axes[i]` of `a`. A view, no copy (use [`Ops::contiguous`] to pack it).
+    pub fn permuted(a: &DeviceTensor, axes: &[usize]) -> Result<DeviceTensor> {
+        let rank = a.desc().rank();
+        let mut seen = vec![false; rank];
+        let valid = axes.len() == rank
+            && axes
+                .iter()
+                .all(|&x| x < rank && !std::mem::replace(&mut seen[x], true));
+        if !valid {
+            return Err(Error::Message(format!(
+                "permute of {}: {axes:?} is not a permutation of 0..{rank}",
+                a.desc()
+            )));
+        }
+        let shape = axes.iter().map(|&x| a.desc().shape()[x]).collect();
+        let strides = axes.iter().map(|&x| a.desc().strides()[x]).collect();
+        let desc = TensorDesc::strided(a.desc().dtype(), shape, strides)?;
+        a.view(0, desc)
+    }
+
+    /// A packed copy of `a`, run eagerly (a clone when already contiguous).
+    pub fn contiguous(&self, a: &DeviceTensor) -> Result<DeviceTensor> {
+        if a.desc().is_contiguous() {
+            return Ok(a.clone());
+        }
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        self.eager(&[a], desc, |g, out| self.record_copy(g, a, out))
+    }
+
+    /// `a` permuted by `axes` and packed, run eagerly.
+    pub fn permute(&self, a: &DeviceTensor, axes: &[usize]) -> Result<DeviceTensor> {
+        let view = Self::permuted(a, axes)?;
+        let desc = TensorDesc::new(a.desc().dtype(), view.desc().shape().to_vec())?;
+        self.eager(&[a], desc, |g, out| self.record_copy(g, &view, out))
+    }
+
+    /// The shape of `inputs` concatenated along `axis`.
+    pub fn concat_shape(inputs: &[&DeviceTensor], axis: usize) -> Result<Vec<usize>> {
+        let shapes: Vec<_> = inputs.iter().map(|t| t.desc().shape().to_vec()).collect();
+        let fail = |why: &str| {
+            Err(Error::Message(format!(
+                "concat of {shapes:?} along axis {axis}: {why}"
+            )))
+        };
+        let Some(first) = inputs.first() else {
+            return fail("no inputs");
+        };
+        let mut shape = first.desc().shape().to_vec();
+        if axis >= shape.len() {
+            return fail("the axis is out of range");
+        }
+        shape[axis] = 0;
+        for t in inputs {
+            let s = t.desc().shape();
+            let same = s.len() == shape.len()
+                && s.iter()
+                    .zip(&shape)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == axis || a == b);
+            if !same || t.desc().dtype() != first.desc().dtype() {
+                return fail("dtypes or the other extents differ");
+            }
+            let Some(total) = shape[axis].checked_add(s[axis]) else {
+                return fail("the extent overflows");
+            };
+            shape[axis] = total;
+        }
+        Ok(shape)
+    }
+
+    /// Record the concatenation of `inputs` along `axis` into `out`
+    /// (which may be strided); inputs may be strided.
+    pub fn record_concat(
+        &self,
+        graph: &mut Graph,
+        inputs: &[&DeviceTensor],
+        axis: usize,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let shape = Self::concat_shape(inputs, axis)?;
+        if out.desc().shape() != shape || out.desc().dtype() != inputs[0].desc().dtype() {
+            return Err(Error::Message(format!(
+                "concat along axis {axis}: output {} must have shape {shape:?} and dtype {}",
+                out.desc(),
+                inputs[0].desc().dtype()
+            )));
+        }
+        // Check everything before recording anything.
+        let mut parts = Vec::with_capacity(inputs.len());
+        let mut start = 0;
+        for t in inputs {
+            let end = start + t.desc().shape()[axis];
+            parts.push((t, out.slice(axis, start..end)?));
+            start = end;
+        }
+        check_inputs(self.runtime(), "concat", inputs)?;
+        // Dry run into a scratch graph so that a failing part records none.
+        let mut scratch = self.runtime().graph();
+        for (t, part) in &parts {
+            self.record_copy(&mut scratch, t, part)?;
+        }
+        for (t, part) in parts {
+            self.record_copy(graph, t, &part)?;
+        }
+        Ok(())
+    }
+
+    /// Concatenation along `axis`, run eagerly.
+    pub fn concat(&self, inputs: &[&DeviceTensor], axis: usize) -> Result<DeviceTensor> {
+        let shape = Self::concat_shape(inputs, axis)?;
+        let desc = TensorDesc::new(inputs[0].desc().dtype(), shape)?;
+        self.eager(inputs, desc, |g, out| {
+            self.record_concat(g, inputs, axis, out)
+        })
+    }
+
+    /// `a` padded with `pads[i] = (before, after)` elements of `value` on
+    /// each axis, run eagerly. 4-byte dtypes (`value` is stored as the
+    /// dtype's bits: f32, or the integer it converts to).
+    pub fn pad(
+        &self,
+        a: &DeviceTensor,
+        pads: &[(usize, usize)],
+        value: f64,
+    ) -> Result<DeviceTensor> {
+        let operation = format!("pad of {} by {pads:?}", a.desc());
+        if pads.len() != a.desc().rank() || a.desc().dtype().bytes() != 4 {
+            return Err(Error::Message(format!(
+                "{operation}: one (before, after) pair per axis and a 4-byte dtype are required"
+            )));
+        }
+        let shape: Option<Vec<usize>> = a
+            .desc()
+            .shape()
+            .iter()
+            .zip(pads)
+            .map(|(&d, &(b, e))| d.checked_add(b)?.checked_add(e))
+            .collect();
+        let shape =
+            shape.ok_or_else(|| Error::Message(format!("{operation}: the shape overflows")))?;
+        let desc = TensorDesc::new(a.desc().dtype(), shape)?;
+        let bits = crate::encode(a.desc().dtype(), &[value]);
+        let word = u32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
+        self.eager(&[a], desc, |g, out| {
+            let mut interior = out.clone();
+            for (axis, (&(before, _), &d)) in pads.iter().zip(a.desc().shape()).enumerate() {
+                interior = interior.slice(axis, before..before + d)?;
+            }
+            if let Some(view) = out.binding() {
+                g.fill(view, word)?;
+            }
+            self.record_copy(g, a, &interior)
+        })
+    }
+}

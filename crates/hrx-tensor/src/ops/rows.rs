@@ -1,0 +1,336 @@
+//! Row operators over the last axis: softmax, log-softmax, layer norm and
+//! RMS norm. One workgroup per row.
+
+use super::{
+    Ops,
+    indexing::coalesce,
+    operand::{Operand, check_inputs, check_output, operand},
+    registry::KernelKey,
+};
+use crate::{DType, DeviceTensor, TensorDesc};
+use hrx_core::{Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+const SOFTMAX: &str = include_str!("../../kernels/softmax.loom");
+const NORM: &str = include_str!("../../kernels/norm.loom");
+
+fn index(v: usize) -> ScalarValue {
+    ScalarValue::Index(v as u64)
+}
+
+/// Rows of a tensor over its last axis: count, length, row and element
+/// strides. A scalar is one row of one element.
+struct Rows {
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+fn rows(desc: &TensorDesc, operation: &str) -> Result<Rows> {
+    let rank = desc.rank();
+    if rank == 0 {
+        return Ok(Rows {
+            rows: 1,
+            cols: 1,
+            row_stride: 0,
+            col_stride: 0,
+        });
+    }
+    let (shape, strides) = (desc.shape(), desc.strides());
+    let outer = &shape[..rank - 1];
+    let (merged, merged_strides) =
+        coalesce(outer, &[strides[..rank - 1].to_vec()], 1).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{operation}: the leading axes do not merge into one"
+            ))
+        })?;
+    Ok(Rows {
+        rows: merged[0],
+        cols: shape[rank - 1],
+        row_stride: merged_strides[0][0],
+        col_stride: strides[rank - 1],
+    })
+}
+
+/// Normalisation variants.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Norm {
+    Layer,
+    Rms,
+}
+
+impl Ops {
+    fn row_workgroup(&self) -> Result<usize> {
+        let target = self.registry.target()?;
+        Ok(256
+            .min(target.max_workgroup_invocations as usize)
+            .min(target.max_workgroup_size[0] as usize))
+    }
+
+    fn record_softmax_kind(
+        &self,
+        graph: &mut Graph,
+        log: bool,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let name = if log { "log_softmax" } else { "softmax" };
+        let operation = format!("{name} of {}", a.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[a])?;
+        if a.desc().dtype() != DType::F32 {
+            return Err(Error::Unsupported(format!("{operation}: f32 only")));
+        }
+        check_output(runtime, operation, out, DType::F32, a.desc().shape())?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let packed;
+        let a = match rows(a.desc(), operation) {
+            Ok(_) => a,
+            Err(_) => {
+                packed = self.record_contiguous(graph, a)?;
+                &packed
+            }
+        };
+        let r = rows(a.desc(), operation)?;
+        let target = self.registry.target()?;
+        let (ka, ko) = (
+            operand(a, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let wg = self.row_workgroup()?;
+        let body = if log {
+            "    %o = scalar.subf %d, %lse : f32"
+        } else {
+            "    %e = scalar.expf %d : f32\n    %o = scalar.mulf %e, %inv : f32"
+        };
+        let kernel = self.registry.kernel(KernelKey {
+            template: SOFTMAX,
+            substitutions: vec![
+                ("WG_BYTES", (wg * 4).to_string()),
+                ("WG", wg.to_string()),
+                ("OUT", body.into()),
+            ],
+            symbol: "softmax",
+            config: Vec::new(),
+        })?;
+        let scalars: Vec<ScalarValue> = [r.cols, r.row_stride, r.col_stride]
+            .map(index)
+            .into_iter()
+            .chain(ka.scalars())
+            .chain(ko.scalars())
+            .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[ka.view, ko.view],
+            &scalars,
+            &[r.rows as u64],
+        )
+    }
+
+    /// Record `out = softmax(a)` over the last axis (numerically stable:
+    /// the row maximum is subtracted first). f32; `a` may be strided.
+    pub fn record_softmax(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        self.record_softmax_kind(graph, false, a, out)
+    }
+
+    /// Record `out = log_softmax(a)` over the last axis: `x - max - ln sum
+    /// exp(x - max)`.
+    pub fn record_log_softmax(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        self.record_softmax_kind(graph, true, a, out)
+    }
+
+    /// Softmax over the last axis, run eagerly.
+    pub fn softmax(&self, a: &DeviceTensor) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        self.eager(&[a], desc, |g, out| self.record_softmax(g, a, out))
+    }
+
+    /// Log-softmax over the last axis, run eagerly.
+    pub fn log_softmax(&self, a: &DeviceTensor) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        self.eager(&[a], desc, |g, out| self.record_log_softmax(g, a, out))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_norm(
+        &self,
+        graph: &mut Graph,
+        kind: Norm,
+        a: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let name = if kind == Norm::Layer {
+            "layer_norm"
+        } else {
+            "rms_norm"
+        };
+        let operation = format!("{name} of {}", a.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        let params: Vec<&DeviceTensor> = weight.into_iter().chain(bias).collect();
+        check_inputs(runtime, operation, &[a])?;
+        check_inputs(runtime, operation, &params)?;
+        let cols = a.desc().shape().last().copied().unwrap_or(1);
+        for t in std::iter::once(a).chain(params.iter().copied()) {
+            if t.desc().dtype() != DType::F32 {
+                return Err(Error::Unsupported(format!(
+                    "{operation}: {} is not f32",
+                    t.desc()
+                )));
+            }
+        }
+        for t in &params {
+            if t.desc().shape() != [cols] {
+                return Err(Error::Message(format!(
+                    "{operation}: weight and bias must have shape [{cols}], got {}",
+                    t.desc()
+                )));
+            }
+        }
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::Message(format!(
+                "{operation}: eps {eps} must be finite and >= 0"
+            )));
+        }
+        check_output(runtime, operation, out, DType::F32, a.desc().shape())?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let packed;
+        let a = match rows(a.desc(), operation) {
+            Ok(_) => a,
+            Err(_) => {
+                packed = self.record_contiguous(graph, a)?;
+                &packed
+            }
+        };
+        let r = rows(a.desc(), operation)?;
+        let target = self.registry.target()?;
+        let dummy = || -> Result<Operand> {
+            Ok(Operand {
+                view: self.registry.zeros()?,
+                offset: 0,
+                len: 4,
+            })
+        };
+        let param = |t: Option<&DeviceTensor>| -> Result<(Operand, usize, usize)> {
+            match t {
+                Some(t) => Ok((operand(t, &target, operation)?, t.desc().strides()[0], 1)),
+                None => Ok((dummy()?, 0, 0)),
+            }
+        };
+        let (ka, ko) = (
+            operand(a, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let ((kw, sw, hw), (kb, sb, hb)) = (param(weight)?, param(bias)?);
+        let wg = self.row_workgroup()?;
+        let kernel = self.registry.kernel(KernelKey {
+            template: NORM,
+            substitutions: vec![
+                ("WG_BYTES", (wg * 4).to_string()),
+                ("WG", wg.to_string()),
+                ("CENTER", u8::from(kind == Norm::Layer).to_string()),
+            ],
+            symbol: "norm",
+            config: Vec::new(),
+        })?;
+        let scalars: Vec<ScalarValue> =
+            [index(r.cols), ScalarValue::F32(eps), index(hw), index(hb)]
+                .into_iter()
+                .chain([r.row_stride, r.col_stride].map(index))
+                .chain(ka.scalars())
+                .chain([index(sw)])
+                .chain(kw.scalars())
+                .chain([index(sb)])
+                .chain(kb.scalars())
+                .chain(ko.scalars())
+                .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[ka.view, kw.view, kb.view, ko.view],
+            &scalars,
+            &[r.rows as u64],
+        )
+    }
+
+    /// Record layer norm over the last axis: `(x - mean) / sqrt(var + eps)
+    /// * weight + bias` with the biased variance; weight and bias (shape
+    /// `\[last\]`) are optional.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_layer_norm(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        self.record_norm(graph, Norm::Layer, a, weight, bias, eps, out)
+    }
+
+    /// Record RMS norm over the last axis: `x / sqrt(mean(x^2) + eps) *
+    /// weight + bias`; weight and bias are optional.
+    pub fn record_rms_norm(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        self.record_norm(graph, Norm::Rms, a, weight, bias, eps, out)
+    }
+
+    /// Layer norm over the last axis, run eagerly.
+    pub fn layer_norm(
+        &self,
+        a: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+    ) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        let inputs: Vec<&DeviceTensor> = std::iter::once(a).chain(weight).chain(bias).collect();
+        self.eager(&inputs, desc, |g, out| {
+            self.record_layer_norm(g, a, weight, bias, eps, out)
+        })
+    }
+
+    /// RMS norm over the last axis, run eagerly.
+    pub fn rms_norm(
+        &self,
+        a: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+    ) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        let inputs: Vec<&DeviceTensor> = std::iter::once(a).chain(weight).chain(bias).collect();
+        self.eager(&inputs, desc, |g, out| {
+            self.record_rms_norm(g, a, weight, bias, eps, out)
+        })
+    }
+}

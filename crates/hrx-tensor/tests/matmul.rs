@@ -1,0 +1,137 @@
+//! Matmul against an f64 reference: batches with broadcasting, transposes,
+//! strided operands, bias and activation epilogues, partial tiles, empty
+//! and size-1 extents. Tolerance (f32): atol 1e-4 + rtol 1e-4.
+
+mod common;
+
+use common::{cases::unary_ref, *};
+use hrx_tensor::{
+    DType, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp},
+};
+use proptest::prelude::*;
+
+/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
+fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
+    if !transpose {
+        return values.to_vec();
+    }
+    let mut out = vec![0.0; values.len()];
+    for b in 0..batch {
+        for i in 0..rows {
+            for j in 0..cols {
+                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
+            }
+        }
+    }
+    out
+}
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![1 => Just(0usize), 2 => Just(1usize), 6 => 2usize..40]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matmul_matches_reference(
+        m in dim(), n in dim(), k in dim(),
+        batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3]), Just(vec![2, 2])],
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Gen::new(seed);
+        let options = MatmulOptions {
+            transpose_a: rng.below(2) == 0,
+            transpose_b: rng.below(2) == 0,
+            activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
+        };
+        // b is broadcast over the batch half of the time.
+        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
+        let nb: usize = batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let va = values(&mut rng, nb * m * k, -1.0, 1.0);
+        let vb = values(&mut rng, nbb * k * n, -1.0, 1.0);
+        let vbias = values(&mut rng, n, -1.0, 1.0);
+        let with_bias = rng.below(2) == 0;
+        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
+            let mut s = batch.to_vec();
+            s.extend(if t { [c, r] } else { [r, c] });
+            s
+        };
+        let sa = shape_of(&batch, m, k, options.transpose_a);
+        let sb = shape_of(&b_batch, k, n, options.transpose_b);
+        let placement = [Placement::Contiguous, Placement::Padded][rng.below(2)];
+        let a = input(DType::F32, &sa, &stored(&va, nb, m, k, options.transpose_a), placement);
+        let b = input(DType::F32, &sb, &stored(&vb, nbb, k, n, options.transpose_b), Placement::Contiguous);
+        let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
+        let bias = with_bias.then_some(&bias);
+        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
+        let mut expect_shape = batch.clone();
+        expect_shape.extend([m, n]);
+        prop_assert_eq!(&shape, &expect_shape);
+        let mut inputs = vec![&a, &b];
+        inputs.extend(bias);
+        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
+            ops().record_matmul(g, &a, &b, bias, options, out)
+        }).unwrap();
+        let mut want = Vec::new();
+        for bi in 0..nb {
+            let bb = if b_batch.is_empty() { 0 } else { bi };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s: f64 = (0..k).map(|q| va[bi * m * k + i * k + q] * vb[bb * k * n + q * n + j]).sum();
+                    if with_bias { s += vbias[j]; }
+                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
+                }
+            }
+        }
+        assert_close(&got, &want, 1e-4, 1e-4, &format!("matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {placement:?}"));
+    }
+}
+
+#[test]
+fn matmul_errors_name_shapes() {
+    let a = input(DType::F32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let b = input(DType::F32, &[4, 2], &[1.0; 8], Placement::Contiguous);
+    let e = ops()
+        .matmul(&a, &b, None, MatmulOptions::default())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("matmul of f32[2, 3] and f32[4, 2]"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("inner extents 3 and 4"), "{e}");
+    let ok = ops().matmul(
+        &a,
+        &b,
+        None,
+        MatmulOptions {
+            transpose_a: true,
+            transpose_b: true,
+            activation: None,
+        },
+    );
+    assert_eq!(ok.unwrap().desc().shape(), [3, 4]);
+    let v = input(DType::F32, &[3], &[1.0; 3], Placement::Contiguous);
+    assert!(
+        ops()
+            .matmul(&v, &b, None, MatmulOptions::default())
+            .is_err()
+    );
+    let bias = input(DType::F32, &[5], &[1.0; 5], Placement::Contiguous);
+    let bt = input(DType::F32, &[3, 2], &[1.0; 6], Placement::Contiguous);
+    let e = ops()
+        .matmul(&a, &bt, Some(&bias), MatmulOptions::default())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("bias f32[5] must have shape [2]"),
+        "{e}"
+    );
+    let h = input(DType::I32, &[3, 2], &[1.0; 6], Placement::Contiguous);
+    assert!(
+        ops()
+            .matmul(&a, &h, None, MatmulOptions::default())
+            .is_err()
+    );
+}

@@ -1,0 +1,112 @@
+//! Softmax, log-softmax, layer norm and RMS norm over the last axis
+//! against f64 references: strided rows, rows longer and shorter than a
+//! workgroup, size-1 and empty axes, large offsets (stability).
+//! Tolerances (f32): softmax atol 1e-6 + rtol 1e-5; log-softmax and norms
+//! atol 2e-5 + rtol 1e-4.
+
+mod common;
+
+use common::*;
+use hrx_tensor::{DType, TensorDesc};
+use proptest::prelude::*;
+
+fn row_shape() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(
+        prop_oneof![1 => Just(0usize), 2 => Just(1usize), 4 => 2usize..6, 2 => 200usize..700],
+        0..3,
+    )
+}
+
+fn reference(
+    kind: usize,
+    shape: &[usize],
+    v: &[f64],
+    w: Option<&[f64]>,
+    b: Option<&[f64]>,
+    eps: f64,
+) -> Vec<f64> {
+    let cols = shape.last().copied().unwrap_or(1);
+    let mut out = Vec::with_capacity(v.len());
+    for row in v.chunks(cols.max(1)) {
+        let n = row.len() as f64;
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|x| (x - max).exp()).sum();
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        let ms = row.iter().map(|x| x * x).sum::<f64>() / n;
+        for (j, x) in row.iter().enumerate() {
+            let y = match kind {
+                0 => (x - max).exp() / sum,
+                1 => x - max - sum.ln(),
+                2 => (x - mean) / (var + eps).sqrt(),
+                _ => x / (ms + eps).sqrt(),
+            };
+            let y = if kind >= 2 {
+                y * w.map_or(1.0, |w| w[j]) + b.map_or(0.0, |b| b[j])
+            } else {
+                y
+            };
+            out.push(y);
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn row_ops_match_reference(shape in row_shape(), seed in any::<u64>()) {
+        let mut rng = Gen::new(seed);
+        let kind = rng.below(4);
+        let n: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        let shift = if kind < 2 { rng.uniform(-50.0, 50.0) } else { 0.0 };
+        let v: Vec<f64> = values(&mut rng, n, -3.0, 3.0).iter().map(|x| ((x + shift) as f32) as f64).collect();
+        let placement = PLACEMENTS[rng.below(3)];
+        let a = input(DType::F32, &shape, &v, placement);
+        let wv = values(&mut rng, cols, 0.5, 1.5);
+        let bv = values(&mut rng, cols, -1.0, 1.0);
+        let (use_w, use_b) = (rng.below(2) == 0, rng.below(2) == 0);
+        let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
+        let b = input(DType::F32, &[cols], &bv, Placement::Contiguous);
+        let (w, b) = (use_w.then_some(&w), use_b.then_some(&b));
+        let eps = 1e-5;
+        let desc = TensorDesc::new(DType::F32, shape.clone()).unwrap();
+        let mut inputs = vec![&a];
+        inputs.extend(w);
+        inputs.extend(b);
+        let got = run(&inputs, desc, |g, out| match kind {
+            0 => ops().record_softmax(g, &a, out),
+            1 => ops().record_log_softmax(g, &a, out),
+            2 => ops().record_layer_norm(g, &a, w, b, eps as f32, out),
+            _ => ops().record_rms_norm(g, &a, w, b, eps as f32, out),
+        }).unwrap();
+        let want = reference(kind, &shape, &v, use_w.then_some(&wv[..]), use_b.then_some(&bv[..]), eps);
+        let (atol, rtol) = if kind == 0 { (1e-6, 1e-5) } else { (2e-5, 1e-4) };
+        assert_close(&got, &want, atol, rtol, &format!("kind {kind} {shape:?} {placement:?} w {use_w} b {use_b}"));
+    }
+}
+
+#[test]
+fn row_op_errors() {
+    let a = input(DType::F32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let w = input(DType::F32, &[4], &[1.0; 4], Placement::Contiguous);
+    let e = ops().layer_norm(&a, Some(&w), None, 1e-5).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("layer_norm of f32[2, 3]: weight and bias must have shape [3], got f32[4]"),
+        "{e}"
+    );
+    assert!(ops().rms_norm(&a, None, None, f32::NAN).is_err());
+    let i = input(DType::I32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    assert!(
+        ops()
+            .softmax(&i)
+            .unwrap_err()
+            .to_string()
+            .contains("softmax of i32[2, 3]")
+    );
+    let s = ops().softmax(&a).unwrap().to_values().unwrap();
+    assert_close(&s, &[1.0 / 3.0; 6], 1e-7, 1e-6, "uniform softmax");
+}
