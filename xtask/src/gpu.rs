@@ -6,10 +6,13 @@ use std::{path::Path, process::Command};
 /// Where release binaries for the GPU machine are gathered (git-ignored).
 const STAGE: &str = ".gpu-bin";
 
-/// Build the runtime's test binaries in release, gather them under
+/// Build the device-using crates' test binaries in release, gather them under
 /// `.gpu-bin/`, and print the one `device` call that runs them on the H200.
 pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
-    let binaries = test_binaries(root, &["-p", "hrx-runtime"])?;
+    let binaries = test_binaries(
+        root,
+        &["-p", "hrx-runtime", "-p", "hrx-loom", "-p", "hrx-tensor", "-p", "hrx-inference"],
+    )?;
     let stage = root.join(STAGE);
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(&stage).map_err(|e| e.to_string())?;
@@ -32,7 +35,7 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
     );
     for name in &names {
         script.push_str(&format!(
-            "./{name} --test-threads=4 >> \"${{OUT:-.}}/gpu-test.log\" 2>&1 || {{ status=1; echo \"FAILED: {name}\"; }}\n"
+            "echo \"== {name}\" >> \"${{OUT:-.}}/gpu-test.log\"; timeout 180 ./{name} --test-threads=4 >> \"${{OUT:-.}}/gpu-test.log\" 2>&1 || {{ status=1; echo \"FAILED: {name}\"; }}\n"
         ));
     }
     script.push_str(

@@ -55,11 +55,8 @@ fn target(choice: TargetChoice) -> Result<Target, Error> {
     match choice {
         TargetChoice::Lavapipe => Ok(Target::lavapipe()),
         TargetChoice::Hopper => Ok(Target::hopper()),
-        // TODO(coordinator): wire to `hrx_runtime::Runtime::new()?.gpu()?.target()`
-        // once hrx-runtime lands; the CLI must not link Vulkan before that.
-        TargetChoice::Device => Err(Error::Unsupported(
-            "--target device is not yet wired to hrx-runtime".into(),
-        )),
+        // The device `HRX_DEVICE` (or the type preference) selects.
+        TargetChoice::Device => Ok(hrx_runtime::Runtime::new()?.gpu()?.target().clone()),
     }
 }
 
@@ -84,8 +81,36 @@ fn compile(c: &CompileArgs) -> Result<(), Error> {
 }
 
 fn devices() -> Result<(), Error> {
-    // TODO(coordinator): list `hrx_runtime` devices and their `Target` facts.
-    Err(Error::Unsupported(
-        "`hrx devices` is not yet wired to hrx-runtime".into(),
-    ))
+    for (index, t) in hrx_runtime::available_devices()?.iter().enumerate() {
+        let (major, minor, patch) = t.api_version;
+        println!(
+            "{index}: {} ({:?}, vendor {:#06x}, Vulkan {major}.{minor}.{patch})",
+            t.name, t.kind, t.vendor_id
+        );
+        println!(
+            "   subgroup size {}..{}, ops {:?}",
+            t.subgroup_size_min, t.subgroup_size_max, t.subgroup_ops
+        );
+        println!(
+            "   workgroup: max size {:?}, max invocations {}, memory {} B; max groups {:?}",
+            t.max_workgroup_size,
+            t.max_workgroup_invocations,
+            t.workgroup_memory_bytes,
+            t.max_workgroup_count
+        );
+        println!(
+            "   push constants {} B, storage range {} B (offset alignment {}), f16 {}, 16-bit storage {}, int64 {}, timeline semaphores {}",
+            t.push_constant_bytes,
+            t.max_storage_buffer_range,
+            t.storage_buffer_offset_alignment,
+            t.shader_f16,
+            t.storage_16bit,
+            t.shader_int64,
+            t.timeline_semaphores
+        );
+        if !t.cooperative_matrix.is_empty() {
+            println!("   cooperative matrix: {:?}", t.cooperative_matrix);
+        }
+    }
+    Ok(())
 }
