@@ -11,7 +11,16 @@ const STAGE: &str = ".gpu-bin";
 pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
     let binaries = test_binaries(
         root,
-        &["-p", "hrx-runtime", "-p", "hrx-loom", "-p", "hrx-tensor", "-p", "hrx-inference"],
+        &[
+            "-p",
+            "hrx-runtime",
+            "-p",
+            "hrx-loom",
+            "-p",
+            "hrx-tensor",
+            "-p",
+            "hrx-inference",
+        ],
     )?;
     let stage = root.join(STAGE);
     let _ = std::fs::remove_dir_all(&stage);

@@ -81,7 +81,7 @@ fn compile(c: &CompileArgs) -> Result<(), Error> {
 }
 
 fn devices() -> Result<(), Error> {
-    for (index, t) in hrx_runtime::available_devices()?.iter().enumerate() {
+    for (index, t) in &hrx_runtime::available_devices()? {
         let (major, minor, patch) = t.api_version;
         println!(
             "{index}: {} ({:?}, vendor {:#06x}, Vulkan {major}.{minor}.{patch})",

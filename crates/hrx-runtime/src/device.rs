@@ -1,7 +1,7 @@
 //! One opened Vulkan device: queue, allocator, pools, and its timeline.
 
 use crate::{
-    instance::{Instance, PhysicalDevice},
+    instance::{DEVICE_LIFECYCLE, Instance, PhysicalDevice},
     memory::MemoryCounters,
     options::RuntimeOptions,
     timeline::Timeline,
@@ -37,7 +37,7 @@ pub struct Gpu {
     pub(crate) fail_next_submission: AtomicBool,
     pub(crate) fail_next_execution: AtomicBool,
     // Dropped last: the instance outlives the device created from it.
-    _instance: Instance,
+    _instance: Arc<Instance>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -51,7 +51,8 @@ impl std::fmt::Debug for Gpu {
 
 impl Gpu {
     pub(crate) fn open(domain: u64, options: &RuntimeOptions) -> Result<Arc<Gpu>> {
-        let instance = Instance::new(options)?;
+        let instance = Instance::shared(options)?;
+        let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         let physical = instance.select(options.selector())?;
         if !physical.push_descriptor {
             return Err(Error::Unsupported(format!(
@@ -91,6 +92,7 @@ impl Gpu {
         let compute_copy = options
             .compute_copy
             .unwrap_or(physical.target.kind != hrx_core::DeviceKind::Cpu);
+        OPEN_DEVICES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Arc::new(Gpu {
             domain,
             index: physical.index,
@@ -164,8 +166,19 @@ impl Gpu {
     }
 }
 
+/// Devices open in this process (a leak detector for tests).
+static OPEN_DEVICES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many runtime devices are open in this process right now. A device
+/// closes when the last runtime clone, buffer, kernel, graph and in-flight
+/// submission of its domain is gone.
+pub fn open_device_count() -> usize {
+    OPEN_DEVICES.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
+        OPEN_DEVICES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         // Nothing of this domain is alive any more except work still on the
         // device; drain it so no memory is freed under the device's feet.
         // SAFETY: the queue is not used concurrently (we hold its lock).
@@ -174,6 +187,7 @@ impl Drop for Gpu {
             let _ = self.device.device_wait_idle();
         }
         self.timeline.shut_down();
+        let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the device is idle, the watcher no longer touches it, and
         // every object below was created from this device and is unused.
         unsafe {

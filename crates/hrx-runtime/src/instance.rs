@@ -10,7 +10,10 @@ use hrx_core::{
 };
 use std::{
     ffi::{CStr, c_void},
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -44,8 +47,30 @@ pub(crate) struct PhysicalDevice {
     pub(crate) uniform_16bit: bool,
 }
 
+/// The process-wide instances, one with and one without validation. An
+/// instance is created once and kept for the life of the process: creating
+/// and destroying instances while other threads open devices has hung the
+/// NVIDIA driver in our GPU test tier, and an instance costs milliseconds.
+static SHARED: Mutex<[Option<Arc<Instance>>; 2]> = Mutex::new([None, None]);
+
+/// Serialises device creation and destruction across domains (see `SHARED`).
+pub(crate) static DEVICE_LIFECYCLE: Mutex<()> = Mutex::new(());
+
 impl Instance {
-    pub(crate) fn new(options: &RuntimeOptions) -> Result<Self> {
+    /// The shared instance for these options, created on first need.
+    pub(crate) fn shared(options: &RuntimeOptions) -> Result<Arc<Self>> {
+        let validation = options.validation_enabled();
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut shared[usize::from(validation)];
+        if let Some(instance) = slot {
+            return Ok(instance.clone());
+        }
+        let instance = Arc::new(Instance::new(options)?);
+        *slot = Some(instance.clone());
+        Ok(instance)
+    }
+
+    fn new(options: &RuntimeOptions) -> Result<Self> {
         // SAFETY: loading the system Vulkan loader runs its initialisation
         // code; we rely on it being a conforming loader, as every Vulkan
         // program must.
@@ -317,10 +342,12 @@ impl Drop for Instance {
     }
 }
 
-/// The Targets of every usable Vulkan device on this machine, in enumeration order.
-pub fn available_devices() -> Result<Vec<Target>> {
-    let instance = Instance::new(&RuntimeOptions::default().with_validation(false))?;
-    Ok(instance.devices()?.into_iter().map(|d| d.target).collect())
+/// Every usable Vulkan device on this machine with its position in Vulkan's
+/// enumeration order (the index `HRX_DEVICE` and
+/// [`RuntimeOptions::with_device_index`] take) and its facts.
+pub fn available_devices() -> Result<Vec<(usize, Target)>> {
+    let instance = Instance::shared(&RuntimeOptions::default().with_validation(false))?;
+    Ok(instance.devices()?.into_iter().map(|d| (d.index, d.target)).collect())
 }
 
 unsafe extern "system" fn on_validation_message(

@@ -47,7 +47,7 @@ mod timeline;
 mod view;
 
 pub use completion::Completion;
-pub use device::Gpu;
+pub use device::{Gpu, open_device_count};
 pub use fault::Fault;
 pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
