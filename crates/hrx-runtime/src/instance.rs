@@ -347,7 +347,11 @@ impl Drop for Instance {
 /// [`RuntimeOptions::with_device_index`] take) and its facts.
 pub fn available_devices() -> Result<Vec<(usize, Target)>> {
     let instance = Instance::shared(&RuntimeOptions::default().with_validation(false))?;
-    Ok(instance.devices()?.into_iter().map(|d| (d.index, d.target)).collect())
+    Ok(instance
+        .devices()?
+        .into_iter()
+        .map(|d| (d.index, d.target))
+        .collect())
 }
 
 unsafe extern "system" fn on_validation_message(

@@ -249,6 +249,7 @@ impl Allocation {
             uses: &uses,
             keep_alive: &keep,
             health: &Arc::new(Health::default()),
+            injectable: false,
         })?
         .wait()
     }

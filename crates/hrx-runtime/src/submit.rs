@@ -43,6 +43,10 @@ pub(crate) struct Submission<'a> {
     pub(crate) uses: &'a [BufferUse],
     pub(crate) keep_alive: &'a Arc<dyn Any + Send + Sync>,
     pub(crate) health: &'a Arc<Health>,
+    /// Whether an armed injected fault may hit this submission. The
+    /// runtime's own internal work (zero-filling new memory) says no, so a
+    /// fault always lands on the user's next graph submission.
+    pub(crate) injectable: bool,
 }
 
 impl Gpu {
@@ -86,7 +90,10 @@ impl Gpu {
                 state.add_dependency(dependency.clone());
             }
         }
-        if self.fault_injection && self.fail_next_submission.swap(false, Ordering::AcqRel) {
+        if work.injectable
+            && self.fault_injection
+            && self.fail_next_submission.swap(false, Ordering::AcqRel)
+        {
             let error = Error::Vulkan {
                 operation: "vkQueueSubmit2",
                 result: "ERROR_UNKNOWN (injected fault)".into(),

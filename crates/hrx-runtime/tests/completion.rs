@@ -1,8 +1,10 @@
 //! Completion semantics: ordering, futures, timeouts, cancellation, failure
 //! propagation, fault injection and device loss, on a real device.
 
+mod common;
+
 use hrx_runtime::{
-    Buffer, Completion, DeviceKind, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime,
+    Access, Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime,
     RuntimeOptions,
 };
 use std::time::Duration;
@@ -11,16 +13,35 @@ fn faulty_runtime() -> Runtime {
     Runtime::with_options(RuntimeOptions::default().with_fault_injection()).unwrap()
 }
 
-/// A graph that keeps the device busy for tens of milliseconds: large
-/// fills, sized by device (a GPU streams ~3 TB/s, lavapipe ~10 GB/s).
-fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
-    let cpu = runtime.gpu().unwrap().target().kind == DeviceKind::Cpu;
-    let (bytes, fills) = if cpu { (64 << 20, 12) } else { (1 << 30, 64) };
-    let big = runtime.allocate(bytes, MemoryPlacement::GpuLocal).unwrap();
-    let mut graph = runtime.graph();
-    for value in 0..fills {
-        graph.fill(big.view(), value).unwrap();
+/// A long dependent integer chain per invocation: tens of milliseconds on
+/// lavapipe and on an H200 alike (fills finish far too fast on a GPU to
+/// hold work pending). Loops nest because llvmpipe stops any single loop
+/// after 65,535 iterations.
+const SPIN: &str = r#"
+struct Spin { rounds: u32 }
+var<immediate> spin: Spin;
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    var x = out[id.x];
+    for (var i = 0u; i < spin.rounds; i++) {
+        for (var j = 0u; j < 4096u; j++) {
+            x = x * 1664525u + 1013904223u + (x >> 7u);
+        }
     }
+    out[id.x] = x;
+}
+"#;
+
+/// A graph that keeps the device busy for a while.
+fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
+    let out = runtime.allocate(256, MemoryPlacement::GpuLocal).unwrap();
+    let kernel = common::kernel(runtime, SPIN, &[Access::ReadWrite], 256, 4, [64, 1, 1]);
+    let rounds: u32 = 2048;
+    let mut graph = runtime.graph();
+    graph
+        .dispatch(&kernel, &[out.view()], &rounds.to_le_bytes(), [1, 1, 1])
+        .unwrap();
     graph.prepare().unwrap()
 }
 

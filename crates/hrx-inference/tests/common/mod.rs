@@ -199,16 +199,36 @@ pub fn binding(tensor: &DeviceTensor) -> Result<hrx_runtime::BufferView> {
         .ok_or_else(|| hrx_core::Error::msg("empty tensor has no storage"))
 }
 
-/// A completion that stays pending for a while: many large fills.
+/// A long dependent integer chain per invocation; loops nest because
+/// llvmpipe stops any single loop after 65,535 iterations.
+const SPIN: &str = r"
+struct Params { rounds: u32 }
+var<immediate> params: Params;
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    var x = out[id.x];
+    for (var i = 0u; i < params.rounds; i++) {
+        for (var j = 0u; j < 4096u; j++) {
+            x = x * 1664525u + 1013904223u + (x >> 7u);
+        }
+    }
+    out[id.x] = x;
+}
+";
+
+/// A completion that stays pending for tens of milliseconds, on lavapipe
+/// and on an H200 alike (large fills finish in microseconds on a GPU).
 pub fn slow(context: &ModelContext) -> Completion {
     let runtime = context.runtime();
-    let big = runtime
-        .allocate(32 << 20, MemoryPlacement::GpuLocal)
+    let out = runtime
+        .allocate(256, MemoryPlacement::GpuLocal)
         .expect("allocate");
+    let kernel = kernel(context, SPIN, &[Access::ReadWrite]);
     let mut graph = runtime.graph();
-    for value in 0..16 {
-        graph.fill(big.view(), value).expect("fill");
-    }
+    graph
+        .dispatch(&kernel, &[out.view()], &2048u32.to_le_bytes(), [1, 1, 1])
+        .expect("dispatch");
     graph.prepare().expect("prepare").submit().expect("submit")
 }
 

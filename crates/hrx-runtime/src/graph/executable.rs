@@ -189,6 +189,7 @@ impl ExecutableGraph {
             uses: &ready.uses,
             keep_alive: &ready.keep_alive,
             health: &self.health,
+            injectable: true,
         })?;
         state.last = completion.clone();
         Ok(completion)
