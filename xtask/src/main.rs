@@ -20,6 +20,9 @@ cargo xtask <task>
                    call that runs it on the H200
   bench [suite]    run benchmarks (suites: runtime); writes target/bench/*.json
   gen-copy-kernel  regenerate the runtime's built-in copy kernel SPIR-V
+  fuzz [secs]      fuzz the loom front end and verifier with cargo-fuzz
+                   (needs a nightly toolchain and `cargo install cargo-fuzz`;
+                   not part of ci)
 ";
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         Some("gpu-test") => gpu::gpu_test(&root),
         Some("bench") => gpu::bench(&root, args.get(1).map(String::as_str)),
         Some("gen-copy-kernel") => gen_copy_kernel::run(&root),
+        Some("fuzz") => fuzz(&root, args.get(1).map(String::as_str).unwrap_or("60")),
         Some("help") | None => {
             print!("{HELP}");
             Ok(())
@@ -44,6 +48,26 @@ fn main() -> ExitCode {
             eprintln!("xtask: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Run the loom front-end fuzz target for `seconds`.
+fn fuzz(root: &std::path::Path, seconds: &str) -> Result<(), String> {
+    let seconds: u32 = seconds
+        .parse()
+        .map_err(|_| format!("`{seconds}` is not a number of seconds"))?;
+    let status = std::process::Command::new("cargo")
+        .args(["+nightly", "fuzz", "run", "front", "--", &format!("-max_total_time={seconds}")])
+        .current_dir(root.join("crates/hrx-loom"))
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo fuzz failed ({status}); it needs a nightly toolchain \
+             (`rustup toolchain install nightly`) and `cargo install cargo-fuzz`"
+        ))
     }
 }
 

@@ -160,6 +160,84 @@ fn wgsl_compile(source: &str, target: &Target) -> Result<Vec<u32>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `HRX_BENCH_STAGES=1`: median microseconds of each loom stage (and the
+/// WGSL path) per corpus kernel, printed as a table; no GPU part.
+fn stage_times(target: &Target, iters: usize) -> Result<(), String> {
+    let e = |e: hrx_core::Error| e.to_string();
+    println!(
+        "| kernel | parse | verify | specialize | lower | validate | write | loom | wgsl | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut sums = [0.0f64; 8];
+    for (stem, symbol, source) in CORPUS {
+        let wgsl = wgsl::EQUIVALENTS
+            .iter()
+            .find(|(name, _)| *name == stem)
+            .map(|(_, w)| *w);
+        let mut t: [Vec<f64>; 8] = Default::default();
+        for it in 0..iters + 10 {
+            let mut lap = Instant::now();
+            let mut mark = |k: usize, t: &mut [Vec<f64>; 8]| {
+                let now = Instant::now();
+                if it >= 10 {
+                    t[k].push((now - lap).as_secs_f64());
+                }
+                lap = now;
+            };
+            let start = Instant::now();
+            let ast = hrx_loom::front::parse(source).map_err(e)?;
+            mark(0, &mut t);
+            let ir = hrx_loom::verify::verify(&ast, source).map_err(e)?;
+            mark(1, &mut t);
+            let spec = Specialization::new(symbol);
+            let s = hrx_loom::specialize::specialize(&ir, &spec, target, source).map_err(e)?;
+            mark(2, &mut t);
+            let lowered =
+                hrx_loom::lower::lower(&s.kernel, s.workgroup_size, target, source).map_err(e)?;
+            mark(3, &mut t);
+            let info = emit::validate(&lowered.module, target).map_err(e)?;
+            mark(4, &mut t);
+            let words =
+                emit::write_spirv(&lowered.module, &info, &lowered.entry_point).map_err(e)?;
+            mark(5, &mut t);
+            std::hint::black_box(words);
+            if it >= 10 {
+                t[6].push(start.elapsed().as_secs_f64());
+            }
+            if let Some(w) = wgsl {
+                let start = Instant::now();
+                std::hint::black_box(wgsl_compile(w, target)?);
+                if it >= 10 {
+                    t[7].push(start.elapsed().as_secs_f64());
+                }
+            }
+        }
+        let m: Vec<f64> = t.iter_mut().map(|v| median(v) * 1e6).collect();
+        for (k, v) in m.iter().enumerate() {
+            if v.is_finite() {
+                sums[k] += v;
+            }
+        }
+        println!(
+            "| {stem} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[5],
+            m[6],
+            m[7],
+            m[6] / m[7]
+        );
+    }
+    println!(
+        "| total | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | |",
+        sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], sums[6], sums[7]
+    );
+    Ok(())
+}
+
 /// Compile times of corpus kernels without a WGSL equivalent: (name, us).
 type LoomOnly = Vec<(String, f64)>;
 
@@ -312,6 +390,9 @@ fn run() -> Result<(), String> {
         .clone();
     let cpu = target.kind == DeviceKind::Cpu;
     let iters = env_usize("HRX_BENCH_ITERS")?.unwrap_or(200).max(5);
+    if env_usize("HRX_BENCH_STAGES")?.is_some_and(|v| v != 0) {
+        return stage_times(&target, iters);
+    }
     let n = env_usize("HRX_BENCH_N")?.unwrap_or(if cpu { 1 << 24 } else { 1 << 28 });
     if n == 0 || !n.is_multiple_of(1024) {
         return Err("HRX_BENCH_N must be a positive multiple of 1024".into());

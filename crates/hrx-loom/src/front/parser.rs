@@ -295,7 +295,7 @@ impl<'s> Parser<'s> {
 
     /// Ops up to and including the closing `}`.
     fn ops(&mut self) -> PResult<Vec<Op>> {
-        let mut ops = Vec::new();
+        let mut ops = Vec::with_capacity(8);
         loop {
             if self.fatal {
                 return Err(Stop);

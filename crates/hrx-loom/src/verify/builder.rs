@@ -42,10 +42,10 @@ impl<'a> Builder<'a> {
             diags,
             configs,
             scopes: Scopes::new(),
-            types: Vec::new(),
-            names: Vec::new(),
-            def_spans: Vec::new(),
-            is_static: Vec::new(),
+            types: Vec::with_capacity(64),
+            names: Vec::with_capacity(64),
+            def_spans: Vec::with_capacity(64),
+            is_static: Vec::with_capacity(64),
             depth: 0,
             in_launch: false,
             launch_seen: false,
@@ -67,7 +67,7 @@ impl<'a> Builder<'a> {
         self.def_spans.push(name.map_or(span, |n| n.span));
         self.is_static.push(false);
         if let Some(name) = name
-            && self.scopes.define(name, id).is_err()
+            && self.scopes.define(id, &self.names).is_err()
         {
             self.error(
                 name.span,
@@ -83,14 +83,12 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn pop_scope(&mut self) {
-        let spans = &self.def_spans;
-        self.scopes
-            .pop(|id| spans.get(id.index()).copied().unwrap_or_default());
+        self.scopes.pop();
     }
 
     /// Resolve a use of `%name`.
     pub(super) fn use_value(&mut self, name: &Ident) -> Option<ValueId> {
-        match self.scopes.lookup(&name.text) {
+        match self.scopes.lookup(&name.text, &self.names) {
             Ok(id) => Some(id),
             Err(Unresolved::OutOfRegion) => {
                 self.error(

@@ -7,18 +7,27 @@
 //! dominates. A name may not be redefined while visible (no shadowing); a
 //! sibling region may reuse a name once the first region has closed.
 
-use crate::front::ast::Ident;
-use crate::front::span::Span;
 use crate::ir::ValueId;
-use std::collections::HashMap;
 
-/// Scopes of one function.
-#[derive(Debug, Default)]
+/// Scopes of one function: a flat list of visible values with one mark per
+/// open region. Names live in the builder's value table (`names`), so
+/// binding a name allocates nothing and lookups compare strings directly
+/// (functions are small; a reverse scan beats hashing).
+#[derive(Debug)]
 pub(super) struct Scopes {
-    stack: Vec<HashMap<String, ValueId>>,
-    /// Names whose region has closed (for a better message than
+    /// Visible values, outermost first.
+    visible: Vec<ValueId>,
+    /// Where each open scope starts in `visible` (innermost last).
+    marks: Vec<usize>,
+    /// Values whose region has closed (for a better message than
     /// "undefined").
-    closed: HashMap<String, Span>,
+    closed: Vec<ValueId>,
+}
+
+impl Default for Scopes {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Why a name does not resolve.
@@ -29,52 +38,57 @@ pub(super) enum Unresolved {
     OutOfRegion,
 }
 
+fn name_of(names: &[String], id: ValueId) -> &str {
+    names.get(id.index()).map_or("", String::as_str)
+}
+
 impl Scopes {
     /// Open the function's outermost scope.
     pub(super) fn new() -> Self {
         Scopes {
-            stack: vec![HashMap::new()],
-            closed: HashMap::new(),
+            visible: Vec::with_capacity(32),
+            marks: vec![0],
+            closed: Vec::new(),
         }
     }
 
     pub(super) fn push(&mut self) {
-        self.stack.push(HashMap::new());
+        self.marks.push(self.visible.len());
     }
 
-    /// Close the innermost scope; `span_of` gives definition spans.
-    pub(super) fn pop(&mut self, span_of: impl Fn(ValueId) -> Span) {
-        if self.stack.len() > 1
-            && let Some(scope) = self.stack.pop()
+    /// Close the innermost scope (never the outermost).
+    pub(super) fn pop(&mut self) {
+        if self.marks.len() > 1
+            && let Some(mark) = self.marks.pop()
         {
-            for (name, id) in scope {
-                self.closed.insert(name, span_of(id));
-            }
+            self.closed.extend(self.visible.drain(mark..));
         }
     }
 
-    /// The visible value named `name`.
-    pub(super) fn lookup(&self, name: &str) -> Result<ValueId, Unresolved> {
-        for scope in self.stack.iter().rev() {
-            if let Some(id) = scope.get(name) {
-                return Ok(*id);
-            }
+    /// The visible value named `name`; `names` is the value table.
+    pub(super) fn lookup(&self, name: &str, names: &[String]) -> Result<ValueId, Unresolved> {
+        if let Some(id) = self
+            .visible
+            .iter()
+            .rev()
+            .find(|id| name_of(names, **id) == name)
+        {
+            return Ok(*id);
         }
-        match self.closed.get(name) {
-            Some(_) => Err(Unresolved::OutOfRegion),
-            None => Err(Unresolved::Undefined),
+        if self.closed.iter().any(|id| name_of(names, *id) == name) {
+            Err(Unresolved::OutOfRegion)
+        } else {
+            Err(Unresolved::Undefined)
         }
     }
 
-    /// Bind `name` in the innermost scope; `Err` with the visible value if
-    /// the name is taken.
-    pub(super) fn define(&mut self, name: &Ident, id: ValueId) -> Result<(), ValueId> {
-        if let Ok(existing) = self.lookup(&name.text) {
+    /// Bind value `id` (named `names[id]`) in the innermost scope; `Err`
+    /// with the visible value if the name is taken.
+    pub(super) fn define(&mut self, id: ValueId, names: &[String]) -> Result<(), ValueId> {
+        if let Ok(existing) = self.lookup(name_of(names, id), names) {
             return Err(existing);
         }
-        if let Some(scope) = self.stack.last_mut() {
-            scope.insert(name.text.clone(), id);
-        }
+        self.visible.push(id);
         Ok(())
     }
 }
