@@ -57,7 +57,14 @@ fn fuzz(root: &std::path::Path, seconds: &str) -> Result<(), String> {
         .parse()
         .map_err(|_| format!("`{seconds}` is not a number of seconds"))?;
     let status = std::process::Command::new("cargo")
-        .args(["+nightly", "fuzz", "run", "front", "--", &format!("-max_total_time={seconds}")])
+        .args([
+            "+nightly",
+            "fuzz",
+            "run",
+            "front",
+            "--",
+            &format!("-max_total_time={seconds}"),
+        ])
         .current_dir(root.join("crates/hrx-loom"))
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;

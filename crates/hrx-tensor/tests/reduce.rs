@@ -76,3 +76,30 @@ fn reduction_errors() {
     assert_eq!(arg.desc().dtype(), DType::I32);
     assert_eq!(arg.to_values().unwrap(), [0.0, 0.0]);
 }
+
+/// An empty input whose axes do not merge (a padded slice with a zero
+/// dimension) reduces like any empty input: it reads nothing. Found on the
+/// H200 tier, where proptest drew `mean of f32[0, 8, 6] over axis 0`.
+#[test]
+fn empty_strided_inputs_reduce_without_packing() {
+    let a = input(DType::F32, &[0, 8, 6], &[], Placement::Padded);
+    for (reduction, want) in [
+        (Reduction::Sum, 0.0f64),
+        (Reduction::Max, f64::NEG_INFINITY),
+    ] {
+        let got = run(
+            &[&a],
+            TensorDesc::new(DType::F32, vec![8, 6]).unwrap(),
+            |g, out| ops().record_reduce(g, reduction, &a, 0, out),
+        )
+        .unwrap();
+        assert!(got.iter().all(|&x| x == want), "{reduction:?}: {got:?}");
+    }
+    let mean = run(
+        &[&a],
+        TensorDesc::new(DType::F32, vec![8, 6]).unwrap(),
+        |g, out| ops().record_reduce(g, Reduction::Mean, &a, 0, out),
+    )
+    .unwrap();
+    assert_eq!(mean.len(), 48);
+}

@@ -13,7 +13,9 @@
 //! was (nothing is recorded before every check has passed).
 
 mod bridge;
+mod cast;
 mod elementwise;
+mod gather;
 mod indexing;
 mod matmul;
 mod movement;
@@ -63,9 +65,21 @@ impl Ops {
         self.registry.runtime()
     }
 
-    /// Allocate a device-local output tensor (nothing when empty).
+    /// Allocate a device-local output tensor (nothing when empty). The
+    /// storage is rounded up to whole 4-byte words, so 2-byte tensors can
+    /// be bound as words (bf16).
     pub fn output(&self, desc: TensorDesc) -> Result<DeviceTensor> {
-        DeviceTensor::allocate(self.runtime(), desc, MemoryPlacement::GpuLocal)
+        if desc.is_empty() {
+            return DeviceTensor::allocate(self.runtime(), desc, MemoryPlacement::GpuLocal);
+        }
+        let words = desc.bytes().next_multiple_of(4);
+        let storage = self.runtime().allocate(words, MemoryPlacement::GpuLocal)?;
+        DeviceTensor::from_parts(
+            self.runtime().clone(),
+            desc,
+            Some(storage.view()),
+            hrx_runtime::Completion::ready(),
+        )
     }
 
     /// Run `record` eagerly: allocate `desc`, record into a fresh graph,

@@ -70,15 +70,24 @@ impl Ops {
             return Ok(());
         }
         // Axes that do not merge (e.g. a padded inner axis) are packed first.
+        // An empty input reads nothing, so its strides do not matter: plan
+        // it as if contiguous.
         let packed;
-        let a = match split(a.desc(), axis, operation) {
-            Ok(_) => a,
-            Err(_) => {
-                packed = self.record_contiguous(graph, a)?;
-                &packed
-            }
+        let planned;
+        let (a, plan) = if a.desc().is_empty() {
+            planned = TensorDesc::new(DType::F32, a.desc().shape().to_vec())?;
+            (a, &planned)
+        } else {
+            let a = match split(a.desc(), axis, operation) {
+                Ok(_) => a,
+                Err(_) => {
+                    packed = self.record_contiguous(graph, a)?;
+                    &packed
+                }
+            };
+            (a, a.desc())
         };
-        let [(_, so), (len, sk), (inner, si)] = split(a.desc(), axis, operation)?;
+        let [(_, so), (len, sk), (inner, si)] = split(plan, axis, operation)?;
         let target = self.registry.target()?;
         let ko = operand(out, &target, operation)?;
         // An empty axis reads nothing: bind the zeros in place of `a`.
