@@ -195,6 +195,12 @@ impl Pool {
                 drop(state);
                 // Its outcome does not matter: the storage is checked again.
                 let _ = completion.wait();
+            } else if state.slots.iter().any(|slot| slot.holders == 0) {
+                // An unheld slot was still draining when `acquire_locked`
+                // looked and has finished since (the watcher resolves
+                // completions concurrently): look again rather than sleep on
+                // a notification that will never come.
+                continue;
             } else {
                 drop(self.changed.wait(state).unwrap_or_else(|e| e.into_inner()));
             }
