@@ -420,3 +420,14 @@ fn async_acquire_inference_and_readback() {
 fn placements() -> [MemoryPlacement; 2] {
     [GpuLocal, HostVisible]
 }
+
+#[test]
+fn serving_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<hrx_inference::ModelContext>();
+    check::<hrx_inference::PreparedModel>();
+    check::<hrx_inference::ModelSlot>();
+    check::<hrx_inference::Inference>();
+    check::<hrx_inference::InferenceReadback>();
+    check::<hrx_inference::TensorReadback>();
+}

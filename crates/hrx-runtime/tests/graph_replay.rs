@@ -126,6 +126,11 @@ fn executable_graphs_are_send_and_sync() {
     check::<hrx_runtime::ExecutableGraph>();
     check::<hrx_runtime::Graph>();
     check::<GpuKernel>();
+    // Everything else a server shares between threads and tasks.
+    check::<hrx_runtime::Runtime>();
+    check::<hrx_runtime::Completion>();
+    check::<hrx_runtime::Buffer>();
+    check::<hrx_runtime::BufferView>();
 }
 
 /// Counts heap allocations made by the current thread.
