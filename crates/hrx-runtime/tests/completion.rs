@@ -38,10 +38,18 @@ fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
     let out = runtime.allocate(256, MemoryPlacement::GpuLocal).unwrap();
     let kernel = common::kernel(runtime, SPIN, &[Access::ReadWrite], 256, 4, [64, 1, 1]);
     let rounds: u32 = 2048;
+    // Large fills keep lavapipe busy (there the spin loop is cheap); the
+    // spin keeps a GPU busy (there fills take microseconds).
+    let big = runtime
+        .allocate(64 << 20, MemoryPlacement::GpuLocal)
+        .unwrap();
     let mut graph = runtime.graph();
     graph
         .dispatch(&kernel, &[out.view()], &rounds.to_le_bytes(), [1, 1, 1])
         .unwrap();
+    for value in 0..12 {
+        graph.fill(big.view(), value).unwrap();
+    }
     graph.prepare().unwrap()
 }
 

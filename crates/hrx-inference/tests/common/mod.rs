@@ -225,10 +225,18 @@ pub fn slow(context: &ModelContext) -> Completion {
         .allocate(256, MemoryPlacement::GpuLocal)
         .expect("allocate");
     let kernel = kernel(context, SPIN, &[Access::ReadWrite]);
+    // Large fills keep lavapipe busy (there the spin loop is cheap); the
+    // spin keeps a GPU busy (there fills take microseconds).
+    let big = runtime
+        .allocate(32 << 20, MemoryPlacement::GpuLocal)
+        .expect("allocate");
     let mut graph = runtime.graph();
     graph
         .dispatch(&kernel, &[out.view()], &2048u32.to_le_bytes(), [1, 1, 1])
         .expect("dispatch");
+    for value in 0..16 {
+        graph.fill(big.view(), value).expect("fill");
+    }
     graph.prepare().expect("prepare").submit().expect("submit")
 }
 
