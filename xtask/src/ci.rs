@@ -1,10 +1,10 @@
 //! `cargo xtask ci`: the whole gate, as CI runs it.
 
-use crate::{cargo, setup};
+use crate::{cargo, examples, setup};
 use std::path::Path;
 
-/// fmt, clippy, tests with validation, rustdoc: in that order, stopping at
-/// the first failure.
+/// fmt, clippy, tests with validation, examples with validation, rustdoc:
+/// in that order, stopping at the first failure.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
     setup::ensure_vulkan()?;
     cargo(root, &["fmt", "--all", "--check"], &[])?;
@@ -22,6 +22,8 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     )?;
     // Any validation message aborts the test process (see hrx-runtime).
     cargo(root, &["test", "--workspace"], &[("HRX_VALIDATION", "1")])?;
+    // Every example, with validation on too: they are documentation.
+    examples::run_all(root)?;
     cargo(
         root,
         &["doc", "--workspace", "--no-deps"],
@@ -31,18 +33,10 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The main job on the default device.
-pub(crate) fn demo(root: &Path) -> Result<(), String> {
-    cargo(
-        root,
-        &[
-            "run",
-            "--release",
-            "-p",
-            "hrx-runtime",
-            "--example",
-            "hello",
-        ],
-        &[],
-    )
+/// The main job on the default device: `hrx demo` in release, with `args`
+/// passed through (`cargo xtask demo --requests 64`).
+pub(crate) fn demo(root: &Path, args: &[String]) -> Result<(), String> {
+    let mut command = vec!["run", "--release", "-p", "hrx-cli", "--", "demo"];
+    command.extend(args.iter().map(String::as_str));
+    cargo(root, &command, &[])
 }

@@ -1,6 +1,5 @@
-//! The GPU test tier and benchmarks: build here, run on the H200.
+//! The GPU test tier: build here, run on the H200 (benchmarks: `bench`).
 
-use crate::cargo;
 use std::{path::Path, process::Command};
 
 /// Where release binaries for the GPU machine are gathered (git-ignored).
@@ -61,27 +60,6 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
         "\n(.gl comes from ../shared/gpu/prepare; the H200 has no validation layers, so they run without.)"
     );
     Ok(())
-}
-
-/// Build and run a benchmark suite here.
-pub(crate) fn bench(root: &Path, suite: Option<&str>) -> Result<(), String> {
-    match suite.unwrap_or("runtime") {
-        "runtime" => cargo(
-            root,
-            &[
-                "run",
-                "--release",
-                "-p",
-                "hrx-runtime",
-                "--example",
-                "bench_runtime",
-            ],
-            &[],
-        ),
-        other => Err(format!(
-            "unknown benchmark suite `{other}` (known: runtime)"
-        )),
-    }
 }
 
 /// Release test binaries of the given packages, as cargo reports them.

@@ -1,6 +1,8 @@
 //! hrx's developer tasks. Run `cargo xtask help`.
 
+mod bench;
 mod ci;
+mod examples;
 mod gen_copy_kernel;
 mod gpu;
 mod setup;
@@ -10,10 +12,12 @@ use std::{path::PathBuf, process::ExitCode};
 const HELP: &str = "\
 cargo xtask <task>
 
-  ci               fmt check, clippy -D warnings, all tests with the Khronos
-                   validation layers on, rustdoc -D warnings
-  demo             the main job on the default device (installs lavapipe when
-                   no Vulkan driver is present)
+  ci               fmt check, clippy -D warnings, all tests and every example
+                   (but bench* and *_gpu) with the Khronos validation layers on,
+                   rustdoc -D warnings
+  demo [flags]     the main job, `hrx demo`, on the default device (installs
+                   lavapipe when no Vulkan driver is present); flags go to
+                   `hrx demo` (see `cargo run -p hrx-cli -- help`)
   setup            check for (and, as root on Debian/Ubuntu, install) the Vulkan
                    driver, validation layers and spirv-tools
   gpu-test         build the GPU test tier in release and print the `device`
@@ -30,10 +34,12 @@ fn main() -> ExitCode {
     let root = workspace_root();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(&root),
-        Some("demo") => setup::ensure_vulkan().and_then(|()| ci::demo(&root)),
+        Some("demo") => setup::ensure_vulkan().and_then(|()| ci::demo(&root, &args[1..])),
         Some("setup") => setup::ensure_vulkan(),
         Some("gpu-test") => gpu::gpu_test(&root),
-        Some("bench") => gpu::bench(&root, args.get(1).map(String::as_str)),
+        Some("bench") => bench::run(&root, &args[1..]),
+        Some("gpu-bench") => bench::gpu_bench(&root),
+        Some("bench-summary") => bench::summary_only(&root, args.get(1).map(String::as_str)),
         Some("gen-copy-kernel") => gen_copy_kernel::run(&root),
         Some("fuzz") => fuzz(&root, args.get(1).map(String::as_str).unwrap_or("60")),
         Some("help") | None => {

@@ -1,17 +1,27 @@
 //! Command-line parsing for `hrx` (small enough not to need a framework).
 
+use crate::demo::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
 use hrx_loom::specialize::ConfigValue;
 use std::path::PathBuf;
 
-/// Usage text printed for `--help` and after usage errors.
-pub const USAGE: &str = "\
-usage:
+/// The command lines, printed after usage errors.
+pub fn usage() -> String {
+    format!("usage:\n{DEMO_USAGE}\n{COMMANDS}")
+}
+
+/// `hrx help`: the command lines and what the flags mean.
+pub fn help() -> String {
+    format!("{}\n\n{DEMO_HELP}\n\n{CONFIG_HELP}", usage())
+}
+
+const COMMANDS: &str = "\
   hrx compile FILE --kernel @name [--config key=value]... \
 [--target lavapipe|hopper|device] -o OUT.spv [--report]
   hrx devices
-  hrx help
+  hrx help";
 
-config values: integers (index keys), `Nu32`, `Ni32`, floats (`1.5`, `2f32`),
+const CONFIG_HELP: &str = "\
+compile config values: integers (index keys), `Nu32`, `Ni32`, floats (`1.5`, `2f32`),
 `true`/`false`.";
 
 /// Which target profile to compile for.
@@ -39,6 +49,7 @@ pub struct CompileArgs {
 /// A parsed command line.
 #[derive(Debug)]
 pub enum Command {
+    Demo(DemoArgs),
     Compile(CompileArgs),
     Devices,
     Help,
@@ -50,6 +61,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         return Err("no command given".into());
     };
     match cmd.as_str() {
+        "demo" if rest.iter().any(|a| a == "--help" || a == "-h") => Ok(Command::Help),
+        "demo" => parse_demo(rest).map(Command::Demo),
         "compile" => parse_compile(rest).map(Command::Compile),
         "devices" if rest.is_empty() => Ok(Command::Devices),
         "devices" => Err("`hrx devices` takes no arguments".into()),

@@ -1,12 +1,14 @@
-//! `hrx`: compile loom kernels to SPIR-V and inspect devices.
+//! `hrx`: the demo (a small transformer served through a slot pool),
+//! compile loom kernels to SPIR-V, and inspect devices.
 //!
 //! Exit codes: 0 success, 1 compile or runtime error (diagnostics on
 //! stderr as `FILE:LINE:COL: error[CODE]: message` plus a caret excerpt),
 //! 2 usage error.
 
 mod args;
+mod demo;
 
-use args::{Command, CompileArgs, TargetChoice, USAGE};
+use args::{Command, CompileArgs, TargetChoice, help, usage};
 use hrx_core::{Error, Target};
 use hrx_loom::compiler::Compiler;
 use hrx_loom::specialize::Specialization;
@@ -16,13 +18,14 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     match args::parse(&argv) {
         Ok(Command::Help) => {
-            println!("{USAGE}");
+            println!("{}", help());
             ExitCode::SUCCESS
         }
+        Ok(Command::Demo(d)) => report("hrx demo", demo::run(&d)),
         Ok(Command::Compile(c)) => report(&c.file.display().to_string(), compile(&c)),
         Ok(Command::Devices) => report("hrx", devices()),
         Err(e) => {
-            eprintln!("hrx: {e}\n{USAGE}");
+            eprintln!("hrx: {e}\n{}", usage());
             ExitCode::from(2)
         }
     }

@@ -34,12 +34,17 @@
 //!   tensors are materialised only when the caller asks for them
 //!   ([`Inference::outputs`], [`Inference::wait`]), so `submit_host` then
 //!   [`InferenceReadback::read_into`] performs no heap allocation once warm.
+//! - **Models from operators.** [`models`] builds a slot's graph from the
+//!   tensor operators over weights uploaded once and shared by every slot,
+//!   reads safetensors, and ships an MLP and a small transformer with f64
+//!   CPU references.
 
 #![warn(missing_docs)]
 
 mod context;
 mod inference;
 mod model;
+pub mod models;
 mod pool;
 mod readback;
 mod slot;

@@ -11,7 +11,7 @@ use crate::{
     transfer::{Direction, Transfer},
 };
 use hrx_core::{Error, Result, cached_init};
-use hrx_runtime::{Completion, ExecutableGraph};
+use hrx_runtime::{BufferView, Completion, CopyBatch, ExecutableGraph};
 use hrx_tensor::DeviceTensor;
 use std::{
     future::Future,
@@ -27,6 +27,20 @@ pub(crate) struct Slot {
     pub(crate) graph: ExecutableGraph,
     upload: Mutex<Option<Arc<Transfer>>>,
     download: Mutex<Option<Arc<Transfer>>>,
+    copy_in: Mutex<Option<Arc<CopyIn>>>,
+}
+
+/// Device-to-device input feeding for [`ModelSlot::submit`]: a copy batch
+/// into the slot's non-empty inputs and reusable argument lists, so a warm
+/// submission allocates nothing.
+///
+/// [`ModelSlot::submit`]: crate::ModelSlot::submit
+pub(crate) struct CopyIn {
+    /// Copies into the non-empty inputs, in input order.
+    pub(crate) batch: CopyBatch,
+    /// Per-request sources and producers; capacity reserved once. Only the
+    /// slot's exclusive holder locks it.
+    pub(crate) scratch: Mutex<(Vec<BufferView>, Vec<Completion>)>,
 }
 
 impl Slot {
@@ -41,6 +55,7 @@ impl Slot {
             graph,
             upload: Mutex::new(None),
             download: Mutex::new(None),
+            copy_in: Mutex::new(None),
         }
     }
 
@@ -63,6 +78,22 @@ impl Slot {
         })
     }
 
+    /// The copy batch feeding device inputs, created on first use.
+    pub(crate) fn copy_in(&self, context: &ModelContext) -> Result<Arc<CopyIn>> {
+        cached_init(&self.copy_in, || {
+            let destinations: Vec<BufferView> = self
+                .inputs
+                .iter()
+                .filter_map(DeviceTensor::binding)
+                .collect();
+            let count = self.inputs.len();
+            Ok(Arc::new(CopyIn {
+                batch: context.runtime().copy_batch(destinations)?,
+                scratch: Mutex::new((Vec::with_capacity(count), Vec::with_capacity(count))),
+            }))
+        })
+    }
+
     /// `Ok` unless a native failure disabled the slot's graph or transfers.
     fn usable(&self) -> Result<()> {
         self.graph.usable()?;
@@ -70,6 +101,9 @@ impl Slot {
             if let Some(transfer) = &*transfer.lock().unwrap_or_else(|e| e.into_inner()) {
                 transfer.usable()?;
             }
+        }
+        if let Some(copy_in) = &*self.copy_in.lock().unwrap_or_else(|e| e.into_inner()) {
+            copy_in.batch.usable()?;
         }
         Ok(())
     }

@@ -76,11 +76,17 @@ impl ModelSlot {
     /// inference. The copies run after the inputs' producers on the device;
     /// a producer's failure becomes the inference's failure, with no host
     /// wait. Inputs may be outputs of other inferences still running.
+    /// Once warm (the slot's copy batch built on first use), a submission
+    /// allocates nothing.
     pub fn submit(self, inputs: &[DeviceTensor]) -> Result<Inference> {
         let pool = self.lease.pool();
         let slot = self.lease.slot();
         if inputs.len() != slot.inputs.len() {
-            return Err(Error::Message("model input count mismatch".into()));
+            return Err(Error::Message(format!(
+                "model input count mismatch: expected {}, got {}",
+                slot.inputs.len(),
+                inputs.len()
+            )));
         }
         for (input, expected) in inputs.iter().zip(&slot.inputs) {
             pool.context.validate(input)?;
@@ -88,25 +94,33 @@ impl ModelSlot {
                 return Err(Error::Message("model input descriptor mismatch".into()));
             }
         }
-        let producers: Vec<Completion> = inputs
-            .iter()
-            .map(|input| input.completion().clone())
-            .collect();
-        let mut copy = pool.context.runtime().graph();
-        for (source, destination) in inputs.iter().zip(&slot.inputs) {
-            if let (Some(source), Some(destination)) = (source.binding(), destination.binding()) {
-                copy.copy(destination, source)?;
-            }
-        }
-        if copy.is_empty() {
-            return self.execute(&producers);
-        }
-        let copied = copy.prepare()?.submit_after(&producers)?;
-        self.lease.record(&copied);
+        let copy_in = slot.copy_in(&pool.context)?;
+        let mut scratch = copy_in.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let (sources, producers) = &mut *scratch;
+        sources.clear();
+        producers.clear();
         for input in inputs {
-            crate::pool::keep_slot_until(input, &copied);
+            producers.push(input.completion().clone());
+            sources.extend(input.binding());
         }
-        self.execute(std::slice::from_ref(&copied))
+        let copied = if sources.is_empty() {
+            None
+        } else {
+            Some(copy_in.batch.submit_after(sources, producers)?)
+        };
+        let result = match &copied {
+            None => self.execute(producers),
+            Some(copied) => {
+                self.lease.record(copied);
+                for input in inputs {
+                    crate::pool::keep_slot_until(input, copied);
+                }
+                self.execute(std::slice::from_ref(copied))
+            }
+        };
+        sources.clear();
+        producers.clear();
+        result
     }
 
     /// Queue the slot's graph after `dependencies`.

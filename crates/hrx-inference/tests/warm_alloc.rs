@@ -7,40 +7,9 @@ mod common;
 
 use common::*;
 use hrx_runtime::MemoryPlacement;
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
-};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting.rs"]
+mod counting;
 
 const N: usize = 256;
 
@@ -69,18 +38,16 @@ fn submit_host_then_read_into_allocates_nothing_once_warm() {
         for i in 0..64 {
             serve(i, &mut out);
         }
-        ALLOCATIONS.store(0, Ordering::SeqCst);
-        COUNTING.store(true, Ordering::SeqCst);
         let mut wrong = 0;
-        for i in 0..500 {
-            serve(i, &mut out);
-            wrong += usize::from(out != expected[i % 4]);
-        }
-        COUNTING.store(false, Ordering::SeqCst);
+        let allocations = counting::allocations_during(|| {
+            for i in 0..500 {
+                serve(i, &mut out);
+                wrong += usize::from(out != expected[i % 4]);
+            }
+        });
         assert_eq!(wrong, 0, "results are right");
         assert_eq!(
-            ALLOCATIONS.load(Ordering::SeqCst),
-            0,
+            allocations, 0,
             "heap allocations on the warm path ({placement:?})"
         );
     }

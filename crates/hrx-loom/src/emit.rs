@@ -23,6 +23,9 @@ pub fn capabilities(target: &Target) -> Capabilities {
     if target.shader_f16 && target.storage_16bit {
         caps |= Capabilities::SHADER_FLOAT16;
     }
+    if target.supports_cooperative_matrix() {
+        caps |= Capabilities::COOPERATIVE_MATRIX;
+    }
     let ops = target.subgroup_ops;
     if ops.basic && ops.arithmetic && ops.shuffle && ops.shuffle_relative {
         caps |= Capabilities::SUBGROUP;
@@ -73,7 +76,63 @@ pub fn write_spirv(module: &naga::Module, info: &ModuleInfo, entry: &str) -> Res
     let mut words = spv::write_vec(module, info, &spirv_options(), Some(&pipeline))
         .map_err(|e| internal(E_WRITE, format!("SPIR-V writer failed: {e}")))?;
     drop_capability(&mut words, CAP_UNIFORM_AND_STORAGE_16);
+    drop_workgroup_array_strides(&mut words);
     Ok(words)
+}
+
+/// `OpDecorate`, `OpTypePointer`, the `ArrayStride` decoration and the
+/// `Workgroup` storage class.
+const OP_DECORATE: u32 = 71;
+const OP_TYPE_POINTER: u32 = 32;
+const DECORATION_ARRAY_STRIDE: u32 = 6;
+const STORAGE_WORKGROUP: u32 = 4;
+
+/// Remove the `ArrayStride` naga puts on workgroup arrays. Vulkan forbids
+/// explicit layout in the Workgroup storage class (without
+/// `workgroupMemoryExplicitLayout`); current `spirv-val` rejects it
+/// (VUID-StandaloneSpirv-None-10684) and the Vulkan memory model that
+/// cooperative matrices switch on makes drivers stricter about it.
+/// Arrays that some other storage class also points to keep theirs.
+fn drop_workgroup_array_strides(words: &mut Vec<u32>) {
+    let mut workgroup = Vec::new();
+    let mut other = Vec::new();
+    let mut at = HEADER_WORDS;
+    while let Some(&first) = words.get(at) {
+        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
+        if count == 0 {
+            return;
+        }
+        if opcode == OP_TYPE_POINTER
+            && let (Some(&class), Some(&pointee)) = (words.get(at + 2), words.get(at + 3))
+        {
+            if class == STORAGE_WORKGROUP {
+                workgroup.push(pointee);
+            } else {
+                other.push(pointee);
+            }
+        }
+        at += count;
+    }
+    workgroup.retain(|id| !other.contains(id));
+    if workgroup.is_empty() {
+        return;
+    }
+    let mut out = Vec::with_capacity(words.len());
+    out.extend_from_slice(&words[..HEADER_WORDS.min(words.len())]);
+    let mut at = HEADER_WORDS;
+    while let Some(&first) = words.get(at) {
+        let count = ((first >> 16) as usize).max(1);
+        let end = (at + count).min(words.len());
+        let inst = &words[at..end];
+        let strip = first == (4 << 16 | OP_DECORATE)
+            && inst.get(2) == Some(&DECORATION_ARRAY_STRIDE)
+            && inst.get(1).is_some_and(|id| workgroup.contains(id));
+        if !strip {
+            out.extend_from_slice(inst);
+        }
+        at = end;
+    }
+    *words = out;
 }
 
 /// `UniformAndStorageBuffer16BitAccess`. naga declares it beside

@@ -106,6 +106,31 @@ pub struct ViewType {
     pub elem: Scalar,
 }
 
+/// The role of a cooperative matrix in `C = A * B + C`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoopRole {
+    /// The left factor, `m x k`.
+    A,
+    /// The right factor, `k x n`.
+    B,
+    /// The accumulator and result, `m x n`.
+    C,
+}
+
+/// `coopmat<rows x cols x elem, role>`: a matrix held jointly by the
+/// invocations of one subgroup, in an opaque per-lane layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopMatType {
+    /// Rows (8 or 16).
+    pub rows: u32,
+    /// Columns (8 or 16).
+    pub cols: u32,
+    /// Element type (`f16` or `f32`).
+    pub elem: Scalar,
+    /// Which operand of the multiply-add it is.
+    pub role: CoopRole,
+}
+
 /// Every loom type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
@@ -134,6 +159,8 @@ pub enum Type {
     Buffer,
     /// A view onto a buffer.
     View(ViewType),
+    /// A cooperative matrix (`VK_KHR_cooperative_matrix`).
+    CoopMat(CoopMatType),
 }
 
 impl Type {
@@ -407,6 +434,33 @@ pub enum OpKind {
     SubgroupShuffle(ShuffleMode, ValueId, ValueId),
     /// `kernel.subgroup.broadcast x, lane` (`lane` is subgroup-uniform).
     SubgroupBroadcast(ValueId, ValueId),
+    /// `coop.load<row_major|col_major> view[row, col]` -> cooperative
+    /// matrix whose element (0, 0) is view element (row, col); the view is
+    /// 2-D and its row length is the stride between matrix rows (or
+    /// columns, when `col_major`).
+    CoopLoad {
+        /// A 2-D view value.
+        view: ValueId,
+        /// Row and column of the matrix's first element.
+        indices: Vec<ValueId>,
+        /// Memory holds the matrix column by column.
+        col_major: bool,
+    },
+    /// `coop.store<row_major|col_major> value, view[row, col]`.
+    CoopStore {
+        /// A cooperative matrix value.
+        value: ValueId,
+        /// A 2-D view value.
+        view: ValueId,
+        /// Row and column of the matrix's first element.
+        indices: Vec<ValueId>,
+        /// Memory holds the matrix column by column.
+        col_major: bool,
+    },
+    /// `coop.mma a, b, c` = a * b + c (roles A, B, C).
+    CoopMma(ValueId, ValueId, ValueId),
+    /// `coop.zero`: a cooperative matrix of zeros (type in `value_types`).
+    CoopZero,
     /// `config.value @key`; the key is declared, the type matches its decl.
     ConfigValue(String),
     /// `kernel.return`: the last op of the body.

@@ -29,18 +29,18 @@ mod contender;
 mod hrx;
 #[path = "bench_runtime/kernel.rs"]
 mod kernel;
-#[path = "bench_runtime/raw.rs"]
+#[path = "../../../bench/common/raw.rs"]
 mod raw;
-#[path = "bench_runtime/raw_kernel.rs"]
+#[path = "../../../bench/common/raw_kernel.rs"]
 mod raw_kernel;
-#[path = "bench_runtime/report.rs"]
+#[path = "../../../bench/common/report.rs"]
 mod report;
 
-use contender::{CHAIN_LEN, Contender, Sampling, median, percentile, sample};
+use contender::{CHAIN_LEN, Contender, Sampling, sample};
 use hrx_core::DeviceKind;
 use hrx_runtime::Runtime;
-use report::{Better, Entry};
-use std::{path::PathBuf, process::ExitCode};
+use report::{Better, Entry, env_usize, median, percentile};
+use std::process::ExitCode;
 
 /// How much work to do.
 struct Config {
@@ -53,17 +53,6 @@ struct Config {
 const BURST: usize = 50;
 const CHAIN_BURST: usize = 4;
 const ROUNDS: usize = 8;
-
-fn env_usize(name: &str) -> Result<Option<usize>, String> {
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name}={text:?} is not a whole number")),
-        _ => Ok(None),
-    }
-}
 
 impl Config {
     fn new(cpu: bool) -> Result<Config, String> {
@@ -171,9 +160,9 @@ fn run() -> Result<(), String> {
     ours.verify_and_release()?;
     theirs.verify_and_release()?;
 
-    let table = report::table(&entries, &device);
+    let table = report::table(&entries, &device, "raw ash");
     println!("{table}");
-    let path = output_path();
+    let path = report::output_path("runtime.json");
     report::write(&path, &report::json(&entries, &device))?;
     eprintln!("bench_runtime: wrote {}", path.display());
     Ok(())
@@ -203,21 +192,6 @@ fn copy_entry(
             .into(),
         better: Better::Higher,
     })
-}
-
-/// `HRX_BENCH_OUT`, else `target/bench/runtime.json` under the nearest
-/// directory (from the current one up) holding a `Cargo.lock`, else here.
-fn output_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("HRX_BENCH_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let root = here
-        .ancestors()
-        .find(|dir| dir.join("Cargo.lock").is_file())
-        .unwrap_or(&here)
-        .to_path_buf();
-    root.join("target").join("bench").join("runtime.json")
 }
 
 fn main() -> ExitCode {

@@ -212,6 +212,20 @@ impl CommandBuffer {
     pub(crate) fn raw(&self) -> vk::CommandBuffer {
         self.raw
     }
+
+    /// Return the command buffer to the initial state for re-recording.
+    /// The caller guarantees no submission of it is pending.
+    pub(crate) fn reset(&self) -> Result<()> {
+        // SAFETY: the pool holds only this command buffer, which the caller
+        // guarantees is not pending; the pool is used by one thread at a
+        // time (its owner's lock).
+        unsafe {
+            self.gpu
+                .device
+                .reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
+        }
+        .map_err(vk_error("vkResetCommandPool"))
+    }
 }
 
 impl Drop for CommandBuffer {

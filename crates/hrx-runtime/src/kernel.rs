@@ -77,6 +77,12 @@ impl GpuKernel {
         &self.inner.contract
     }
 
+    /// The SPIR-V words the pipeline was built from, for tools that rebuild
+    /// the same pipeline elsewhere (a raw-Vulkan benchmark baseline).
+    pub fn spirv(&self) -> &[u32] {
+        &self.inner.spirv
+    }
+
     /// Fail unless the kernel was built in `runtime`'s domain.
     pub fn validate_runtime(&self, runtime: &Runtime) -> Result<()> {
         if runtime.id() == self.inner.gpu.domain {
@@ -127,6 +133,7 @@ impl WeakKernel {
 struct KernelInner {
     gpu: Arc<Gpu>,
     contract: KernelContract,
+    spirv: Box<[u32]>,
     module: vk::ShaderModule,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
@@ -149,6 +156,7 @@ impl KernelInner {
         let mut inner = KernelInner {
             gpu,
             contract: contract.clone(),
+            spirv: spirv.into(),
             module: vk::ShaderModule::null(),
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),

@@ -34,6 +34,7 @@
 
 mod builtin;
 mod completion;
+mod copy_batch;
 mod device;
 mod fault;
 mod graph;
@@ -47,9 +48,10 @@ mod timeline;
 mod view;
 
 pub use completion::Completion;
+pub use copy_batch::CopyBatch;
 pub use device::{Gpu, open_device_count};
 pub use fault::Fault;
-pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard};
+pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::{available_devices, validation_message_count};
 pub use kernel::{Access, BindingContract, GpuKernel, KernelContract};

@@ -122,6 +122,13 @@ impl Runtime {
         Graph::new(self.clone())
     }
 
+    /// A [`CopyBatch`](crate::CopyBatch) refilling `destinations` (views
+    /// of this domain, pairwise disjoint) from sources chosen per
+    /// submission. Touches no hardware until the first submission.
+    pub fn copy_batch(&self, destinations: Vec<BufferView>) -> Result<crate::CopyBatch> {
+        crate::CopyBatch::new(self.clone(), destinations)
+    }
+
     /// Allocation statistics (all zero before the device opens).
     pub fn memory_stats(&self) -> MemoryStats {
         self.domain

@@ -118,9 +118,16 @@ impl Timeline {
 
     /// A completion state for a new submission, reusing a finished one that
     /// nobody observes any more, so that replays allocate nothing.
+    ///
+    /// States still observed (a caller keeping a finished completion, such
+    /// as a weight tensor's upload producer) rotate to the back of the
+    /// queue; checking a bounded number of candidates keeps this O(1) while
+    /// leaving room for a few dozen long-held completions before a
+    /// submission has to allocate.
     pub(crate) fn new_state(self: &Arc<Self>) -> Arc<State> {
+        const CANDIDATES: usize = 32;
         let mut schedule = self.lock();
-        for _ in 0..schedule.recycle.len().min(4) {
+        for _ in 0..schedule.recycle.len().min(CANDIDATES) {
             let Some(candidate) = schedule.recycle.pop_front() else {
                 break;
             };

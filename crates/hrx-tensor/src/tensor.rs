@@ -91,7 +91,10 @@ impl DeviceTensor {
     }
 
     /// Allocate zero-initialised storage for `desc` (nothing when empty).
-    /// The producer is [`Completion::ready`].
+    /// The storage is rounded up to whole 4-byte words: kernels bind and
+    /// fill storage as words, so an odd-length f16/bf16 (or u8) tensor must
+    /// own its last word. [`binding`](Self::binding) still spans exactly
+    /// `desc.bytes()`. The producer is [`Completion::ready`].
     pub fn allocate(
         runtime: &Runtime,
         desc: TensorDesc,
@@ -100,7 +103,12 @@ impl DeviceTensor {
         let view = if desc.is_empty() {
             None
         } else {
-            Some(runtime.allocate(desc.bytes(), placement)?.view())
+            let words = desc.bytes().checked_next_multiple_of(4).ok_or_else(|| {
+                Error::Message(format!(
+                    "tensor {desc}: its size overflows when rounded to words"
+                ))
+            })?;
+            Some(runtime.allocate(words, placement)?.view())
         };
         Self::from_parts(runtime.clone(), desc, view, Completion::ready())
     }

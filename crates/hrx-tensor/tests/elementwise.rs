@@ -112,3 +112,40 @@ fn mismatches_are_errors_and_record_nothing() {
     assert!(ops().binary(BinaryOp::Add, &f, &g3).is_err());
     assert!(graph.is_empty());
 }
+
+#[test]
+fn contiguous_runs_at_every_alignment_and_tail() {
+    // Slices of one long vector starting 0..5 elements in, lengths with
+    // every remainder mod 4: the 4-wide kernel takes the aligned runs, the
+    // strided kernel the tails and the unaligned starts.
+    let mut rng = Gen::new(7);
+    let v = values(&mut rng, 1040, -4.0, 4.0);
+    let w = values(&mut rng, 1040, -4.0, 4.0);
+    let a = input(DType::F32, &[1040], &v, Placement::Contiguous);
+    let b = input(DType::F32, &[1040], &w, Placement::Contiguous);
+    for start in 0..5 {
+        for len in [1usize, 4, 7, 1025, 1030] {
+            let (sa, sb) = (
+                a.slice(0, start..start + len).unwrap(),
+                b.slice(0, 4 - start % 4..4 - start % 4 + len).unwrap(),
+            );
+            let desc = TensorDesc::new(DType::F32, vec![len]).unwrap();
+            let got = run(&[&sa, &sb], desc.clone(), |g, out| {
+                ops().record_binary(g, BinaryOp::Sub, &sa, &sb, out)
+            })
+            .unwrap();
+            let want: Vec<f64> = (0..len)
+                .map(|i| v[start + i] - w[4 - start % 4 + i])
+                .collect();
+            assert_close(&got, &want, 1e-6, 1e-5, &format!("sub {start} {len}"));
+            let got = run(&[&sa], desc, |g, out| {
+                ops().record_unary(g, UnaryOp::Gelu, &sa, out)
+            })
+            .unwrap();
+            let want: Vec<f64> = (0..len)
+                .map(|i| unary_ref(UnaryOp::Gelu, v[start + i]))
+                .collect();
+            assert_close(&got, &want, 2e-6, 2e-5, &format!("gelu {start} {len}"));
+        }
+    }
+}

@@ -110,3 +110,68 @@ fn row_op_errors() {
     let s = ops().softmax(&a).unwrap().to_values().unwrap();
     assert_close(&s, &[1.0 / 3.0; 6], 1e-7, 1e-6, "uniform softmax");
 }
+
+#[test]
+fn aligned_rows_take_the_vector_path_exactly() {
+    // Rows whose length is a multiple of 4 (the 4-wide kernels), with a
+    // large common offset (the norms' statistics must not cancel), masked
+    // entries (-inf) in softmax, and weight and bias.
+    let mut rng = Gen::new(11);
+    for (rows, cols) in [(3usize, 4usize), (2, 1028), (1, 4096)] {
+        let shape = [rows, cols];
+        let n = rows * cols;
+        let mut v: Vec<f64> = values(&mut rng, n, -3.0, 3.0)
+            .iter()
+            .map(|x| ((x + 1000.0) as f32) as f64)
+            .collect();
+        let wv = values(&mut rng, cols, 0.5, 1.5);
+        let bv = values(&mut rng, cols, -1.0, 1.0);
+        let a = input(DType::F32, &shape, &v, Placement::Contiguous);
+        let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
+        let b = input(DType::F32, &[cols], &bv, Placement::Contiguous);
+        let desc = TensorDesc::new(DType::F32, shape.to_vec()).unwrap();
+        for (kind, w, b) in [
+            (2, Some(&w), Some(&b)),
+            (3, Some(&w), None),
+            (2, None, None),
+        ] {
+            let got = run(&[&a], desc.clone(), |g, out| match kind {
+                2 => ops().record_layer_norm(g, &a, w, b, 1e-5, out),
+                _ => ops().record_rms_norm(g, &a, w, b, 1e-5, out),
+            })
+            .unwrap();
+            let want = reference(
+                kind,
+                &shape,
+                &v,
+                w.map(|_| &wv[..]),
+                b.map(|_| &bv[..]),
+                1e-5,
+            );
+            // Layer norm of data 1000 +- 3 in f32: the inputs carry 6e-5
+            // absolute rounding, amplified by 1/std (~0.6).
+            assert_close(&got, &want, 1e-4, 1e-4, &format!("kind {kind} {shape:?}"));
+        }
+        for (i, x) in v.iter_mut().enumerate() {
+            if i % 7 == 3 {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+        let a = input(DType::F32, &shape, &v, Placement::Contiguous);
+        for kind in [0, 1] {
+            let got = run(&[&a], desc.clone(), |g, out| match kind {
+                0 => ops().record_softmax(g, &a, out),
+                _ => ops().record_log_softmax(g, &a, out),
+            })
+            .unwrap();
+            let want = reference(kind, &shape, &v, None, None, 0.0);
+            assert_close(
+                &got,
+                &want,
+                1e-6,
+                1e-4,
+                &format!("softmax {kind} {shape:?}"),
+            );
+        }
+    }
+}

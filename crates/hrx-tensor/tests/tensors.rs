@@ -161,3 +161,32 @@ fn producer_and_lease_travel_with_views() {
     t.set_lease(None);
     assert!(t.lease().is_none());
 }
+
+#[test]
+fn odd_length_half_tensors_own_whole_words() {
+    let rt = Runtime::new().unwrap();
+    for (dtype, shape) in [
+        (DType::F16, vec![3]),
+        (DType::BF16, vec![5, 1]),
+        (DType::U8, vec![7]),
+    ] {
+        let d = desc(dtype, &shape);
+        let t = DeviceTensor::allocate(&rt, d.clone(), MemoryPlacement::GpuLocal).unwrap();
+        let (storage, offset) = t.storage().unwrap();
+        assert_eq!(offset, 0);
+        assert_eq!(storage.len(), d.bytes().next_multiple_of(4), "{d}");
+        assert_eq!(t.binding().unwrap().len(), d.bytes(), "{d}");
+        // Word-wise work on the whole storage (what kernels and fills do)
+        // must be legal: it fails validation when the last word is cut.
+        let mut graph = rt.graph();
+        graph.fill(storage.clone(), 0x3c00_3c00).unwrap();
+        graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+        let bytes = t.download().unwrap();
+        assert_eq!(bytes.len(), d.bytes());
+        assert!(bytes.chunks(2).all(|h| h.len() < 2 || h == [0x00, 0x3c]));
+    }
+    let values = [1.0, -2.0, 0.5];
+    let t = DeviceTensor::from_values(&rt, DType::F16, vec![3], &values).unwrap();
+    assert_eq!(t.storage().unwrap().0.len(), 8);
+    assert_eq!(t.to_values().unwrap(), values);
+}

@@ -115,6 +115,17 @@ pub enum TypeKind {
         /// Element type.
         elem: Box<TypeExpr>,
     },
+    /// `coopmat<rows x cols x elem, role>`.
+    CoopMat {
+        /// Rows as written.
+        rows: u64,
+        /// Columns as written.
+        cols: u64,
+        /// Element type.
+        elem: Box<TypeExpr>,
+        /// `a`, `b` or `c`.
+        role: Ident,
+    },
 }
 
 /// One view dimension as written.
@@ -338,6 +349,8 @@ const OPERAND_OPS: &[&str] = &[
     "scalar.fptoui",
     "scalar.bitcast",
     "vector.splat",
+    "coop.mma",
+    "coop.zero",
     "scf.yield",
     "kernel.workitem.dispatch.id",
     "kernel.workgroup.id",
@@ -359,7 +372,7 @@ pub fn form_of(name: &str) -> Option<FormKind> {
         "index.constant" | "scalar.constant" => FormKind::Constant,
         "index.cmp" | "scalar.cmpf" | "scalar.cmpi" => FormKind::Compare,
         "buffer.view" | "view.load" | "view.store" | "vector.load" | "vector.store"
-        | "view.atomic.rmw" => FormKind::Access,
+        | "view.atomic.rmw" | "coop.load" | "coop.store" => FormKind::Access,
         "buffer.alloca" => FormKind::Alloca,
         "kernel.barrier" => FormKind::Barrier,
         "config.value" => FormKind::ConfigValue,

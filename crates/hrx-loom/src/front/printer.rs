@@ -57,6 +57,12 @@ pub fn ty(t: &TypeExpr) -> String {
     match &t.kind {
         TypeKind::Named(n) => n.clone(),
         TypeKind::Vector { len, elem } => format!("vector<{len}x{}>", ty(elem)),
+        TypeKind::CoopMat {
+            rows,
+            cols,
+            elem,
+            role,
+        } => format!("coopmat<{rows}x{cols}x{}, {}>", ty(elem), role.text),
         TypeKind::View { dims, elem } => {
             let mut s = String::from("view<");
             for d in dims {

@@ -13,12 +13,12 @@ use crate::diag::codes;
 use crate::ir::Literal;
 
 impl Parser<'_> {
-    /// A type: a name, `vector<..>` or `view<..>`.
+    /// A type: a name, `vector<..>`, `view<..>` or `coopmat<..>`.
     pub(super) fn parse_type(&mut self) -> PResult<TypeExpr> {
         let t = self.expect(TokenKind::Word, "a type")?;
         let name = self.text(t);
         let lt = self.peek();
-        if !matches!(name, "vector" | "view")
+        if !matches!(name, "vector" | "view" | "coopmat")
             || lt.kind != TokenKind::Lt
             || lt.span.start != t.span.end
         {
@@ -31,10 +31,10 @@ impl Parser<'_> {
             src: self.src.as_bytes(),
             at: lt.span.end,
         };
-        let parsed = if name == "vector" {
-            scan.vector()
-        } else {
-            scan.view()
+        let parsed = match name {
+            "vector" => scan.vector(),
+            "coopmat" => scan.coopmat(),
+            _ => scan.view(),
         };
         match parsed {
             Ok(kind) => {
@@ -204,6 +204,30 @@ impl Scan<'_> {
         let elem = Box::new(self.elem()?);
         self.expect(b'>', "expected `>` to close the vector type")?;
         Ok(TypeKind::Vector { len, elem })
+    }
+
+    /// `rows x cols x elem, role>`.
+    fn coopmat(&mut self) -> Result<TypeKind, ScanError> {
+        let (rows, _) = self.number()?;
+        self.expect(b'x', "expected `x` after the row count")?;
+        let (cols, _) = self.number()?;
+        self.expect(b'x', "expected `x` after the column count")?;
+        let elem = Box::new(self.elem()?);
+        self.expect(b',', "expected `,` and a role (a, b or c)")?;
+        let role = self.elem()?;
+        self.expect(b'>', "expected `>` to close the coopmat type")?;
+        let TypeKind::Named(text) = role.kind else {
+            return self.fail("expected a role");
+        };
+        Ok(TypeKind::CoopMat {
+            rows,
+            cols,
+            elem,
+            role: Ident {
+                text,
+                span: role.span,
+            },
+        })
     }
 
     fn view(&mut self) -> Result<TypeKind, ScanError> {

@@ -70,6 +70,10 @@ impl Lowerer<'_> {
                 view,
                 indices,
             } => self.atomic(op, *a, *value, *view, indices),
+            OpKind::CoopLoad { .. }
+            | OpKind::CoopStore { .. }
+            | OpKind::CoopMma(..)
+            | OpKind::CoopZero => self.coop_op(op),
             _ => self.kernel_op(op),
         }
     }
@@ -209,6 +213,28 @@ impl Lowerer<'_> {
         }
         let index = self.linear(&v, indices, span)?;
         Ok((self.at(g, index), g, v.elem))
+    }
+
+    /// Pointer to the view element at `indices` (for a cooperative load or
+    /// store) and the view's row length, the stride between matrix rows.
+    pub(super) fn coop_pointer(
+        &mut self,
+        view: ValueId,
+        indices: &[ValueId],
+        span: Span,
+    ) -> R<(H, H)> {
+        let (v, g) = self.view(view, span)?;
+        if !matches!(g.layout, Layout::Scalar(_)) || g.atomic {
+            return Err(self.bug(
+                span,
+                "cooperative access to a buffer not declared as scalars",
+            ));
+        }
+        let Some(&stride) = v.inner_dims.last() else {
+            return Err(self.bug(span, "cooperative access through a 1-D view"));
+        };
+        let index = self.linear(&v, indices, span)?;
+        Ok((self.at(g, index), stride))
     }
 
     /// A value read from storage, as the view's element type.

@@ -13,6 +13,7 @@
 
 mod builder;
 mod control;
+mod coop;
 mod expr;
 mod kernel_ops;
 mod memory;
@@ -148,6 +149,7 @@ impl<'k> Lowerer<'k> {
 
     fn run(&mut self) -> R<Lowered> {
         self.check_f16()?;
+        self.check_coop()?;
         let bindings = self.declare_buffers();
         let (push_constants, push_constant_bytes) = self.declare_scalars()?;
         let body = &self.kernel.body;

@@ -61,6 +61,8 @@ struct Facts {
     vec4_ok: bool,
     accessed: bool,
     extent: Option<Option<u64>>,
+    /// The first cooperative matrix access (needs a scalar layout).
+    coop: Option<crate::front::span::Span>,
 }
 
 /// Every buffer's plan, and the known power-of-two factor of index values.
@@ -173,6 +175,13 @@ impl Plan {
                         f.accessed = true;
                     }
                 }
+                OpKind::CoopLoad { view, .. } | OpKind::CoopStore { view, .. } => {
+                    if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
+                        f.vec4_ok = false;
+                        f.accessed = true;
+                        f.coop.get_or_insert(op.span);
+                    }
+                }
                 OpKind::AtomicRmw { view, .. } => {
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
                         f.vec4_ok = false;
@@ -222,6 +231,16 @@ impl Plan {
                     Layout::Words
                 }
             };
+            if let Some(span) = f.coop
+                && (f.atomic || layout == Layout::Words)
+            {
+                diags.error(
+                    span,
+                    E_MIXED_ELEMENTS,
+                    "a buffer used by cooperative matrix loads or stores must be viewed with one \
+                     element type and no atomics",
+                );
+            }
             buffers.insert(
                 k,
                 BufferPlan {

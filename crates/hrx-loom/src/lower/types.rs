@@ -42,6 +42,7 @@ pub(crate) fn value_inner(t: &Type) -> Option<TypeInner> {
             size: vector_size(*len)?,
             scalar: scalar(*elem),
         },
+        Type::CoopMat(m) => return super::coop::coop_inner(m),
         Type::Buffer | Type::View(_) => return None,
     })
 }

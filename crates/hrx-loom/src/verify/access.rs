@@ -41,10 +41,12 @@ pub(super) fn infer(kernel: &mut Kernel, diags: &mut Diagnostics) {
                 }
                 return;
             }
-            OpKind::ViewLoad { view, .. } | OpKind::VectorLoad { view, .. } => (*view, true, false),
-            OpKind::ViewStore { view, .. } | OpKind::VectorStore { view, .. } => {
-                (*view, false, true)
-            }
+            OpKind::ViewLoad { view, .. }
+            | OpKind::VectorLoad { view, .. }
+            | OpKind::CoopLoad { view, .. } => (*view, true, false),
+            OpKind::ViewStore { view, .. }
+            | OpKind::VectorStore { view, .. }
+            | OpKind::CoopStore { view, .. } => (*view, false, true),
             OpKind::AtomicRmw { view, .. } => (*view, true, true),
             _ => return,
         };

@@ -159,6 +159,13 @@ impl<'a> Builder<'a> {
             Type::F16 => "f16".into(),
             Type::Buffer => "buffer".into(),
             Type::Vector { len, elem } => format!("vector<{len}x{}>", self.show(&elem.to_type())),
+            Type::CoopMat(m) => format!(
+                "coopmat<{}x{}x{}, {}>",
+                m.rows,
+                m.cols,
+                self.show(&m.elem.to_type()),
+                super::coop::role_word(m.role)
+            ),
             Type::View(v) => {
                 let mut s = String::from("view<");
                 for d in &v.dims {
@@ -213,6 +220,12 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
+            TypeKind::CoopMat {
+                rows,
+                cols,
+                elem,
+                role,
+            } => self.resolve_coopmat(t.span, *rows, *cols, elem, role),
             TypeKind::View { dims, elem } => {
                 let elem = self.resolve_scalar(elem, "view elements");
                 let mut out = Vec::with_capacity(dims.len());
@@ -242,7 +255,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn resolve_scalar(&mut self, t: &TypeExpr, what: &str) -> Option<Scalar> {
+    pub(super) fn resolve_scalar(&mut self, t: &TypeExpr, what: &str) -> Option<Scalar> {
         let ty = self.resolve_type(t)?;
         let s = ty.scalar();
         if s.is_none() {

@@ -13,6 +13,7 @@ mod access;
 mod arith;
 mod builder;
 mod control;
+mod coop;
 mod kernel;
 mod kernel_ops;
 mod memory;

@@ -30,6 +30,8 @@ const TAGGED: &[&str] = &[
     "view.atomic.rmw",
     "buffer.alloca",
     "kernel.barrier",
+    "coop.load",
+    "coop.store",
 ];
 
 impl Builder<'_> {
@@ -78,7 +80,23 @@ impl Builder<'_> {
                 operands,
                 types,
                 to,
+            } if name.starts_with("coop.") => {
+                self.coop_operand_op(op, operands, types, to.as_ref())
+            }
+            Form::Operands {
+                operands,
+                types,
+                to,
             } => self.operand_op(op, operands, types, to.as_ref()),
+            Form::Access {
+                value,
+                base,
+                indices,
+                types,
+                to,
+            } if name.starts_with("coop.") => {
+                self.coop_access(op, value.as_ref(), base, indices, types, to.as_ref())
+            }
             Form::Access { .. } | Form::Alloca { .. } => self.memory_op(op),
             Form::Barrier { attrs } => self.barrier(op, attrs),
             Form::ConfigValue { key, ty } => self.config_value(key, ty),

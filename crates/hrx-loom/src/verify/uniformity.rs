@@ -82,6 +82,17 @@ impl Solver<'_> {
         }
     }
 
+    /// Cooperative matrix ops run across the whole subgroup.
+    fn coop_control(&mut self, span: crate::front::span::Span, control: Level) {
+        if control < Level::Subgroup {
+            self.error(
+                span,
+                codes::DIVERGENT_COLLECTIVE,
+                "cooperative matrix op in divergent control flow: an enclosing `scf.if` condition or `scf.for` bound is not subgroup-uniform",
+            );
+        }
+    }
+
     fn block(&mut self, block: &Block, control: Level) {
         for op in &block.ops {
             let level = match &op.kind {
@@ -101,6 +112,22 @@ impl Solver<'_> {
                     Level::Divergent
                 }
                 OpKind::SubgroupShuffle(..) => Level::Divergent,
+                OpKind::CoopLoad { indices, .. } | OpKind::CoopStore { indices, .. } => {
+                    self.coop_control(op.span, control);
+                    if self.meet(indices) < Level::Subgroup {
+                        self.error(
+                            op.span,
+                            codes::DIVERGENT_LANE,
+                            "cooperative matrix load/store position must be subgroup-uniform (derive it from workgroup or subgroup ids, not lane or workitem ids)",
+                        );
+                    }
+                    Level::Divergent
+                }
+                OpKind::CoopMma(a, b, c) => {
+                    self.coop_control(op.span, control);
+                    self.meet(&[*a, *b, *c])
+                }
+                OpKind::CoopZero => Level::Workgroup,
                 OpKind::Barrier => {
                     if control < Level::Workgroup {
                         self.error(

@@ -74,7 +74,7 @@ fn fill(gpu: &mut RawGpu, buffers: &[&RawBuffer], value: u32) -> RawResult<()> {
 impl RawSide {
     /// Build the kernel and record the one-dispatch and chain command buffers.
     pub fn new(mut gpu: RawGpu, spirv: &[u32]) -> RawResult<RawSide> {
-        let kernel = RawKernel::new(&gpu, spirv, kernel::ENTRY, 2)?;
+        let kernel = RawKernel::new(&gpu, spirv, kernel::ENTRY, 2, 0, 8)?;
         let (one_src, one_dst) = (
             gpu.buffer(ONE_WORDS * 4, false)?,
             gpu.buffer(ONE_WORDS * 4, false)?,

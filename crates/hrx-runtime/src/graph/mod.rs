@@ -3,11 +3,13 @@
 
 mod executable;
 mod hazard;
+mod inspect;
 mod op;
 mod record;
 
 pub use executable::ExecutableGraph;
 pub use hazard::{Barrier, Edge, Hazard};
+pub use inspect::Operation;
 
 use crate::{BufferView, GpuKernel, Runtime};
 use hrx_core::{Error, Result};
@@ -58,6 +60,13 @@ impl Graph {
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+
+    /// The operations recorded so far, in order, read-only: for tools that
+    /// replay the same work elsewhere (a raw-Vulkan benchmark baseline) or
+    /// print it.
+    pub fn operations(&self) -> impl ExactSizeIterator<Item = Operation<'_>> {
+        self.ops.iter().map(Operation::from)
     }
 
     fn check_owned(&self, operation: &str, what: &str, view: &BufferView) -> Result<()> {

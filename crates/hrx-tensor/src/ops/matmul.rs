@@ -8,11 +8,12 @@ use super::{
     registry::KernelKey,
 };
 use crate::{DType, DeviceTensor, TensorDesc, contiguous_strides};
-use hrx_core::{Error, Result};
+use hrx_core::{CooperativeMatrixShape, Error, Result, ScalarKind, Target};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
 const MATMUL: &str = include_str!("../../kernels/matmul.loom");
+const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
 
 /// Options of [`Ops::matmul`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,8 +93,11 @@ impl Ops {
     }
 
     /// Record `out = act(a @ b + bias)`: batched over leading axes (numpy
-    /// broadcasting), f32, either operand transposed or strided, `bias` of
-    /// shape `[n]`. `out` must be contiguous with the result shape.
+    /// broadcasting), `a` and `b` both f32 or both f16 (accumulated and
+    /// written as f32), either operand transposed or strided, an f32 `bias`
+    /// of shape `[n]`. `out` must be a contiguous f32 tensor of the result
+    /// shape. f16 runs on cooperative matrices where the target reports a
+    /// 16x16x16 f16 -> f32 shape, else on the tiled kernel.
     pub fn record_matmul(
         &self,
         graph: &mut Graph,
@@ -109,13 +113,18 @@ impl Ops {
         let fail = |why: String| Err(Error::Message(format!("{operation}: {why}")));
         let runtime = self.runtime();
         check_inputs(runtime, operation, &[a, b])?;
-        for t in [a, b].into_iter().chain(bias) {
-            if t.desc().dtype() != DType::F32 {
-                return Err(Error::Unsupported(format!(
-                    "{operation}: dtype {} (f32 only)",
-                    t.desc().dtype()
-                )));
-            }
+        let input = a.desc().dtype();
+        let dtypes_ok = matches!(input, DType::F32 | DType::F16)
+            && b.desc().dtype() == input
+            && bias.is_none_or(|t| t.desc().dtype() == DType::F32);
+        if !dtypes_ok {
+            return Err(Error::Unsupported(format!(
+                "{operation}: a and b must both be f32 or both f16, the bias f32 (found {}, {}{})",
+                input,
+                b.desc().dtype(),
+                bias.map(|t| format!(", {}", t.desc().dtype()))
+                    .unwrap_or_default()
+            )));
         }
         let (ma, mb) = (
             matrix(a.desc(), options.transpose_a).expect("checked by matmul_shape"),
@@ -163,26 +172,28 @@ impl Ops {
             Some(t) => (bind(t)?, t.desc().strides()[0]),
             None => (dummy()?, 0),
         };
-        let tile: usize = if target.max_workgroup_invocations >= 256 {
-            16
-        } else {
-            8
-        };
         let (act, result) = match options.activation {
             None => (String::new(), "%x"),
             Some(op) => (op.body("f32"), "%r"),
         };
-        let kernel = self.registry.kernel(KernelKey {
-            template: MATMUL,
-            substitutions: vec![
-                ("TILE_BYTES", (tile * tile * 4).to_string()),
-                ("TILE", tile.to_string()),
-                ("ACT", act),
-                ("R", result.into()),
-            ],
-            symbol: "matmul",
-            config: Vec::new(),
-        })?;
+        let coop = (input == DType::F16)
+            .then(|| coop_tiles(&target, m))
+            .flatten();
+        let key = match coop {
+            Some(tiles) => KernelKey {
+                template: MATMUL_COOP,
+                substitutions: tiles.substitutions(
+                    ma.col_stride == 1,
+                    mb.col_stride == 1,
+                    act,
+                    result,
+                ),
+                symbol: "matmul_coop",
+                config: Vec::new(),
+            },
+            None => tiled_key(&target, input, act, result),
+        };
+        let kernel = self.registry.kernel(key)?;
         let scalars: Vec<ScalarValue> = [m, n, k, strides[0][0], ma.row_stride, ma.col_stride]
             .map(index)
             .into_iter()
@@ -219,4 +230,294 @@ impl Ops {
             self.record_matmul(g, a, b, bias, options, out)
         })
     }
+}
+
+/// The tiled workgroup-memory kernel: f32 or f16 inputs, f32 accumulation.
+fn tiled_key(target: &Target, input: DType, act: String, result: &str) -> KernelKey {
+    let tile: usize = if target.max_workgroup_invocations >= 256 {
+        16
+    } else {
+        8
+    };
+    let (elem, widen_a, ya, widen_b, yb) = if input == DType::F16 {
+        (
+            "f16",
+            "      %fa = scalar.extf %xa : f16 -> f32",
+            "%fa",
+            "      %fb = scalar.extf %xb : f16 -> f32",
+            "%fb",
+        )
+    } else {
+        ("f32", "", "%xa", "", "%xb")
+    };
+    KernelKey {
+        template: MATMUL,
+        substitutions: vec![
+            ("TILE_BYTES", (tile * tile * 4).to_string()),
+            ("TILE", tile.to_string()),
+            ("IN", elem.into()),
+            ("WIDEN_A", widen_a.into()),
+            ("YA", ya.into()),
+            ("WIDEN_B", widen_b.into()),
+            ("YB", yb.into()),
+            ("ACT", act),
+            ("R", result.into()),
+        ],
+        symbol: "matmul",
+        config: Vec::new(),
+    }
+}
+
+/// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
+/// workgroup, k steps of `bk`, `sgm x sgn` subgroups of `sg` invocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CoopTiles {
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    sgm: usize,
+    sgn: usize,
+    sg: usize,
+}
+
+/// The cooperative-matrix tiling for `target` and `m` rows, or `None` when
+/// the target lacks a 16x16x16 f16 -> f32 shape, has a variable subgroup
+/// size (the kernel maps subgroups to fragments), or the tiles do not fit.
+pub(crate) fn coop_tiles(target: &Target, m: usize) -> Option<CoopTiles> {
+    let shape = CooperativeMatrixShape {
+        m: 16,
+        n: 16,
+        k: 16,
+        input: ScalarKind::F16,
+        accumulator: ScalarKind::F32,
+    };
+    let sg = target.subgroup_size_max as usize;
+    if !target.cooperative_matrix.contains(&shape)
+        || target.subgroup_size_min != target.subgroup_size_max
+        || !(target.shader_f16 && target.storage_16bit)
+        || sg == 0
+    {
+        return None;
+    }
+    // Small m (decode): narrow tiles so more workgroups share the stream
+    // of B; large m: 128 x 128 tiles, 8 subgroups of 4 x 2 fragments.
+    let candidates = [
+        (m <= 16, [16, 64, 32, 1, 4]),
+        (m <= 32, [32, 64, 32, 2, 2]),
+        (m <= 64, [64, 64, 32, 2, 2]),
+        (true, [128, 128, 32, 2, 4]),
+        (true, [64, 64, 32, 2, 2]),
+    ];
+    candidates
+        .into_iter()
+        .filter(|(fits_m, _)| *fits_m)
+        .map(|(_, [bm, bn, bk, sgm, sgn])| CoopTiles {
+            bm,
+            bn,
+            bk,
+            sgm,
+            sgn,
+            sg,
+        })
+        .find(|t| {
+            (t.threads() as u32) <= target.max_workgroup_invocations
+                && (t.threads() as u32) <= target.max_workgroup_size[0]
+                && (t.a_bytes() + t.b_bytes() + t.c_bytes()) as u64
+                    <= u64::from(target.workgroup_memory_bytes)
+        })
+}
+
+impl CoopTiles {
+    fn threads(&self) -> usize {
+        self.sgm * self.sgn * self.sg
+    }
+    fn pa(&self) -> usize {
+        self.bk + 8
+    }
+    fn pb(&self) -> usize {
+        self.bn + 8
+    }
+    fn a_bytes(&self) -> usize {
+        self.bm * self.pa() * 2
+    }
+    fn b_bytes(&self) -> usize {
+        self.bk * self.pb() * 2
+    }
+    fn c_bytes(&self) -> usize {
+        self.sgm * self.sgn * 256 * 4
+    }
+
+    /// The template substitutions; `a_k_fast` / `b_n_fast` say which axis
+    /// of A and B is contiguous, so consecutive invocations load
+    /// consecutive elements.
+    fn substitutions(
+        &self,
+        a_k_fast: bool,
+        b_n_fast: bool,
+        act: String,
+        result: &str,
+    ) -> Vec<(&'static str, String)> {
+        let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
+        let ty_c = "coopmat<16x16xf32, c>";
+        let pos = |fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str| {
+            if fast_inner {
+                format!(
+                    "      %{r}_d = index.constant {cols} : index\n      %{r} = index.div %e, %{r}_d : index\n      %{c} = index.rem %e, %{r}_d : index"
+                )
+            } else {
+                format!(
+                    "      %{r}_d = index.constant {rows} : index\n      %{r} = index.rem %e, %{r}_d : index\n      %{c} = index.div %e, %{r}_d : index"
+                )
+            }
+        };
+        let frags: Vec<(usize, usize)> =
+            (0..wm).flat_map(|i| (0..wn).map(move |j| (i, j))).collect();
+        let mut zeros = String::new();
+        for i in 0..wm {
+            zeros += &format!(
+                "  %fo_c{i} = index.constant {} : index\n  %fro_{i} = index.add %frow, %fo_c{i} : index\n",
+                16 * i
+            );
+        }
+        for j in 0..wn {
+            zeros += &format!(
+                "  %go_c{j} = index.constant {} : index\n  %fco_{j} = index.add %fcol, %go_c{j} : index\n",
+                16 * j
+            );
+        }
+        for (i, j) in &frags {
+            zeros += &format!("  %z_{i}_{j} = coop.zero : {ty_c}\n");
+        }
+        let carried = frags
+            .iter()
+            .map(|(i, j)| format!("%cc_{i}_{j} = %z_{i}_{j} : {ty_c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let types = vec![ty_c; frags.len()].join(", ");
+        let results = frags
+            .iter()
+            .map(|(i, j)| format!("%res_{i}_{j}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let steps = self.bk / 16;
+        let mut body = String::new();
+        let name = |i: &usize, j: &usize, s: usize| {
+            if s == 0 {
+                format!("%cc_{i}_{j}")
+            } else {
+                format!("%acc_{i}_{j}_{s}")
+            }
+        };
+        for s in 0..steps {
+            body += &format!("    %ko_{s} = index.constant {} : index\n", 16 * s);
+            for i in 0..wm {
+                body += &format!(
+                    "    %fa_{s}_{i} = coop.load<row_major> %ta[%fro_{i}, %ko_{s}] : view<{}x{}xf16> -> coopmat<16x16xf16, a>\n",
+                    self.bm,
+                    self.pa()
+                );
+            }
+            for j in 0..wn {
+                body += &format!(
+                    "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : view<{}x{}xf16> -> coopmat<16x16xf16, b>\n",
+                    self.bk,
+                    self.pb()
+                );
+            }
+            for (i, j) in &frags {
+                body += &format!(
+                    "    {} = coop.mma %fa_{s}_{i}, %fb_{s}_{j}, {} : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, {ty_c}\n",
+                    name(i, j, s + 1),
+                    name(i, j, s)
+                );
+            }
+        }
+        let yields = frags
+            .iter()
+            .map(|(i, j)| name(i, j, steps))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let crows = self.sgm * self.sgn * 16;
+        let mut epilogue = String::new();
+        for (i, j) in &frags {
+            epilogue += &format!(
+                "  coop.store<row_major> %res_{i}_{j}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
+    %mm_r = index.div %mm_e, %c16 : index
+    %mm_c = index.rem %mm_e, %c16 : index
+    %mm_r1 = index.add %fro_{i}, %mm_r : index
+    %mm_c1 = index.add %fco_{j}, %mm_c : index
+    %mm_gr = index.add %row0, %mm_r1 : index
+    %mm_gc = index.add %col0, %mm_c1 : index
+    %mm_okr = index.cmp ult, %mm_gr, %m : index
+    %mm_okc = index.cmp ult, %mm_gc, %n : index
+    %mm_ok = scalar.andi %mm_okr, %mm_okc : i1
+    scf.if %mm_ok {{
+      %mm_sr = index.add %srow, %mm_r : index
+      %mm_acc = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
+      %mm_pb = index.madd %mm_gc, %sbias, %obias : index
+      %mm_bj = view.load %biasv[%mm_pb] : view<[%lbias]xf32> -> f32
+      %x = scalar.addf %mm_acc, %mm_bj : f32
+{act}
+      %mm_crow = index.madd %mm_gr, %n, %oc : index
+      %mm_cb = index.madd %bi, %scb, %mm_crow : index
+      %mm_cidx = index.add %mm_cb, %mm_gc : index
+      view.store {result}, %cv[%mm_cidx] : f32, view<[%lc]xf32>
+    }}
+  }}
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+"
+            );
+        }
+        vec![
+            ("BM1", (self.bm - 1).to_string()),
+            ("BN1", (self.bn - 1).to_string()),
+            ("BK1", (self.bk - 1).to_string()),
+            ("BM", self.bm.to_string()),
+            ("BN", self.bn.to_string()),
+            ("BK", self.bk.to_string()),
+            ("THREADS", self.threads().to_string()),
+            ("SGN", self.sgn.to_string()),
+            ("FM", (self.bm / self.sgm).to_string()),
+            ("FN", (self.bn / self.sgn).to_string()),
+            ("PA", self.pa().to_string()),
+            ("PB", self.pb().to_string()),
+            ("A_ELEMS", (self.bm * self.bk).to_string()),
+            ("B_ELEMS", (self.bk * self.bn).to_string()),
+            ("A_BYTES", self.a_bytes().to_string()),
+            ("B_BYTES", self.b_bytes().to_string()),
+            ("C_BYTES", self.c_bytes().to_string()),
+            ("CROWS", crows.to_string()),
+            ("A_POS", pos(a_k_fast, self.bm, self.bk, "ar", "ac")),
+            ("B_POS", pos(b_n_fast, self.bk, self.bn, "br", "bc")),
+            ("ZEROS", zeros),
+            ("CARRIED", carried),
+            ("TYPES", types),
+            ("BODY", body),
+            ("YIELDS", yields),
+            ("RESULTS", results),
+            ("EPILOGUE", epilogue),
+        ]
+    }
+}
+
+/// The cooperative-matrix matmul kernel's loom source for `target` (for
+/// offline compilation and SPIR-V checks), or `None` when the target has
+/// no suitable shape.
+pub fn coop_matmul_source(
+    target: &Target,
+    m: usize,
+    activation: Option<UnaryOp>,
+) -> Option<String> {
+    let tiles = coop_tiles(target, m)?;
+    let (act, result) = match activation {
+        None => (String::new(), "%x"),
+        Some(op) => (op.body("f32"), "%r"),
+    };
+    let mut text = MATMUL_COOP.to_string();
+    for (name, value) in tiles.substitutions(true, true, act, result) {
+        text = text.replace(&format!("${{{name}}}"), &value);
+    }
+    Some(text)
 }

@@ -27,7 +27,7 @@ mod rows;
 pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
-pub use matmul::MatmulOptions;
+pub use matmul::{MatmulOptions, coop_matmul_source};
 pub use reduce::Reduction;
 
 use crate::{DeviceTensor, TensorDesc};
@@ -69,17 +69,7 @@ impl Ops {
     /// storage is rounded up to whole 4-byte words, so 2-byte tensors can
     /// be bound as words (bf16).
     pub fn output(&self, desc: TensorDesc) -> Result<DeviceTensor> {
-        if desc.is_empty() {
-            return DeviceTensor::allocate(self.runtime(), desc, MemoryPlacement::GpuLocal);
-        }
-        let words = desc.bytes().next_multiple_of(4);
-        let storage = self.runtime().allocate(words, MemoryPlacement::GpuLocal)?;
-        DeviceTensor::from_parts(
-            self.runtime().clone(),
-            desc,
-            Some(storage.view()),
-            hrx_runtime::Completion::ready(),
-        )
+        DeviceTensor::allocate(self.runtime(), desc, MemoryPlacement::GpuLocal)
     }
 
     /// Run `record` eagerly: allocate `desc`, record into a fresh graph,

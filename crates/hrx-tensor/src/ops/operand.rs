@@ -60,6 +60,14 @@ pub(crate) fn operand(tensor: &DeviceTensor, target: &Target, operation: &str) -
     })
 }
 
+/// The offset of a bound operand in 4-element quads, when the kernel may
+/// address it with 16-byte vectors: its binding starts 16-byte aligned and
+/// element 0 sits at a multiple of 4 elements (f32).
+pub(crate) fn quad_offset(operand: &Operand) -> Option<u64> {
+    (operand.view.offset().is_multiple_of(16) && operand.offset.is_multiple_of(4))
+        .then_some(operand.offset / 4)
+}
+
 /// Check an output tensor: same domain, the expected dtype and shape, and
 /// contiguous (it may start anywhere in its storage).
 pub(crate) fn check_output(

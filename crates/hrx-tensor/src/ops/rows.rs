@@ -4,7 +4,7 @@
 use super::{
     Ops,
     indexing::coalesce,
-    operand::{Operand, check_inputs, check_output, operand},
+    operand::{Operand, check_inputs, check_output, operand, quad_offset},
     registry::KernelKey,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -14,6 +14,8 @@ use hrx_runtime::Graph;
 
 const SOFTMAX: &str = include_str!("../../kernels/softmax.loom");
 const NORM: &str = include_str!("../../kernels/norm.loom");
+const SOFTMAX4: &str = include_str!("../../kernels/softmax4.loom");
+const NORM4: &str = include_str!("../../kernels/norm4.loom");
 
 fn index(v: usize) -> ScalarValue {
     ScalarValue::Index(v as u64)
@@ -52,6 +54,19 @@ fn rows(desc: &TensorDesc, operation: &str) -> Result<Rows> {
         row_stride: merged_strides[0][0],
         col_stride: strides[rank - 1],
     })
+}
+
+impl Rows {
+    /// The quad offsets of input and output rows when the 4-wide kernels
+    /// may address them: rows of unit stride whose length and row stride
+    /// are multiples of 4, both operands 16-byte aligned.
+    fn quads(&self, a: &Operand, out: &Operand) -> Option<(u64, u64)> {
+        let fits = self.col_stride == 1
+            && self.cols.is_multiple_of(4)
+            && self.row_stride.is_multiple_of(4);
+        fits.then(|| Some((quad_offset(a)?, quad_offset(out)?)))
+            .flatten()
+    }
 }
 
 /// Normalisation variants.
@@ -103,6 +118,37 @@ impl Ops {
             operand(out, &target, operation)?,
         );
         let wg = self.row_workgroup()?;
+        if let Some((qa, qo)) = r.quads(&ka, &ko) {
+            let body = if log {
+                "    %o = scalar.subf %d, %lsev : vector<4xf32>"
+            } else {
+                "    %e = scalar.expf %d : vector<4xf32>\n    %o = scalar.mulf %e, %invv : vector<4xf32>"
+            };
+            let kernel = self.registry.kernel(KernelKey {
+                template: SOFTMAX4,
+                substitutions: vec![
+                    ("SH_BYTES", (wg * 16).to_string()),
+                    ("SH", (wg * 4).to_string()),
+                    ("WG", wg.to_string()),
+                    ("OUT", body.into()),
+                ],
+                symbol: "softmax4",
+                config: Vec::new(),
+            })?;
+            let scalars = [r.cols / 4, r.row_stride / 4]
+                .map(index)
+                .into_iter()
+                .chain([ScalarValue::Index(qa), ScalarValue::Index(ka.len)])
+                .chain([ScalarValue::Index(qo), ScalarValue::Index(ko.len)])
+                .collect::<Vec<_>>();
+            return kernel.record(
+                graph,
+                operation,
+                &[ka.view, ko.view],
+                &scalars,
+                &[r.rows as u64],
+            );
+        }
         let body = if log {
             "    %o = scalar.subf %d, %lse : f32"
         } else {
@@ -244,6 +290,55 @@ impl Ops {
         );
         let ((kw, sw, hw), (kb, sb, hb)) = (param(weight)?, param(bias)?);
         let wg = self.row_workgroup()?;
+        let quads = r.quads(&ka, &ko).and_then(|(qa, qo)| {
+            // Present parameters must be unit-stride and aligned too; the
+            // absent ones read quad 0 of the 16-byte dummy.
+            let param = |k: &Operand, stride: usize, present: usize| match present {
+                0 => Some(0),
+                _ if stride == 1 => quad_offset(k),
+                _ => None,
+            };
+            Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?))
+        });
+        if let Some((qa, qo, qw, qb)) = quads {
+            let kernel = self.registry.kernel(KernelKey {
+                template: NORM4,
+                substitutions: vec![
+                    ("SH_BYTES", ((wg * 8 + 8) * 4).to_string()),
+                    ("SH", (wg * 8 + 8).to_string()),
+                    ("MERGE", (wg * 8).to_string()),
+                    ("WG", wg.to_string()),
+                    ("CENTER", u8::from(kind == Norm::Layer).to_string()),
+                ],
+                symbol: "norm4",
+                config: Vec::new(),
+            })?;
+            let q = ScalarValue::Index;
+            let scalars = vec![
+                index(r.cols / 4),
+                ScalarValue::F32(eps),
+                index(hw),
+                index(hb),
+                index(r.row_stride / 4),
+                q(qa),
+                q(ka.len),
+                index(sw),
+                q(qw),
+                q(kw.len),
+                index(sb),
+                q(qb),
+                q(kb.len),
+                q(qo),
+                q(ko.len),
+            ];
+            return kernel.record(
+                graph,
+                operation,
+                &[ka.view, kw.view, kb.view, ko.view],
+                &scalars,
+                &[r.rows as u64],
+            );
+        }
         let kernel = self.registry.kernel(KernelKey {
             template: NORM,
             substitutions: vec![

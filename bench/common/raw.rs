@@ -1,9 +1,12 @@
-//! The baseline: a minimal raw-ash harness with its own instance, device,
-//! queue, timeline semaphore, buffers, pipelines and command buffers. It does
-//! what a careful hand-written Vulkan program would do, and nothing more.
+//! The raw-ash baseline shared by the benchmarks (included with `#[path]`):
+//! a minimal harness with its own instance, device, queue, timeline
+//! semaphore, buffers, pipelines and command buffers. It does what a careful
+//! hand-written Vulkan program would do, and nothing more.
+
+#![allow(dead_code)] // each benchmark uses its own subset
 
 use ash::vk;
-use std::{sync::Arc, time::Instant};
+use std::{ptr::NonNull, sync::Arc, time::Instant};
 
 /// Errors of the raw harness, as text naming the failed call.
 pub type RawResult<T> = Result<T, String>;
@@ -168,14 +171,64 @@ impl RawGpu {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
             .queue_priorities(&priorities)];
-        let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        let mut v13 = vk::PhysicalDeviceVulkan13Features::default().synchronization2(true);
-        let info = vk::DeviceCreateInfo::default()
-            .queue_create_infos(&queues)
+        // What the device offers, so that kernels compiled for the runtime's
+        // device (16-bit storage, f16, int64, the memory model, cooperative
+        // matrices) also build here: enable the same set where supported.
+        let mut has11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut has12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut has13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut has_coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        // SAFETY: `pd` belongs to this instance.
+        let extensions = unsafe { instance.enumerate_device_extension_properties(pd) }
+            .map_err(vk_err("vkEnumerateDeviceExtensionProperties"))?;
+        let coop_ext = extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str() == Ok(ash::khr::cooperative_matrix::NAME));
+        let mut query = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut has11)
+            .push_next(&mut has12)
+            .push_next(&mut has13);
+        if coop_ext {
+            query = query.push_next(&mut has_coop);
+        }
+        // SAFETY: the chain points at locals alive for the call.
+        unsafe { instance.get_physical_device_features2(pd, &mut query) };
+        let base =
+            vk::PhysicalDeviceFeatures::default().shader_int64(query.features.shader_int64 != 0);
+        let on = |flag: vk::Bool32| flag != 0;
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(on(has11.storage_buffer16_bit_access))
+            .uniform_and_storage_buffer16_bit_access(on(
+                has11.uniform_and_storage_buffer16_bit_access
+            ));
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(true)
+            .shader_float16(on(has12.shader_float16))
+            .vulkan_memory_model(on(has12.vulkan_memory_model))
+            .vulkan_memory_model_device_scope(on(has12.vulkan_memory_model_device_scope));
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default()
+            .synchronization2(true)
+            .subgroup_size_control(on(has13.subgroup_size_control));
+        let mut coop =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut names = Vec::new();
+        let mut features = vk::PhysicalDeviceFeatures2::default()
+            .features(base)
+            .push_next(&mut v11)
             .push_next(&mut v12)
             .push_next(&mut v13);
-        // SAFETY: pointers refer to locals alive for the call; both features
-        // are core in Vulkan 1.3, which the runtime requires of its device.
+        if coop_ext && on(has_coop.cooperative_matrix) {
+            names.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+            features = features.push_next(&mut coop);
+        }
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&names)
+            .push_next(&mut features);
+        // SAFETY: pointers refer to locals alive for the call; every feature
+        // enabled was read off this device (timeline semaphores and
+        // synchronization2 are core in Vulkan 1.3, which the runtime
+        // requires of its device).
         let device =
             unsafe { instance.create_device(pd, &info, None) }.map_err(vk_err("vkCreateDevice"))?;
         Ok((pd, family, device))
@@ -204,6 +257,7 @@ impl RawGpu {
             buffer,
             memory: vk::DeviceMemory::null(),
             bytes,
+            mapped: None,
         };
         // SAFETY: the buffer was just created from this device.
         let needs = unsafe { device.get_buffer_memory_requirements(buffer) };
@@ -233,6 +287,15 @@ impl RawGpu {
         // SAFETY: fresh buffer and memory of the required size and type.
         unsafe { device.bind_buffer_memory(buffer, raw.memory, 0) }
             .map_err(vk_err("vkBindBufferMemory"))?;
+        if host {
+            // Mapped once for the buffer's life, as a careful program would.
+            // SAFETY: host-visible memory, not mapped yet, whole range.
+            let ptr = unsafe {
+                device.map_memory(raw.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
+            }
+            .map_err(vk_err("vkMapMemory"))?;
+            raw.mapped = NonNull::new(ptr.cast::<u8>());
+        }
         Ok(raw)
     }
 
@@ -340,34 +403,67 @@ impl Drop for RawGpu {
     }
 }
 
-/// A buffer with its own dedicated memory.
+/// A buffer with its own dedicated memory; host-visible ones stay mapped.
 pub struct RawBuffer {
     shared: Arc<Shared>,
     pub buffer: vk::Buffer,
     memory: vk::DeviceMemory,
     pub bytes: usize,
+    mapped: Option<NonNull<u8>>,
 }
 
 impl RawBuffer {
+    /// The mapping of a host-visible buffer.
+    fn mapping(&self) -> RawResult<NonNull<u8>> {
+        self.mapped
+            .ok_or_else(|| "raw harness: the buffer is not host-visible".to_string())
+    }
+
     /// The first `words` 32-bit words of a host-visible buffer.
     pub fn read_words(&self, words: usize) -> RawResult<Vec<u32>> {
-        let device = &self.shared.device;
-        let bytes = (words * 4).min(self.bytes);
-        // SAFETY: host-visible coherent memory, mapped once here, with no
-        // device work pending on it (the caller waited).
-        let out = unsafe {
-            let ptr = device
-                .map_memory(self.memory, 0, bytes as u64, vk::MemoryMapFlags::empty())
-                .map_err(vk_err("vkMapMemory"))?;
-            let data = std::slice::from_raw_parts(ptr.cast::<u8>(), bytes);
-            let out = data
-                .chunks_exact(4)
-                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                .collect();
-            device.unmap_memory(self.memory);
-            out
+        let mut bytes = vec![0u8; (words * 4).min(self.bytes)];
+        self.read_bytes(0, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect())
+    }
+
+    /// Copy `data` into a host-visible buffer at `offset`. No submitted
+    /// work may be using the buffer.
+    pub fn write_bytes(&self, offset: usize, data: &[u8]) -> RawResult<()> {
+        let ptr = self.mapping()?;
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.bytes)
+        {
+            return Err("raw harness: write past the end of a buffer".into());
+        }
+        // SAFETY: a coherent mapping of `bytes` bytes alive as long as
+        // `self`; the range is inside it; no device work uses it (the
+        // caller waited) and the harness is single-threaded.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr().add(offset), data.len())
         };
-        Ok(out)
+        Ok(())
+    }
+
+    /// Copy bytes of a host-visible buffer from `offset` into `out`, after
+    /// the device work that writes it has been waited for.
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> RawResult<()> {
+        let ptr = self.mapping()?;
+        if offset
+            .checked_add(out.len())
+            .is_none_or(|end| end > self.bytes)
+        {
+            return Err("raw harness: read past the end of a buffer".into());
+        }
+        // SAFETY: as in `write_bytes`; the device writes were made visible
+        // to the host by the submission the caller waited for.
+        unsafe {
+            std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
     }
 }
 

@@ -1,6 +1,14 @@
-//! Results: a JSON list written by hand, and a markdown table.
+//! Shared by the benchmark examples (included with `#[path]`): results as a
+//! JSON list written by hand (the schema of `docs/benchmarks.md`), a
+//! markdown table, where results go, the environment knobs, and
+//! percentiles.
 
-use std::{fmt::Write as _, path::Path};
+#![allow(dead_code)] // each benchmark uses its own subset
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
 
 /// Which direction is better for a figure.
 #[derive(Clone, Copy, Debug)]
@@ -18,7 +26,7 @@ impl Better {
     }
 }
 
-/// One compared figure: hrx against the raw-ash baseline, same run.
+/// One compared figure: hrx against a baseline measured in the same run.
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub name: String,
@@ -87,10 +95,14 @@ pub fn json(entries: &[Entry], device: &str) -> String {
     out
 }
 
-/// A markdown table headed by the device name.
-pub fn table(entries: &[Entry], device: &str) -> String {
+/// A markdown table headed by the device name; `baseline` names the
+/// baseline column (for example "raw ash").
+pub fn table(entries: &[Entry], device: &str, baseline: &str) -> String {
     let mut out = format!("Device: {device}\n\n");
-    out.push_str("| measurement | unit | hrx | raw ash | hrx / raw | better |\n");
+    let _ = writeln!(
+        out,
+        "| measurement | unit | hrx | {baseline} | hrx / {baseline} | better |"
+    );
     out.push_str("|---|---|---:|---:|---:|---|\n");
     for e in entries {
         let _ = writeln!(
@@ -104,7 +116,7 @@ pub fn table(entries: &[Entry], device: &str) -> String {
             e.better.as_str()
         );
     }
-    out.push_str("\nBaselines (raw ash in the same process, same device, same SPIR-V):\n");
+    out.push_str("\nBaselines (same process, same device):\n");
     let mut seen: Vec<&str> = Vec::new();
     for e in entries {
         if !seen.contains(&e.baseline_name.as_str()) {
@@ -121,4 +133,47 @@ pub fn write(path: &Path, text: &str) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `HRX_BENCH_OUT`, else `target/bench/{file}` under the nearest directory
+/// (from the current one up) holding a `Cargo.lock`, else here.
+pub fn output_path(file: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os("HRX_BENCH_OUT").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let root = here
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(&here)
+        .to_path_buf();
+    root.join("target").join("bench").join(file)
+}
+
+/// The whole number in environment variable `name`, if set and non-empty.
+pub fn env_usize(name: &str) -> Result<Option<usize>, String> {
+    match std::env::var(name) {
+        Ok(text) if !text.trim().is_empty() => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name}={text:?} is not a whole number")),
+        _ => Ok(None),
+    }
+}
+
+/// The median of `samples` (sorted in place).
+pub fn median(samples: &mut [f64]) -> f64 {
+    percentile(samples, 50.0)
+}
+
+/// The nearest-rank percentile `p` of `samples` (sorted in place); NaN when
+/// there are none.
+pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
 }

@@ -1,12 +1,16 @@
 //! The raw harness's compute pipelines: one shader module, one descriptor
-//! set layout of storage buffers, descriptor sets from a small pool.
+//! set layout of storage buffers, an optional push-constant block,
+//! descriptor sets from a small pool.
+
+#![allow(dead_code)] // each benchmark uses its own subset
 
 use super::raw::{RawBuffer, RawGpu, RawResult, Shared, vk_err};
 use ash::vk;
 use std::{ffi::CStr, sync::Arc};
 
-/// A compute pipeline over storage-buffer bindings 0..n of set 0, with a
-/// descriptor pool for a few bound sets.
+/// A compute pipeline over storage-buffer bindings 0..n of set 0 and a
+/// push-constant block at offset 0, with a descriptor pool for a few bound
+/// sets.
 pub struct RawKernel {
     shared: Arc<Shared>,
     module: vk::ShaderModule,
@@ -17,8 +21,17 @@ pub struct RawKernel {
 }
 
 impl RawKernel {
-    /// Build the pipeline of `entry` in `spirv` with `bindings` storage buffers.
-    pub fn new(gpu: &RawGpu, spirv: &[u32], entry: &CStr, bindings: u32) -> RawResult<RawKernel> {
+    /// Build the pipeline of `entry` in `spirv` with `bindings` storage
+    /// buffers and `push_constant_bytes` of constants (0 for none), with room
+    /// for `sets` descriptor sets.
+    pub fn new(
+        gpu: &RawGpu,
+        spirv: &[u32],
+        entry: &CStr,
+        bindings: u32,
+        push_constant_bytes: u32,
+        sets: u32,
+    ) -> RawResult<RawKernel> {
         let device = gpu.device();
         let mut kernel = RawKernel {
             shared: gpu.shared.clone(),
@@ -49,8 +62,19 @@ impl RawKernel {
             kernel.set_layout = device
                 .create_descriptor_set_layout(&info, None)
                 .map_err(vk_err("vkCreateDescriptorSetLayout"))?;
-            let sets = [kernel.set_layout];
-            let info = vk::PipelineLayoutCreateInfo::default().set_layouts(&sets);
+            let set_layouts = [kernel.set_layout];
+            let ranges = [vk::PushConstantRange::default()
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                .offset(0)
+                .size(push_constant_bytes)];
+            let ranges = if push_constant_bytes > 0 {
+                &ranges[..]
+            } else {
+                &[]
+            };
+            let info = vk::PipelineLayoutCreateInfo::default()
+                .set_layouts(&set_layouts)
+                .push_constant_ranges(ranges);
             kernel.layout = device
                 .create_pipeline_layout(&info, None)
                 .map_err(vk_err("vkCreatePipelineLayout"))?;
@@ -66,10 +90,10 @@ impl RawKernel {
                 .map_err(|(_, e)| vk_err("vkCreateComputePipelines")(e))?[0];
             let sizes = [vk::DescriptorPoolSize {
                 ty: vk::DescriptorType::STORAGE_BUFFER,
-                descriptor_count: 8 * bindings.max(1),
+                descriptor_count: sets.max(1) * bindings.max(1),
             }];
             let info = vk::DescriptorPoolCreateInfo::default()
-                .max_sets(8)
+                .max_sets(sets.max(1))
                 .pool_sizes(&sizes);
             kernel.pool = device
                 .create_descriptor_pool(&info, None)
@@ -80,6 +104,16 @@ impl RawKernel {
 
     /// A descriptor set binding `buffers` (whole) at bindings 0.. in order.
     pub fn bind(&self, buffers: &[&RawBuffer]) -> RawResult<vk::DescriptorSet> {
+        let whole: Vec<_> = buffers.iter().map(|&b| (b, 0, b.bytes)).collect();
+        self.bind_ranges(&whole)
+    }
+
+    /// A descriptor set binding `(buffer, offset, bytes)` ranges at bindings
+    /// 0.. in order.
+    pub fn bind_ranges(
+        &self,
+        ranges: &[(&RawBuffer, usize, usize)],
+    ) -> RawResult<vk::DescriptorSet> {
         let device = &self.shared.device;
         let layouts = [self.set_layout];
         let info = vk::DescriptorSetAllocateInfo::default()
@@ -89,13 +123,13 @@ impl RawKernel {
         // used by this thread only.
         let set = unsafe { device.allocate_descriptor_sets(&info) }
             .map_err(vk_err("vkAllocateDescriptorSets"))?[0];
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = ranges
             .iter()
-            .map(|b| {
+            .map(|&(b, offset, bytes)| {
                 [vk::DescriptorBufferInfo {
                     buffer: b.buffer,
-                    offset: 0,
-                    range: vk::WHOLE_SIZE,
+                    offset: offset as u64,
+                    range: bytes as u64,
                 }]
             })
             .collect();
@@ -111,7 +145,8 @@ impl RawKernel {
             })
             .collect();
         // SAFETY: the set is fresh and unused by any command buffer; the
-        // buffers are live storage buffers of this device.
+        // buffers are live storage buffers of this device and the ranges lie
+        // inside them (the callers derive them from checked views).
         unsafe { device.update_descriptor_sets(&writes, &[]) };
         Ok(set)
     }

@@ -1,0 +1,192 @@
+//! The MLP forward pass of hrx's `MlpConfig::bench()`: x[16, 512] ->
+//! relu(x W0 + b0)[2048] -> relu(. W1 + b1)[2048] -> . W2 + b2 [512], one
+//! request at a time (one client): upload the input, 3 dispatches, read the
+//! output back. Checked against a CPU reference (f64 accumulation).
+
+use crate::{
+    gpu::{Gpu, map_read},
+    report::{Better, Entry},
+    stats::percentile,
+};
+use wgpu::BufferUsages as U;
+
+/// The shapes of `MlpConfig::bench()`.
+pub const BATCH: usize = 16;
+const INPUT: usize = 512;
+const HIDDEN: usize = 2048;
+const OUTPUT: usize = 512;
+/// (fan in, fan out, relu) per layer.
+const LAYERS: [(usize, usize, bool); 3] = [
+    (INPUT, HIDDEN, true),
+    (HIDDEN, HIDDEN, true),
+    (HIDDEN, OUTPUT, false),
+];
+const TILE: usize = 16;
+
+/// A deterministic generator (splitmix64), so runs are repeatable.
+struct Seeded(u64);
+
+impl Seeded {
+    /// Uniform in [-1, 1), never exactly 0.
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let v = ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+        if v == 0.0 { 0.5 } else { v }
+    }
+
+    fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.next() * scale).collect()
+    }
+}
+
+/// Weights (row-major [in, out]) and biases per layer.
+struct Model {
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+impl Model {
+    fn seeded(seed: u64) -> Model {
+        let mut rng = Seeded(seed);
+        let layers = LAYERS
+            .iter()
+            .map(|&(fan_in, fan_out, _)| {
+                let scale = 1.0 / (fan_in as f32).sqrt();
+                (rng.vec(fan_in * fan_out, scale), rng.vec(fan_out, scale))
+            })
+            .collect();
+        Model { layers }
+    }
+
+    /// The CPU reference, accumulating in f64.
+    fn reference(&self, x: &[f32]) -> Vec<f32> {
+        let mut h = x.to_vec();
+        for ((w, b), &(fan_in, fan_out, relu)) in self.layers.iter().zip(&LAYERS) {
+            let mut next = vec![0.0f32; BATCH * fan_out];
+            for m in 0..BATCH {
+                for n in 0..fan_out {
+                    let mut acc = f64::from(b[n]);
+                    for k in 0..fan_in {
+                        acc += f64::from(h[m * fan_in + k]) * f64::from(w[k * fan_out + n]);
+                    }
+                    let v = acc as f32;
+                    next[m * fan_out + n] = if relu { v.max(0.0) } else { v };
+                }
+            }
+            h = next;
+        }
+        h
+    }
+}
+
+/// Worst |a - b| beyond `atol + rtol |b|`, as (index, got, expected).
+fn mismatch(got: &[f32], expected: &[f32]) -> Option<(usize, f32, f32)> {
+    let (atol, rtol) = (1e-3, 1e-3);
+    got.iter()
+        .zip(expected)
+        .enumerate()
+        .find(|(_, (g, e))| (**g - **e).abs() > atol + rtol * e.abs() || g.is_nan())
+        .map(|(i, (g, e))| (i, *g, *e))
+}
+
+/// Latency p50 and p99 of `requests` forward passes, one at a time.
+pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
+    for &(fan_in, fan_out, _) in &LAYERS {
+        if BATCH % TILE != 0 || fan_in % TILE != 0 || fan_out % TILE != 0 {
+            return Err("MLP shapes must be multiples of the 16x16 tile".into());
+        }
+    }
+    let model = Model::seeded(7);
+    let pipeline = gpu.pipeline("linear", include_str!("shaders/linear.wgsl"));
+    let storage = |label: &str, len: usize| {
+        gpu.buffer(label, (len * 4) as u64, U::STORAGE | U::COPY_DST | U::COPY_SRC)
+    };
+    let x = storage("x", BATCH * INPUT);
+    let hidden = [storage("h0", BATCH * HIDDEN), storage("h1", BATCH * HIDDEN)];
+    let y = storage("y", BATCH * OUTPUT);
+    let staging = gpu.buffer(
+        "y read-back",
+        (BATCH * OUTPUT * 4) as u64,
+        U::MAP_READ | U::COPY_DST,
+    );
+    let io = [&x, &hidden[0], &hidden[1], &y];
+    let mut binds = Vec::new();
+    // Kept alive for the bind groups.
+    let mut held = Vec::new();
+    for (i, ((w, b), &(fan_in, fan_out, relu))) in model.layers.iter().zip(&LAYERS).enumerate() {
+        let shape = gpu.buffer("shape", 16, U::UNIFORM | U::COPY_DST);
+        let words = [BATCH as u32, fan_out as u32, fan_in as u32, u32::from(relu)];
+        gpu.queue.write_buffer(&shape, 0, bytemuck::cast_slice(&words));
+        let wb = storage("weight", w.len());
+        gpu.queue.write_buffer(&wb, 0, bytemuck::cast_slice(w));
+        let bb = storage("bias", b.len());
+        gpu.queue.write_buffer(&bb, 0, bytemuck::cast_slice(b));
+        binds.push((
+            gpu.bind(&pipeline, &[&shape, io[i], &wb, &bb, io[i + 1]]),
+            (fan_out / TILE) as u32,
+        ));
+        held.push((shape, wb, bb));
+    }
+    gpu.queue.submit([]);
+    gpu.wait(None)?;
+    gpu.check("MLP setup")?;
+
+    let mut rng = Seeded(11);
+    let inputs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(BATCH * INPUT, 1.0)).collect();
+    let forward = |input: &[f32]| -> Result<Vec<f32>, String> {
+        gpu.queue.write_buffer(&x, 0, bytemuck::cast_slice(input));
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            for (bind, groups_x) in &binds {
+                pass.set_bind_group(0, bind, &[]);
+                pass.dispatch_workgroups(*groups_x, (BATCH / TILE) as u32, 1);
+            }
+        }
+        encoder.copy_buffer_to_buffer(&y, 0, &staging, 0, None);
+        let index = gpu.queue.submit([encoder.finish()]);
+        Ok(bytemuck::pod_collect_to_vec(&map_read(gpu, &staging, Some(index))?))
+    };
+
+    // Check every distinct input once before timing.
+    for (i, input) in inputs.iter().enumerate() {
+        let got = forward(input)?;
+        if let Some((at, g, e)) = mismatch(&got, &model.reference(input)) {
+            return Err(format!("MLP: input {i}, output {at} is {g}, the CPU reference {e}"));
+        }
+    }
+    let mut last = Vec::new();
+    let mut next = 0;
+    let mut samples = crate::stats::sample(requests, || {
+        last = forward(&inputs[next % inputs.len()])?;
+        next += 1;
+        Ok(())
+    })?;
+    gpu.check("MLP")?;
+    let expected = model.reference(&inputs[(next - 1) % inputs.len()]);
+    if let Some((at, g, e)) = mismatch(&last, &expected) {
+        return Err(format!("MLP: last request, output {at} is {g}, the CPU reference {e}"));
+    }
+
+    let how = "wgpu: Queue::write_buffer of the input, one compute pass of 3 tiled \
+               matmul + bias (+ relu) dispatches, copy to a MAP_READ buffer, submit, \
+               map_async + poll(Wait), copy out, unmap";
+    Ok([("p50", 50.0), ("p99", 99.0)]
+        .into_iter()
+        .map(|(label, p)| Entry {
+            name: format!(
+                "MLP {INPUT}-{HIDDEN}-{HIDDEN}-{OUTPUT} relu, batch {BATCH}, 1 client: \
+                 latency per request ({label})"
+            ),
+            unit: "us",
+            value: percentile(&mut samples, p) * 1e6,
+            how: how.into(),
+            better: Better::Lower,
+            pairs_with: ("inference", format!("*MLP*1 client*{label}*")),
+        })
+        .collect())
+}

@@ -1,0 +1,161 @@
+//! `hrx demo`: the main job. A small transformer served through a bounded
+//! pool of slots by concurrent tokio clients, every output checked against
+//! a CPU reference, then the same requests through the naive path.
+
+mod check;
+mod clients;
+mod flags;
+mod naive;
+mod progress;
+mod report;
+mod requests;
+mod weights;
+
+pub use flags::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
+
+use hrx_core::Result;
+use hrx_inference::{
+    ModelContext,
+    models::{Transformer, TransformerConfig},
+};
+use hrx_runtime::RuntimeOptions;
+use std::{sync::Arc, time::Instant};
+
+/// The naive path reallocates and re-prepares per request, so a smaller
+/// sample of it is enough for a stable comparison.
+const NAIVE_REQUESTS: usize = 32;
+
+/// Run the demo and print its report on stdout.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    let config = config(args)?;
+    let weights = match &args.weights {
+        Some(path) => weights::load(path, &config)?,
+        None => config.seeded_weights(args.seed),
+    };
+    if let Some(path) = &args.save_weights {
+        weights::save(path, &weights)?;
+        println!(
+            "wrote {} tensors ({} parameters, seed {}) to {}",
+            weights.names().count(),
+            weights.parameter_count(),
+            args.seed,
+            path.display()
+        );
+        return Ok(());
+    }
+
+    let context = ModelContext::new(device_options(args.device.as_deref()))?;
+    let target = context.runtime().gpu()?.target().clone();
+    println!("device:  {} ({:?})", target.name, target.kind);
+    println!(
+        "model:   transformer, vocab {}, d_model {}, heads {}, d_ff {}, blocks {}, \
+         seq {}, batch {}",
+        config.vocab,
+        config.d_model,
+        config.heads,
+        config.d_ff,
+        config.blocks,
+        config.seq,
+        config.batch
+    );
+
+    let started = Instant::now();
+    let requests = Arc::new(requests::make(&config, &weights, args.seed, args.requests)?);
+    let referenced = started.elapsed();
+
+    let started = Instant::now();
+    let transformer = Transformer::new(&context, config, &weights)?;
+    let model = transformer.prepare(args.slots)?;
+    let prepared = started.elapsed();
+    println!(
+        "         {} parameters, {:.2} MiB of weights on the device, shared by {} slots",
+        group_digits(config.parameter_count()),
+        transformer.weights().bytes() as f64 / (1u64 << 20) as f64,
+        args.slots
+    );
+    println!(
+        "setup:   CPU references {}, upload + compile + prepare {}",
+        report::millis(referenced),
+        report::millis(prepared)
+    );
+
+    let bar = progress::bar(args.requests, "pool", args.quiet);
+    let pool = clients::serve(&model, config, requests.clone(), args.clients, &bar);
+    bar.finish_and_clear();
+    let pool = pool?;
+    drop(model);
+
+    let sample = &requests[..args.requests.min(NAIVE_REQUESTS)];
+    let bar = progress::bar(sample.len(), "naive", args.quiet);
+    let naive = naive::run(&transformer, sample, &bar);
+    bar.finish_and_clear();
+    let naive = naive?;
+
+    println!(
+        "{}",
+        report::results(&pool, args.clients, args.slots, &naive)
+    );
+    Ok(())
+}
+
+/// The small transformer with the batch and sequence flags applied.
+fn config(args: &DemoArgs) -> Result<TransformerConfig> {
+    let small = TransformerConfig::small();
+    let config = TransformerConfig {
+        batch: args.batch.unwrap_or(small.batch),
+        seq: args.seq.unwrap_or(small.seq),
+        ..small
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// `--device` as the runtime reads `HRX_DEVICE`: an index, else a name fragment.
+fn device_options(device: Option<&str>) -> RuntimeOptions {
+    let options = RuntimeOptions::default();
+    match device.map(str::trim) {
+        None => options,
+        Some(text) => match text.parse::<usize>() {
+            Ok(index) => options.with_device_index(index),
+            Err(_) => options.with_device_name(text),
+        },
+    }
+}
+
+/// 1234567 -> "1,234,567"
+fn group_digits(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_group_by_thousands() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn flags_shape_the_config() {
+        let args = DemoArgs {
+            batch: Some(3),
+            seq: Some(5),
+            ..DemoArgs::default()
+        };
+        let c = config(&args).unwrap();
+        assert_eq!((c.batch, c.seq), (3, 5));
+        assert_eq!(c.d_model, TransformerConfig::small().d_model);
+    }
+}

@@ -1,0 +1,161 @@
+//! `hrx demo` end to end, kept short: the debug build on lavapipe is slow,
+//! so device runs serve a handful of requests.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn hrx_demo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .arg("demo")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn temp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("hrx-demo-{}-{name}", std::process::id()))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The figures the report must print.
+fn assert_report(stdout: &str) {
+    for needle in [
+        "device:",
+        "parameters",
+        "MiB of weights",
+        "pool:",
+        "naive:",
+        "p50 ",
+        "p99 ",
+        "requests/s",
+        "ratio:",
+        "max abs error",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "`{needle}` missing from:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_short_demo_serves_checks_and_reports() {
+    let o = hrx_demo(&[
+        "--requests",
+        "6",
+        "--clients",
+        "3",
+        "--slots",
+        "2",
+        "--quiet",
+    ]);
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
+    assert_report(&stdout);
+    assert!(
+        stdout.contains("6 requests from 3 tokio clients through 2 slots"),
+        "{stdout}"
+    );
+    // min(N, 32) naive requests, and all outputs of both paths checked.
+    assert!(stdout.contains("naive:   6 requests"), "{stdout}");
+    assert!(stdout.contains("all 12 outputs match"), "{stdout}");
+}
+
+#[test]
+fn saved_weights_load_back_and_serve() {
+    let file = temp("roundtrip.safetensors");
+    let o = hrx_demo(&["--save-weights", file.to_str().unwrap(), "--seed", "5"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("wrote"), "{}", text(&o.stdout));
+    let o = hrx_demo(&[
+        "--weights",
+        file.to_str().unwrap(),
+        "--requests",
+        "2",
+        "--batch",
+        "2",
+        "--quiet",
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert_report(&text(&o.stdout));
+    assert!(text(&o.stdout).contains("batch 2"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn a_malformed_weights_file_fails_with_its_name() {
+    let file = temp("garbage.safetensors");
+    std::fs::write(&file, b"\xff\xff\x00\x00not safetensors at all").unwrap();
+    let o = hrx_demo(&["--weights", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains("not a valid safetensors file"), "{err}");
+    assert!(err.contains("garbage.safetensors"), "{err}");
+    let o = hrx_demo(&["--weights", temp("missing.safetensors").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("cannot read weights"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn weights_of_another_shape_fail_naming_the_tensor() {
+    let file = temp("seq8.safetensors");
+    let o = hrx_demo(&["--save-weights", file.to_str().unwrap(), "--seq", "8"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The default config has 16 positions, the file 8.
+    let o = hrx_demo(&["--weights", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains("do not fit the model"), "{err}");
+    assert!(err.contains("pos"), "{err}");
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    for (args, message) in [
+        (&["--clients", "0"][..], "--clients must be at least 1"),
+        (&["--requests"], "--requests needs a value"),
+        (&["--slots", "two"], "not a positive integer"),
+        (&["--frobnicate"], "unknown option `--frobnicate`"),
+        (
+            &["--weights", "a", "--save-weights", "b"],
+            "exclude each other",
+        ),
+    ] {
+        let o = hrx_demo(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(
+            err.contains("hrx demo [--clients M]"),
+            "usage expected: {err}"
+        );
+    }
+    let o = hrx_demo(&["--help"]);
+    assert!(o.status.success());
+    assert!(
+        text(&o.stdout).contains("--save-weights FILE"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn an_unknown_device_is_an_error() {
+    let o = hrx_demo(&["--device", "no-such-device-anywhere", "--requests", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(!text(&o.stderr).is_empty());
+}

@@ -1,0 +1,236 @@
+//! GPU check and timing of matmul on the live device (run on the H200):
+//! f16 inputs (cooperative-matrix kernel where the device reports a
+//! 16x16x16 f16 -> f32 shape, the tiled kernel elsewhere) and f32, each
+//! checked against an f64 reference on sampled elements, then timed.
+//!
+//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick]`
+//! prints one line per case and exits non-zero on a wrong result.
+
+use hrx_runtime::Runtime;
+use hrx_tensor::{
+    DType, DeviceTensor, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp, coop_matmul_source},
+};
+use std::time::Instant;
+
+fn lcg(seed: &mut u64) -> f64 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+}
+
+fn rounded(v: f64, dtype: DType) -> f64 {
+    if dtype == DType::F16 {
+        half::f16::from_f64(v).to_f64()
+    } else {
+        f64::from(v as f32)
+    }
+}
+
+struct Case {
+    dtype: DType,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    options: MatmulOptions,
+    bias: bool,
+    timed: bool,
+}
+
+fn main() -> hrx_core::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let runtime = Runtime::new()?;
+    let target = runtime.gpu()?.target().clone();
+    let ops = Ops::new(&runtime);
+    println!(
+        "device: {}; cooperative f16 kernel: {}",
+        target.name,
+        coop_matmul_source(&target, 4096, None).is_some()
+    );
+    let plain = MatmulOptions::default();
+    let mut cases = vec![];
+    // Correctness: partial tiles, transposes, batch, epilogue.
+    for (m, n, k, ta, tb, act) in [
+        (1, 1, 1, false, false, None),
+        (17, 33, 50, false, false, None),
+        (130, 70, 47, true, false, Some(UnaryOp::Relu)),
+        (64, 200, 96, false, true, Some(UnaryOp::Gelu)),
+        (257, 129, 300, true, true, Some(UnaryOp::Silu)),
+    ] {
+        for dtype in [DType::F16, DType::F32] {
+            cases.push(Case {
+                dtype,
+                batch: 3,
+                m,
+                n,
+                k,
+                options: MatmulOptions {
+                    transpose_a: ta,
+                    transpose_b: tb,
+                    activation: act,
+                },
+                bias: true,
+                timed: false,
+            });
+        }
+    }
+    if !quick {
+        for m in [1, 16, 32, 64] {
+            cases.push(Case {
+                dtype: DType::F16,
+                batch: 1,
+                m,
+                n: 4096,
+                k: 4096,
+                options: plain,
+                bias: false,
+                timed: true,
+            });
+        }
+        for dtype in [DType::F16, DType::F32] {
+            cases.push(Case {
+                dtype,
+                batch: 1,
+                m: 8192,
+                n: 8192,
+                k: 8192,
+                options: plain,
+                bias: false,
+                timed: true,
+            });
+        }
+    }
+    let mut failed = false;
+    for c in &cases {
+        let mut seed = (c.m * 31 + c.n * 7 + c.k) as u64;
+        let (ra, ca) = if c.options.transpose_a {
+            (c.k, c.m)
+        } else {
+            (c.m, c.k)
+        };
+        let (rb, cb) = if c.options.transpose_b {
+            (c.n, c.k)
+        } else {
+            (c.k, c.n)
+        };
+        let va: Vec<f64> = (0..c.batch * ra * ca)
+            .map(|_| rounded(lcg(&mut seed), c.dtype))
+            .collect();
+        let vb: Vec<f64> = (0..c.batch * rb * cb)
+            .map(|_| rounded(lcg(&mut seed), c.dtype))
+            .collect();
+        let vbias: Vec<f64> = (0..c.n)
+            .map(|_| rounded(lcg(&mut seed), DType::F32))
+            .collect();
+        let a = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, ra, ca], &va)?;
+        let b = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, rb, cb], &vb)?;
+        let bias_t = DeviceTensor::from_values(&runtime, DType::F32, vec![c.n], &vbias)?;
+        let bias = c.bias.then_some(&bias_t);
+        let out = ops.matmul(&a, &b, bias, c.options)?;
+        let got = out.to_values()?;
+        // Sampled reference elements (the full reference is too slow at 8192^3).
+        let at = |v: &[f64], bi: usize, r: usize, col: usize, rows: usize, cols: usize, t: bool| {
+            if t {
+                v[bi * rows * cols + col * rows + r]
+            } else {
+                v[bi * rows * cols + r * cols + col]
+            }
+        };
+        let mut worst = 0.0f64;
+        let samples = 257usize;
+        for s in 0..samples {
+            let idx = (s * 7919 + s * s * 31) % got.len();
+            let (bi, rem) = (idx / (c.m * c.n), idx % (c.m * c.n));
+            let (i, j) = (rem / c.n, rem % c.n);
+            let mut want: f64 = (0..c.k)
+                .map(|q| {
+                    at(&va, bi, i, q, c.m, c.k, c.options.transpose_a)
+                        * at(&vb, bi, q, j, c.k, c.n, c.options.transpose_b)
+                })
+                .sum();
+            if c.bias {
+                want += vbias[j];
+            }
+            if let Some(op) = c.options.activation {
+                want = match op {
+                    UnaryOp::Relu => want.max(0.0),
+                    UnaryOp::Silu => want / (1.0 + (-want).exp()),
+                    _ => 0.5 * want * (1.0 + libm_erf(want / std::f64::consts::SQRT_2)),
+                };
+            }
+            let tol = 1e-3 * (c.k as f64).sqrt() * (1.0 + want.abs());
+            let err = (got[idx] - want).abs();
+            worst = worst.max(err / tol);
+        }
+        let ok = worst <= 1.0;
+        failed |= !ok;
+        let mut line = format!(
+            "{:?} {}x{}x{}x{} {:?}: {} (worst error/tolerance {worst:.3})",
+            c.dtype,
+            c.batch,
+            c.m,
+            c.k,
+            c.n,
+            c.options,
+            if ok { "ok" } else { "WRONG" }
+        );
+        if c.timed {
+            let reps = 20;
+            let desc = TensorDesc::new(DType::F32, vec![c.batch, c.m, c.n])?;
+            let outs: Vec<DeviceTensor> = (0..reps)
+                .map(|_| ops.output(desc.clone()))
+                .collect::<Result<_, _>>()?;
+            let mut graph = runtime.graph();
+            for o in &outs {
+                ops.record_matmul(&mut graph, &a, &b, None, c.options, o)?;
+            }
+            let exec = graph.prepare()?;
+            exec.submit()?.wait()?;
+            let start = Instant::now();
+            exec.submit()?.wait()?;
+            let secs = start.elapsed().as_secs_f64() / reps as f64;
+            let flops = 2.0 * (c.batch * c.m * c.n * c.k) as f64;
+            let bytes = (c.batch * (c.m * c.k + c.k * c.n)) as f64 * c.dtype.bytes() as f64
+                + (c.batch * c.m * c.n * 4) as f64;
+            line += &format!(
+                "; {:.1} us, {:.1} TFLOP/s, {:.0} GB/s",
+                secs * 1e6,
+                flops / secs / 1e12,
+                bytes / secs / 1e9
+            );
+        }
+        println!("{line}");
+    }
+    if failed {
+        eprintln!("some results were wrong");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// erf to ~1e-7 (Abramowitz-Stegun 7.1.26 is too coarse for gelu checks,
+/// so a series / continued-fraction split).
+fn libm_erf(x: f64) -> f64 {
+    let t = x.abs();
+    let y = if t < 2.5 {
+        // Maclaurin series.
+        let mut sum = t;
+        let mut term = t;
+        let t2 = t * t;
+        for n in 1..60 {
+            term *= -t2 / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // Continued fraction for erfc.
+        let mut f = 0.0;
+        for n in (1..60).rev() {
+            f = (n as f64 / 2.0) / (t + f);
+        }
+        1.0 - (-t * t).exp() / std::f64::consts::PI.sqrt() / (t + f)
+    };
+    y.copysign(x)
+}

@@ -1,0 +1,170 @@
+//! f16 matmul (f32 accumulation, f32 output) against an f64 reference on
+//! the f16-rounded inputs: batches, transposes, bias and activation,
+//! partial tiles and size-1 extents. On lavapipe this runs the tiled
+//! workgroup-memory kernel; the cooperative-matrix kernel is compiled for
+//! `Target::hopper()` and its SPIR-V validated here, and run on the H200 by
+//! the `matmul_coop_gpu` example. Tolerance: atol 2e-3 + rtol 2e-3 (the
+//! products of f16 values are exact in f32; only the f32 sums round).
+
+mod common;
+
+use common::{cases::unary_ref, *};
+use hrx_core::Target;
+use hrx_loom::{Compiler, Specialization};
+use hrx_tensor::{
+    DType, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp, coop_matmul_source},
+};
+use proptest::prelude::*;
+
+fn f16_round(v: f64) -> f64 {
+    half::f16::from_f64(v).to_f64()
+}
+
+/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
+fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
+    if !transpose {
+        return values.to_vec();
+    }
+    let mut out = vec![0.0; values.len()];
+    for b in 0..batch {
+        for i in 0..rows {
+            for j in 0..cols {
+                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
+            }
+        }
+    }
+    out
+}
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![2 => Just(1usize), 6 => 2usize..40]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn f16_matmul_matches_reference(
+        m in dim(), n in dim(), k in dim(),
+        batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3])],
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Gen::new(seed);
+        let options = MatmulOptions {
+            transpose_a: rng.below(2) == 0,
+            transpose_b: rng.below(2) == 0,
+            activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Silu)][rng.below(3)],
+        };
+        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
+        let nb: usize = batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(f16_round).collect();
+        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(f16_round).collect();
+        let vbias = values(&mut rng, n, -1.0, 1.0);
+        let with_bias = rng.below(2) == 0;
+        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
+            let mut s = batch.to_vec();
+            s.extend(if t { [c, r] } else { [r, c] });
+            s
+        };
+        let a = input(DType::F16, &shape_of(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
+        let b = input(DType::F16, &shape_of(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), Placement::Contiguous);
+        let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
+        let bias = with_bias.then_some(&bias);
+        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
+        let mut inputs = vec![&a, &b];
+        inputs.extend(bias);
+        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
+            ops().record_matmul(g, &a, &b, bias, options, out)
+        }).unwrap();
+        let mut want = Vec::new();
+        for bi in 0..nb {
+            let bb = if b_batch.is_empty() { 0 } else { bi };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s: f64 = (0..k).map(|q| va[bi * m * k + i * k + q] * vb[bb * k * n + q * n + j]).sum();
+                    if with_bias { s += vbias[j]; }
+                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
+                }
+            }
+        }
+        assert_close(&got, &want, 2e-3, 2e-3, &format!("f16 matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias}"));
+    }
+}
+
+#[test]
+fn mixed_dtypes_are_refused() {
+    let a = input(DType::F16, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let b = input(DType::F32, &[3, 2], &[1.0; 6], Placement::Contiguous);
+    let e = ops()
+        .matmul(&a, &b, None, MatmulOptions::default())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("must both be f32 or both f16"),
+        "{e}"
+    );
+}
+
+#[test]
+fn coop_kernel_only_where_the_target_has_the_shape() {
+    assert!(coop_matmul_source(&Target::lavapipe(), 64, None).is_none());
+    let mut odd = Target::hopper();
+    odd.subgroup_size_min = 16;
+    assert!(coop_matmul_source(&odd, 64, None).is_none());
+}
+
+/// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):
+/// `HRX_SPIRV_VAL`, else the one on PATH.
+fn modern_spirv_val() -> Option<String> {
+    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
+    let out = std::process::Command::new(&exe)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    ((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4)).then_some(exe)
+}
+
+#[test]
+fn coop_kernel_compiles_for_hopper_and_validates() {
+    let compiler = Compiler::for_target(None, &Target::hopper()).unwrap();
+    // Every tiling (decode and large m), with and without an epilogue.
+    for (m, act) in [
+        (1, None),
+        (20, Some(UnaryOp::Gelu)),
+        (64, None),
+        (4096, Some(UnaryOp::Silu)),
+    ] {
+        let src = coop_matmul_source(&Target::hopper(), m, act).unwrap();
+        let artifact = compiler
+            .module(&src)
+            .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
+            .unwrap_or_else(|e| panic!("m={m}: {e}"));
+        let Some(exe) = modern_spirv_val() else {
+            eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping validation");
+            continue;
+        };
+        let path = std::env::temp_dir().join(format!("hrx-coop-mm-{}-{m}.spv", std::process::id()));
+        let bytes: Vec<u8> = artifact
+            .spirv()
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        std::fs::write(&path, bytes).unwrap();
+        let out = std::process::Command::new(&exe)
+            .args(["--target-env", "vulkan1.3"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            out.status.success(),
+            "m={m}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
