@@ -6,6 +6,7 @@ mod examples;
 mod gen_copy_kernel;
 mod gpu;
 mod setup;
+mod spirv_val;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -13,8 +14,8 @@ const HELP: &str = "\
 cargo xtask <task>
 
   ci               fmt check, clippy -D warnings, all tests and every example
-                   (but bench* and *_gpu) with the Khronos validation layers on,
-                   rustdoc -D warnings
+                   (but bench* and *_gpu) with the Khronos validation layers
+                   on, rustdoc -D warnings
   demo [flags]     the main job, `hrx demo`, on the default device (installs
                    lavapipe when no Vulkan driver is present); flags go to
                    `hrx demo` (see `cargo run -p hrx-cli -- help`)
@@ -22,7 +23,13 @@ cargo xtask <task>
                    driver, validation layers and spirv-tools
   gpu-test         build the GPU test tier in release and print the `device`
                    call that runs it on the H200
-  bench [suite]    run benchmarks (suites: runtime); writes target/bench/*.json
+  bench [suite]    run the benchmark suites here in release (all, or one of
+                   runtime, loom, tensor, inference, wgpu; --quick for fewer
+                   iterations); writes target/bench/*.json and summary.md
+  gpu-bench        pack every benchmark, the wgpu peer and the PyTorch
+                   baselines as release binaries (.gpu-pack/bench.tar.xz) and
+                   print the `device` call that runs them all on the H200
+  bench-summary [dir]  summary.md from the JSON files in dir (target/bench)
   gen-copy-kernel  regenerate the runtime's built-in copy kernel SPIR-V
   fuzz [secs]      fuzz the loom front end and verifier with cargo-fuzz
                    (needs a nightly toolchain and `cargo install cargo-fuzz`;
@@ -35,7 +42,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(&root),
         Some("demo") => setup::ensure_vulkan().and_then(|()| ci::demo(&root, &args[1..])),
-        Some("setup") => setup::ensure_vulkan(),
+        Some("setup") => setup::ensure_vulkan().and_then(|()| {
+            spirv_val::modern(&root).map(|exe| println!("xtask: spirv-val {}", exe.display()))
+        }),
         Some("gpu-test") => gpu::gpu_test(&root),
         Some("bench") => bench::run(&root, &args[1..]),
         Some("gpu-bench") => bench::gpu_bench(&root),

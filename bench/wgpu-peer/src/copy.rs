@@ -18,8 +18,11 @@ pub fn run(gpu: &Gpu, bytes: u64, iters: usize) -> Result<Entry, String> {
     while offset < bytes {
         let len = piece.min(bytes - offset);
         let first = (offset / 4) as u32;
-        let words: Vec<u32> = (0..(len / 4) as u32).map(|i| first.wrapping_add(i)).collect();
-        gpu.queue.write_buffer(&src, offset, bytemuck::cast_slice(&words));
+        let words: Vec<u32> = (0..(len / 4) as u32)
+            .map(|i| first.wrapping_add(i))
+            .collect();
+        gpu.queue
+            .write_buffer(&src, offset, bytemuck::cast_slice(&words));
         gpu.queue.submit([]);
         offset += len;
     }

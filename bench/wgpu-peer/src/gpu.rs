@@ -20,7 +20,9 @@ pub struct Gpu {
 /// The adapter hrx would choose: `HRX_DEVICE` as a name fragment, else the
 /// first discrete, integrated, virtual and CPU device, in that order.
 fn choose(adapters: Vec<wgpu::Adapter>) -> Result<wgpu::Adapter, String> {
-    let wanted = std::env::var("HRX_DEVICE").ok().filter(|t| !t.trim().is_empty());
+    let wanted = std::env::var("HRX_DEVICE")
+        .ok()
+        .filter(|t| !t.trim().is_empty());
     if let Some(text) = wanted {
         let text = text.trim().to_lowercase();
         if text.parse::<usize>().is_err() {
@@ -29,11 +31,16 @@ fn choose(adapters: Vec<wgpu::Adapter>) -> Result<wgpu::Adapter, String> {
                 .find(|a| a.get_info().name.to_lowercase().contains(&text))
                 .ok_or_else(|| format!("no wgpu Vulkan adapter named like `{text}`"));
         }
-        eprintln!("wgpu-peer: HRX_DEVICE as an index is not mapped to wgpu's order; choosing by type");
+        eprintln!(
+            "wgpu-peer: HRX_DEVICE as an index is not mapped to wgpu's order; choosing by type"
+        );
     }
     use wgpu::DeviceType::{Cpu, DiscreteGpu, IntegratedGpu, VirtualGpu};
     for kind in [DiscreteGpu, IntegratedGpu, VirtualGpu, Cpu] {
-        if let Some(i) = adapters.iter().position(|a| a.get_info().device_type == kind) {
+        if let Some(i) = adapters
+            .iter()
+            .position(|a| a.get_info().device_type == kind)
+        {
             return Ok(adapters.into_iter().nth(i).expect("position is in range"));
         }
     }
@@ -141,7 +148,11 @@ impl Gpu {
     }
 
     /// A bind group at index 0 of `pipeline` binding `buffers` in order.
-    pub fn bind(&self, pipeline: &wgpu::ComputePipeline, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+    pub fn bind(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
         let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
             .iter()
             .enumerate()

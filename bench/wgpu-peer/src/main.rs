@@ -106,7 +106,9 @@ fn run() -> Result<(), String> {
         .unwrap_or(if config.quick { 200 } else { 2000 })
         .max(10);
     let saxpy = saxpy::Saxpy {
-        n: config.saxpy_n.unwrap_or(if small { 1 << 24 } else { 1 << 28 }),
+        n: config
+            .saxpy_n
+            .unwrap_or(if small { 1 << 24 } else { 1 << 28 }),
         reps: if small { 4 } else { 20 },
         rounds: if small { 10 } else { 15 },
     };
@@ -125,9 +127,18 @@ fn run() -> Result<(), String> {
         .max(1);
     let requests = config
         .mlp_requests
-        .unwrap_or(if small { 20 } else if config.quick { 200 } else { 1000 })
+        .unwrap_or(if small {
+            20
+        } else if config.quick {
+            200
+        } else {
+            1000
+        })
         .max(4);
-    eprintln!("wgpu-peer: wgpu {WGPU_VERSION}, {device} ({:?})", gpu.info.backend);
+    eprintln!(
+        "wgpu-peer: wgpu {WGPU_VERSION}, {device} ({:?})",
+        gpu.info.backend
+    );
 
     let mut entries = Vec::new();
     eprintln!("wgpu-peer: 1/4 round trips ({iters})");

@@ -95,14 +95,21 @@ fn mismatch(got: &[f32], expected: &[f32]) -> Option<(usize, f32, f32)> {
 /// Latency p50 and p99 of `requests` forward passes, one at a time.
 pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
     for &(fan_in, fan_out, _) in &LAYERS {
-        if BATCH % TILE != 0 || fan_in % TILE != 0 || fan_out % TILE != 0 {
+        if ![BATCH, fan_in, fan_out]
+            .iter()
+            .all(|d| d.is_multiple_of(TILE))
+        {
             return Err("MLP shapes must be multiples of the 16x16 tile".into());
         }
     }
     let model = Model::seeded(7);
     let pipeline = gpu.pipeline("linear", include_str!("shaders/linear.wgsl"));
     let storage = |label: &str, len: usize| {
-        gpu.buffer(label, (len * 4) as u64, U::STORAGE | U::COPY_DST | U::COPY_SRC)
+        gpu.buffer(
+            label,
+            (len * 4) as u64,
+            U::STORAGE | U::COPY_DST | U::COPY_SRC,
+        )
     };
     let x = storage("x", BATCH * INPUT);
     let hidden = [storage("h0", BATCH * HIDDEN), storage("h1", BATCH * HIDDEN)];
@@ -119,7 +126,8 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
     for (i, ((w, b), &(fan_in, fan_out, relu))) in model.layers.iter().zip(&LAYERS).enumerate() {
         let shape = gpu.buffer("shape", 16, U::UNIFORM | U::COPY_DST);
         let words = [BATCH as u32, fan_out as u32, fan_in as u32, u32::from(relu)];
-        gpu.queue.write_buffer(&shape, 0, bytemuck::cast_slice(&words));
+        gpu.queue
+            .write_buffer(&shape, 0, bytemuck::cast_slice(&words));
         let wb = storage("weight", w.len());
         gpu.queue.write_buffer(&wb, 0, bytemuck::cast_slice(w));
         let bb = storage("bias", b.len());
@@ -149,14 +157,20 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
         }
         encoder.copy_buffer_to_buffer(&y, 0, &staging, 0, None);
         let index = gpu.queue.submit([encoder.finish()]);
-        Ok(bytemuck::pod_collect_to_vec(&map_read(gpu, &staging, Some(index))?))
+        Ok(bytemuck::pod_collect_to_vec(&map_read(
+            gpu,
+            &staging,
+            Some(index),
+        )?))
     };
 
     // Check every distinct input once before timing.
     for (i, input) in inputs.iter().enumerate() {
         let got = forward(input)?;
         if let Some((at, g, e)) = mismatch(&got, &model.reference(input)) {
-            return Err(format!("MLP: input {i}, output {at} is {g}, the CPU reference {e}"));
+            return Err(format!(
+                "MLP: input {i}, output {at} is {g}, the CPU reference {e}"
+            ));
         }
     }
     let mut last = Vec::new();
@@ -169,24 +183,29 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
     gpu.check("MLP")?;
     let expected = model.reference(&inputs[(next - 1) % inputs.len()]);
     if let Some((at, g, e)) = mismatch(&last, &expected) {
-        return Err(format!("MLP: last request, output {at} is {g}, the CPU reference {e}"));
+        return Err(format!(
+            "MLP: last request, output {at} is {g}, the CPU reference {e}"
+        ));
     }
 
     let how = "wgpu: Queue::write_buffer of the input, one compute pass of 3 tiled \
                matmul + bias (+ relu) dispatches, copy to a MAP_READ buffer, submit, \
                map_async + poll(Wait), copy out, unmap";
+    // hrx's counterpart: the pool with one slot and one client thread, the
+    // name bench_inference gives it.
+    let model = format!("MLP {INPUT}-{HIDDEN}-{HIDDEN}-{OUTPUT} x{BATCH}");
     Ok([("p50", 50.0), ("p99", 99.0)]
         .into_iter()
         .map(|(label, p)| Entry {
-            name: format!(
-                "MLP {INPUT}-{HIDDEN}-{HIDDEN}-{OUTPUT} relu, batch {BATCH}, 1 client: \
-                 latency per request ({label})"
-            ),
+            name: format!("{model}, 1 client: {label} latency per request"),
             unit: "us",
             value: percentile(&mut samples, p) * 1e6,
             how: how.into(),
             better: Better::Lower,
-            pairs_with: ("inference", format!("*MLP*1 client*{label}*")),
+            pairs_with: (
+                "inference",
+                format!("{model}, 1 slots, 1 clients: {label} latency*"),
+            ),
         })
         .collect())
 }

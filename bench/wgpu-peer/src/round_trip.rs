@@ -18,7 +18,8 @@ pub fn run(gpu: &Gpu, iters: usize) -> Result<Vec<Entry>, String> {
     let src = gpu.buffer("src", bytes, U::STORAGE | U::COPY_DST);
     let dst = gpu.buffer("dst", bytes, U::STORAGE | U::COPY_SRC);
     let input: Vec<u32> = (0..WORDS).collect();
-    gpu.queue.write_buffer(&src, 0, bytemuck::cast_slice(&input));
+    gpu.queue
+        .write_buffer(&src, 0, bytemuck::cast_slice(&input));
     let bind = gpu.bind(&pipeline, &[&src, &dst]);
     gpu.check("round trip setup")?;
 
@@ -40,7 +41,11 @@ pub fn run(gpu: &Gpu, iters: usize) -> Result<Vec<Entry>, String> {
 
     let out: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(&dst, 0, bytes)?);
     if let Some(i) = (0..WORDS as usize).find(|&i| out[i] != input[i] + 1) {
-        return Err(format!("round trip: dst[{i}] = {}, expected {}", out[i], input[i] + 1));
+        return Err(format!(
+            "round trip: dst[{i}] = {}, expected {}",
+            out[i],
+            input[i] + 1
+        ));
     }
 
     let how = "wgpu: record a compute pass (set pipeline, bind group, 1 dispatch), \

@@ -29,7 +29,8 @@ impl Saxpy {
         let pipeline = gpu.pipeline("saxpy4", include_str!("shaders/saxpy4.wgsl"));
         let args = gpu.buffer("args", 16, U::UNIFORM | U::COPY_DST);
         let words = [quads, A.to_bits(), gx * WORKGROUP, 0];
-        gpu.queue.write_buffer(&args, 0, bytemuck::cast_slice(&words));
+        gpu.queue
+            .write_buffer(&args, 0, bytemuck::cast_slice(&words));
         let x = gpu.buffer("x", bytes, U::STORAGE | U::COPY_DST);
         let y = gpu.buffer("y", bytes, U::STORAGE | U::COPY_DST | U::COPY_SRC);
         fill(gpu, &x, 1.0, bytes)?;
@@ -66,8 +67,13 @@ impl Saxpy {
         let expected = 2.0 + steps * A;
         for offset in [0, bytes / 2, bytes - 4096] {
             let got: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu.read(&y, offset, 4096)?);
-            if let Some(v) = got.iter().find(|v| (**v - expected).abs() > 1e-3 * expected) {
-                return Err(format!("SAXPY: y = {v} at byte {offset}.., expected {expected}"));
+            if let Some(v) = got
+                .iter()
+                .find(|v| (**v - expected).abs() > 1e-3 * expected)
+            {
+                return Err(format!(
+                    "SAXPY: y = {v} at byte {offset}.., expected {expected}"
+                ));
             }
         }
 
@@ -98,8 +104,11 @@ pub fn fill(gpu: &Gpu, buffer: &wgpu::Buffer, value: f32, bytes: u64) -> Result<
     let mut offset = 0;
     while offset < bytes {
         let len = piece.min(bytes - offset);
-        gpu.queue
-            .write_buffer(buffer, offset, bytemuck::cast_slice(&host[..(len / 4) as usize]));
+        gpu.queue.write_buffer(
+            buffer,
+            offset,
+            bytemuck::cast_slice(&host[..(len / 4) as usize]),
+        );
         gpu.queue.submit([]);
         offset += len;
     }

@@ -14,8 +14,7 @@ pub fn help() -> String {
     format!("{}\n\n{DEMO_HELP}\n\n{CONFIG_HELP}", usage())
 }
 
-const COMMANDS: &str = "\
-  hrx compile FILE --kernel @name [--config key=value]... \
+const COMMANDS: &str = "  hrx compile FILE --kernel @name [--config key=value]... \
 [--target lavapipe|hopper|device] -o OUT.spv [--report]
   hrx devices
   hrx help";

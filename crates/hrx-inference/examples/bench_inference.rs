@@ -17,9 +17,11 @@
 //! is measured. Writes `target/bench/inference.json` (or `HRX_BENCH_OUT`) in
 //! the schema of `docs/benchmarks.md` and prints a table.
 //!
-//! `--small`: `MlpConfig::small()` and a reduced grid (for lavapipe).
-//! `HRX_BENCH_MS`: measured milliseconds per configuration (default 1000,
-//! 300 with `--small`); a fifth of it again is warm-up.
+//! `--small`: `MlpConfig::small()` and a reduced grid, the default on a CPU
+//! device such as lavapipe; `--full`: `MlpConfig::bench()` and the whole
+//! grid, the default elsewhere. `HRX_BENCH_MS`: measured milliseconds per
+//! configuration (default 800, 300 small); a fifth of it again is warm-up.
+//! `HRX_DEVICE` picks the device, as for the runtime.
 
 #[path = "bench_inference/load.rs"]
 mod load;
@@ -38,7 +40,7 @@ use hrx_inference::{
     ModelContext, PreparedModel,
     models::{Mlp, MlpConfig, Weights, compare},
 };
-use hrx_runtime::RuntimeOptions;
+use hrx_runtime::{DeviceKind, RuntimeOptions};
 use load::{Measured, Window};
 use report::{Better, Entry, env_usize, percentile};
 use std::{process::ExitCode, time::Duration};
@@ -58,9 +60,10 @@ const INPUTS: usize = 4;
 const MICROS: f64 = 1e6;
 
 impl Settings {
-    fn new() -> Result<Settings, String> {
-        let small = std::env::args().skip(1).any(|a| a == "--small");
-        let ms = env_usize("HRX_BENCH_MS")?.unwrap_or(if small { 300 } else { 1000 });
+    fn new(cpu: bool) -> Result<Settings, String> {
+        let flag = |name: &str| std::env::args().skip(1).any(|a| a == name);
+        let small = flag("--small") || (cpu && !flag("--full"));
+        let ms = env_usize("HRX_BENCH_MS")?.unwrap_or(if small { 300 } else { 800 });
         let measure = Duration::from_millis(ms.max(10) as u64);
         Ok(Settings {
             config: if small {
@@ -241,11 +244,11 @@ struct Row {
 }
 
 fn run() -> Result<(), String> {
-    let settings = Settings::new()?;
-    let config = settings.config;
     let context = ModelContext::new(RuntimeOptions::default()).map_err(text)?;
     let gpu = context.runtime().gpu().map_err(text)?;
     let (device, index) = (gpu.target().name.clone(), gpu.index());
+    let settings = Settings::new(gpu.target().kind == DeviceKind::Cpu)?;
+    let config = settings.config;
     let model_name = format!(
         "MLP {}-{}-{}-{} x{}",
         config.input, config.hidden, config.hidden, config.output, config.batch
@@ -320,9 +323,10 @@ fn results(
 ) -> (Vec<Entry>, String) {
     use std::fmt::Write as _;
     let naive_name = |clients: usize| {
+        let threads = if clients == 1 { "thread" } else { "threads" };
         format!(
             "naive: Mlp::run_naive per request (allocate IO and scratch, record, prepare, \
-             submit, read back), {clients} client threads"
+             submit, read back), {clients} client {threads}"
         )
     };
     let raw_name = "raw ash: the same SPIR-V, push constants, grids and bytes recorded once into \
@@ -343,7 +347,12 @@ fn results(
         let base = &mut naive[c];
         let (p50, p99) = latency(&mut row.hrx);
         let (n50, n99) = latency(base);
-        let label = format!("{model_name}, {} slots, {} clients", row.slots, row.clients);
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let label = format!(
+            "{model_name}, {}, {}",
+            plural(row.slots, "slot"),
+            plural(row.clients, "client")
+        );
         let mut push = |name: String, unit, hrx, baseline, baseline_name: String, better| {
             entries.push(Entry {
                 name,

@@ -19,7 +19,9 @@ pub const E_WRITE: &str = "E0602";
 /// keeps f16 values in storage buffers; subgroup operations need the
 /// target's arithmetic and shuffle classes.
 pub fn capabilities(target: &Target) -> Capabilities {
-    let mut caps = Capabilities::IMMEDIATES;
+    // Half-in-float32 packing (GLSL.std.450 UnpackHalf2x16) is core SPIR-V
+    // for Vulkan and needs no device feature.
+    let mut caps = Capabilities::IMMEDIATES | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if target.shader_f16 && target.storage_16bit {
         caps |= Capabilities::SHADER_FLOAT16;
     }
@@ -39,7 +41,17 @@ pub fn validate(module: &naga::Module, target: &Target) -> Result<ModuleInfo> {
     let mut validator = Validator::new(ValidationFlags::all(), capabilities(target));
     validator
         .validate(module)
-        .map_err(|e| internal(E_VALIDATE, format!("naga rejected the lowered module: {e}")))
+        .map_err(|e| {
+            // The top-level message names only the entry point; the cause is
+            // in the source chain.
+            let mut message = format!("naga rejected the lowered module: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                message += &format!(": {c}");
+                cause = c.source();
+            }
+            internal(E_VALIDATE, message)
+        })
 }
 
 /// The writer options every artifact uses: SPIR-V 1.3, no debug info, no

@@ -334,6 +334,12 @@ pub enum OpKind {
     },
     /// `vector.splat s : elem -> vector<NxT>`: every lane set to `s`.
     VectorSplat(ValueId),
+    /// `vector.extract v, lane : vector<NxT> -> T`: one lane (`lane` an
+    /// `index`, below N).
+    VectorExtract(ValueId, ValueId),
+    /// `vector.unpackf16 w : u32 -> vector<2xf32>`: the two IEEE halves of
+    /// a 32-bit word widened to f32, lane 0 from the low 16 bits.
+    UnpackF16(ValueId),
     /// `buffer.view buffer[byte_offset] : buffer -> view<..>`.
     BufferView {
         /// A buffer value.

@@ -63,6 +63,10 @@ fn modern_spirv_val() -> Option<String> {
 /// extension and rejects every cooperative-matrix opcode.
 fn spirv_val_coop(label: &str, words: &[u32]) {
     let Some(exe) = modern_spirv_val() else {
+        assert!(
+            std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
+            "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
+        );
         eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping {label}");
         return;
     };

@@ -660,3 +660,41 @@ fn bridge_contract_and_dispatch_args() {
     // Wrong scalar types are refused.
     assert!(k.artifact.dispatch_args(&[idx(4), idx(1)], &[4]).is_err());
 }
+
+#[test]
+fn unpack_f16() {
+    // Exact: every f16 (normals, subnormals, zeros, infinities) widens
+    // exactly; NaNs stay NaN.
+    use half::f16;
+    let g = gpu();
+    let k = g.kernel(include_str!("corpus/unpack_f16.loom"), &spec("@unpack_f16"));
+    let mut rng = Rng::new(41);
+    for quads in [1, 7, 64, 1000] {
+        let halves = quads * 8;
+        let mut h: Vec<f16> = (0..halves)
+            .map(|_| f16::from_bits(rng.u32() as u16))
+            .collect();
+        h[0] = f16::from_bits(0x0001); // smallest subnormal
+        h[1] = f16::NEG_INFINITY;
+        let packed: Vec<u32> = h
+            .chunks(2)
+            .map(|p| u32::from(p[0].to_bits()) | (u32::from(p[1].to_bits()) << 16))
+            .collect();
+        let src = g.input(&packed);
+        let dst = g.output(halves);
+        g.run(
+            &k,
+            &[&src, &dst],
+            &[idx(quads), idx(quads * 4), idx(halves)],
+            &[quads as u64],
+        );
+        let got = read_f32("unpack_f16", &dst, halves);
+        for (i, (v, w)) in got.iter().zip(&h).enumerate() {
+            if w.is_nan() {
+                assert!(v.is_nan(), "unpack_f16 [{i}]: {v} for a NaN");
+            } else {
+                assert_eq!(v.to_bits(), w.to_f32().to_bits(), "unpack_f16 [{i}] of {halves}");
+            }
+        }
+    }
+}

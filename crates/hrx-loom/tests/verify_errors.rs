@@ -560,3 +560,45 @@ fn verifier_bounds_nesting_of_trees_built_by_hand() {
         "{diagnostics:#?}"
     );
 }
+
+#[test]
+fn vector_extract_lane_type_must_match() {
+    let src = kernel(
+        "",
+        "  %x = vector.load %v[%i] : view<[%n]xf32> -> vector<4xf32>\n  %e = vector.extract %x, %i : vector<4xf32> -> u32",
+    );
+    assert_diag(
+        &one_error(&src),
+        "E0304",
+        "`vector.extract` cannot take u32 out of vector<4xf32>",
+        &src,
+        "vector.extract",
+        0,
+    );
+}
+
+#[test]
+fn vector_extract_lane_is_an_index() {
+    let src = kernel(
+        "",
+        "  %x = vector.load %v[%i] : view<[%n]xf32> -> vector<4xf32>\n  %l = scalar.constant 1 : u32\n  %e = vector.extract %x, %l : vector<4xf32> -> f32",
+    );
+    let d = one_error(&src);
+    assert_eq!(d.code, "E0301", "{d:#?}");
+}
+
+#[test]
+fn unpackf16_takes_a_word() {
+    let src = kernel(
+        "",
+        "  %x = view.load %v[%i] : view<[%n]xf32> -> f32\n  %p = vector.unpackf16 %x : f32 -> vector<2xf32>",
+    );
+    assert_diag(
+        &one_error(&src),
+        "E0304",
+        "`vector.unpackf16` converts u32 to vector<2xf32>, not f32 to vector<2xf32>",
+        &src,
+        "vector.unpackf16",
+        0,
+    );
+}

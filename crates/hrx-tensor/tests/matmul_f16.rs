@@ -144,6 +144,10 @@ fn coop_kernel_compiles_for_hopper_and_validates() {
             .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
             .unwrap_or_else(|e| panic!("m={m}: {e}"));
         let Some(exe) = modern_spirv_val() else {
+            assert!(
+                std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
+                "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
+            );
             eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping validation");
             continue;
         };

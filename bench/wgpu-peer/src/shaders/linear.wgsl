@@ -1,6 +1,6 @@
 // One MLP layer: out[m, n] = act(sum_k a[m, k] * w[k, n] + bias[n]), with
-// 16x16 tiles of a and w staged in workgroup memory. act is relu when
-// `relu` is 1. Row-major; m, n and k are multiples of 16 (checked on the host).
+// 16x16 tiles of a and w staged in workgroup memory (zeros past the edges,
+// so any shape works). act is relu when `relu` is 1. Row-major.
 struct Shape { m: u32, n: u32, k: u32, relu: u32 }
 @group(0) @binding(0) var<uniform> shape: Shape;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -18,17 +18,21 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
     let col = group.x * T + local.x;
     var acc = 0.0;
     for (var k0 = 0u; k0 < shape.k; k0 += T) {
-        ta[local.y][local.x] = a[row * shape.k + k0 + local.x];
-        tw[local.y][local.x] = w[(k0 + local.y) * shape.n + col];
+        let ka = k0 + local.x;
+        let kw = k0 + local.y;
+        ta[local.y][local.x] = select(0.0, a[row * shape.k + ka], row < shape.m && ka < shape.k);
+        tw[local.y][local.x] = select(0.0, w[kw * shape.n + col], kw < shape.k && col < shape.n);
         workgroupBarrier();
         for (var k = 0u; k < T; k++) {
             acc = fma(ta[local.y][k], tw[k][local.x], acc);
         }
         workgroupBarrier();
     }
-    var v = acc + bias[col];
-    if shape.relu == 1u {
-        v = max(v, 0.0);
+    if row < shape.m && col < shape.n {
+        var v = acc + bias[col];
+        if shape.relu == 1u {
+            v = max(v, 0.0);
+        }
+        out[row * shape.n + col] = v;
     }
-    out[row * shape.n + col] = v;
 }

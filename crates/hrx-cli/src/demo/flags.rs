@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 /// The usage line of `hrx demo`.
-pub const DEMO_USAGE: &str = "\
-  hrx demo [--clients M] [--slots S] [--requests N] [--batch B] [--seq T]
+pub const DEMO_USAGE: &str =
+    "  hrx demo [--clients M] [--slots S] [--requests N] [--batch B] [--seq T]
            [--device INDEX|NAME] [--weights FILE | --seed SEED]
            [--save-weights FILE] [--quiet]";
 

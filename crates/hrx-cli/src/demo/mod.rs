@@ -13,7 +13,7 @@ mod weights;
 
 pub use flags::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
 
-use hrx_core::Result;
+use hrx_core::{DeviceKind, Error, Result};
 use hrx_inference::{
     ModelContext,
     models::{Transformer, TransformerConfig},
@@ -37,7 +37,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         println!(
             "wrote {} tensors ({} parameters, seed {}) to {}",
             weights.names().count(),
-            weights.parameter_count(),
+            group_digits(weights.parameter_count()),
             args.seed,
             path.display()
         );
@@ -45,7 +45,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
 
     let context = ModelContext::new(device_options(args.device.as_deref()))?;
-    let target = context.runtime().gpu()?.target().clone();
+    let target = match (context.runtime().gpu(), &args.device) {
+        (Ok(gpu), _) => gpu.target().clone(),
+        (Err(e), Some(device)) => return Err(Error::msg(format!("--device `{device}`: {e}"))),
+        (Err(e), None) => return Err(e),
+    };
     println!("device:  {} ({:?})", target.name, target.kind);
     println!(
         "model:   transformer, vocab {}, d_model {}, heads {}, d_ff {}, blocks {}, \
@@ -93,7 +97,13 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 
     println!(
         "{}",
-        report::results(&pool, args.clients, args.slots, &naive)
+        report::results(
+            &pool,
+            args.clients,
+            args.slots,
+            &naive,
+            target.kind == DeviceKind::Cpu
+        )
     );
     Ok(())
 }
@@ -127,7 +137,7 @@ fn group_digits(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

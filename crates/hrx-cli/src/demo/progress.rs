@@ -13,9 +13,9 @@ pub fn bar(len: usize, label: &'static str, quiet: bool) -> ProgressBar {
     bar.set_draw_target(ProgressDrawTarget::stderr());
     // A fixed template cannot fail to parse; fall back to the default style
     // rather than abort the demo over cosmetics.
-    if let Ok(style) = ProgressStyle::with_template(
-        "{prefix:>6} [{bar:40}] {pos}/{len} requests, {per_sec}, {elapsed}",
-    ) {
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix:>6} [{bar:40}] {pos}/{len} requests, {elapsed}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(label);

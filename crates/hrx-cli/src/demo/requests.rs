@@ -34,27 +34,40 @@ pub fn make(
         let workers: Vec<_> = tokens
             .chunks(chunk)
             .map(|part| {
-                scope.spawn(move || {
+                let worker = scope.spawn(move || {
                     part.iter()
                         .map(|t| config.reference(weights, t))
                         .collect::<Vec<_>>()
-                })
+                });
+                (part.len(), worker)
             })
             .collect();
+        // One result per request even if a worker panicked, so the zip
+        // below keeps requests and references aligned.
         workers
             .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|_| vec![Err(panicked())]))
+            .flat_map(|(len, worker)| {
+                worker
+                    .join()
+                    .unwrap_or_else(|_| (0..len).map(|_| Err(panicked())).collect())
+            })
             .collect()
     });
+    let corrupt = corrupted_request();
     tokens
         .into_iter()
         .zip(references)
         .enumerate()
         .map(|(index, (tokens, expected))| {
-            let expected = expected
+            let mut expected = expected
                 .map_err(|e| Error::msg(format!("request {index}: CPU reference failed: {e}")))?;
             check_tokens(config, &tokens)
                 .map_err(|e| Error::msg(format!("request {index}: {e}")))?;
+            if corrupt == Some(index)
+                && let Some(first) = expected.first_mut()
+            {
+                *first += 1.0;
+            }
             Ok(Request {
                 bytes: tokens.iter().flat_map(|t| t.to_le_bytes()).collect(),
                 tokens,
@@ -62,6 +75,13 @@ pub fn make(
             })
         })
         .collect()
+}
+
+/// Test hook: `HRX_DEMO_CORRUPT=I` shifts the first reference logit of
+/// request `I`, so tests can prove end to end that a mismatch stops the demo
+/// with a non-zero exit naming the request and the element.
+fn corrupted_request() -> Option<usize> {
+    std::env::var("HRX_DEMO_CORRUPT").ok()?.trim().parse().ok()
 }
 
 fn panicked() -> Error {

@@ -46,9 +46,15 @@ pub fn load(path: &Path, config: &TransformerConfig) -> Result<Weights> {
         ))
     })?;
     check_fit(&weights, config).map_err(|e| {
+        let e = e.to_string();
+        let hint = if e.contains("\"pos\"") {
+            " (--seq must match the file's `pos` rows)"
+        } else {
+            ""
+        };
         Error::msg(format!(
             "weights {} do not fit the model (vocab {}, d_model {}, d_ff {}, blocks {}, \
-             seq {}; --seq must match the file's `pos` rows): {e}",
+             seq {}): {e}{hint}",
             path.display(),
             config.vocab,
             config.d_model,

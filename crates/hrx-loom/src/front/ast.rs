@@ -349,6 +349,8 @@ const OPERAND_OPS: &[&str] = &[
     "scalar.fptoui",
     "scalar.bitcast",
     "vector.splat",
+    "vector.extract",
+    "vector.unpackf16",
     "coop.mma",
     "coop.zero",
     "scf.yield",

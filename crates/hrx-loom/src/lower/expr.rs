@@ -170,6 +170,14 @@ impl Lowerer<'_> {
                 let value = self.val(*s, span)?;
                 self.fb.expr(Expression::Splat { size, value })
             }
+            OpKind::VectorExtract(v, lane) => {
+                let (base, index) = (self.val(*v, span)?, self.val(*lane, span)?);
+                self.fb.expr(Expression::Access { base, index })
+            }
+            OpKind::UnpackF16(w) => {
+                let w = self.val(*w, span)?;
+                self.math(M::Unpack2x16float, &[w])
+            }
             OpKind::ConfigValue(key) => {
                 return Err(self.bug(span, format!("config.value @{key} was not specialised")));
             }

@@ -295,6 +295,46 @@ impl Builder<'_> {
                 let v = all_some(ids)?;
                 Built::new(OpKind::VectorSplat(v[0]), vec![Some(to_ty)])
             }
+            "vector.extract" => {
+                let (from, to_ty) = self.cast_types(op, types, to)?;
+                let ids = self.operands(op, operands, 2)?;
+                self.check_type(&operands[0], ids[0], &from);
+                self.check_type(&operands[1], ids[1], &Type::Index);
+                match (&from, to_ty.scalar()) {
+                    (Type::Vector { elem, .. }, Some(s)) if *elem == s => {}
+                    _ => {
+                        let msg = format!(
+                            "`vector.extract` cannot take {} out of {}",
+                            self.show(&to_ty),
+                            self.show(&from)
+                        );
+                        self.error(op.name.span, codes::UNSUPPORTED_TYPE, msg);
+                        return None;
+                    }
+                }
+                let v = all_some(ids)?;
+                Built::new(OpKind::VectorExtract(v[0], v[1]), vec![Some(to_ty)])
+            }
+            "vector.unpackf16" => {
+                let (from, to_ty) = self.cast_types(op, types, to)?;
+                let ids = self.operands(op, operands, 1)?;
+                self.all_typed(operands, &ids, &from);
+                let pair = Type::Vector {
+                    len: 2,
+                    elem: Scalar::F32,
+                };
+                if from != Type::U32 || to_ty != pair {
+                    let msg = format!(
+                        "`vector.unpackf16` converts u32 to vector<2xf32>, not {} to {}",
+                        self.show(&from),
+                        self.show(&to_ty)
+                    );
+                    self.error(op.name.span, codes::UNSUPPORTED_TYPE, msg);
+                    return None;
+                }
+                let v = all_some(ids)?;
+                Built::new(OpKind::UnpackF16(v[0]), vec![Some(to_ty)])
+            }
             "scf.yield" => {
                 self.error(
                     op.name.span,

@@ -220,14 +220,16 @@ fn operands(kind: &OpKind) -> Vec<ValueId> {
         | OpKind::IndexCmp(_, a, b)
         | OpKind::ScalarBinary(_, a, b)
         | OpKind::CmpF(_, a, b)
-        | OpKind::CmpI(_, a, b) => vec![*a, *b],
+        | OpKind::CmpI(_, a, b)
+        | OpKind::VectorExtract(a, b) => vec![*a, *b],
         OpKind::IndexMadd(a, b, c) | OpKind::ScalarFma(a, b, c) | OpKind::Select(a, b, c) => {
             vec![*a, *b, *c]
         }
         OpKind::IndexCast { value, .. }
         | OpKind::Convert { value, .. }
         | OpKind::ScalarUnary(_, value)
-        | OpKind::VectorSplat(value) => {
+        | OpKind::VectorSplat(value)
+        | OpKind::UnpackF16(value) => {
             vec![*value]
         }
         OpKind::BufferView {

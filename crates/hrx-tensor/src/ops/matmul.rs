@@ -3,6 +3,7 @@
 
 use super::{
     Ops, UnaryOp,
+    matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     operand::{Operand, check_inputs, check_output, operand},
     registry::KernelKey,
@@ -96,8 +97,10 @@ impl Ops {
     /// broadcasting), `a` and `b` both f32 or both f16 (accumulated and
     /// written as f32), either operand transposed or strided, an f32 `bias`
     /// of shape `[n]`. `out` must be a contiguous f32 tensor of the result
-    /// shape. f16 runs on cooperative matrices where the target reports a
-    /// 16x16x16 f16 -> f32 shape, else on the tiled kernel.
+    /// shape. Up to 8 rows (16 without cooperative matrices) run on a
+    /// decode kernel that streams B with 16-byte loads where its layout
+    /// allows; otherwise f16 runs on cooperative matrices where the target
+    /// reports a 16x16x16 f16 -> f32 shape, else on the tiled kernel.
     pub fn record_matmul(
         &self,
         graph: &mut Graph,
@@ -179,7 +182,22 @@ impl Ops {
         let coop = (input == DType::F16)
             .then(|| coop_tiles(&target, m))
             .flatten();
+        // Few rows: the decode kernel streams B once per 8 rows. Where tensor
+        // cores exist they keep B layouts the decode kernel reads narrowly.
+        let b_layout = BLayout {
+            k_stride: mb.row_stride,
+            n_stride: mb.col_stride,
+            batch_stride: strides[1][0],
+            offset: kb.offset,
+            binding_offset: kb.view.offset() as u64,
+            n,
+        };
+        let load = b_load(input, &b_layout);
+        let gemv = k > 0
+            && m <= gemv_max_rows(coop.is_some())
+            && (coop.is_none() || load != BLoad::Scalar);
         let key = match coop {
+            _ if gemv => gemv_key(&target, input, load, act, result),
             Some(tiles) => KernelKey {
                 template: MATMUL_COOP,
                 substitutions: tiles.substitutions(

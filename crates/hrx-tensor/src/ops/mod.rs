@@ -18,6 +18,7 @@ mod elementwise;
 mod gather;
 mod indexing;
 mod matmul;
+mod matmul_gemv;
 mod movement;
 mod operand;
 mod reduce;

@@ -1,0 +1,367 @@
+//! The skinny-m (decode) matmul kernel: few rows of A against a streamed B,
+//! memory-bound on B. See `kernels/matmul_gemv.loom`.
+
+use super::registry::KernelKey;
+use crate::DType;
+use hrx_core::{DeviceKind, Target};
+
+const MATMUL_GEMV: &str = include_str!("../../kernels/matmul_gemv.loom");
+
+/// Rows of A one workgroup accumulates (its accumulators live in
+/// registers: `MT * V` per work item).
+const MT: usize = 8;
+
+/// How a work item reads its columns of one row of B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BLoad {
+    /// f16, one 16-byte load of 4 words = 8 columns, unpacked in pairs.
+    Quad16,
+    /// f32, one 16-byte load = 4 columns.
+    Quad32,
+    /// f16, one 4-byte word = 2 columns.
+    Word16,
+    /// One element addressed by strides (any layout).
+    Scalar,
+}
+
+impl BLoad {
+    /// Columns per load.
+    fn width(self) -> usize {
+        match self {
+            BLoad::Quad16 => 8,
+            BLoad::Quad32 => 4,
+            BLoad::Word16 => 2,
+            BLoad::Scalar => 1,
+        }
+    }
+
+    /// Accumulator pieces per row, and the type and width of each.
+    fn pieces(self) -> (usize, &'static str, usize) {
+        match self {
+            BLoad::Quad16 => (4, "vector<2xf32>", 2),
+            BLoad::Quad32 => (1, "vector<4xf32>", 4),
+            BLoad::Word16 => (1, "vector<2xf32>", 2),
+            BLoad::Scalar => (1, "f32", 1),
+        }
+    }
+
+    /// Whether the binding must start 16-byte aligned.
+    fn needs_16(self) -> bool {
+        matches!(self, BLoad::Quad16 | BLoad::Quad32)
+    }
+}
+
+/// What the selection needs to know about B as the kernel sees it.
+pub(crate) struct BLayout {
+    /// Element strides along k and n, and between batch entries.
+    pub(crate) k_stride: usize,
+    pub(crate) n_stride: usize,
+    pub(crate) batch_stride: usize,
+    /// Element offset of B in its binding, and the binding's byte offset.
+    pub(crate) offset: u64,
+    pub(crate) binding_offset: u64,
+    /// Columns.
+    pub(crate) n: usize,
+}
+
+/// The widest load B's layout allows.
+pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
+    let candidates: &[BLoad] = if input == DType::F16 {
+        &[BLoad::Quad16, BLoad::Word16]
+    } else {
+        &[BLoad::Quad32]
+    };
+    candidates
+        .iter()
+        .copied()
+        .find(|l| {
+            let v = l.width();
+            b.n_stride == 1
+                && b.n.is_multiple_of(v)
+                && b.k_stride.is_multiple_of(v)
+                && b.batch_stride.is_multiple_of(v)
+                && b.offset.is_multiple_of(v as u64)
+                && (!l.needs_16() || b.binding_offset.is_multiple_of(16))
+        })
+        .unwrap_or(BLoad::Scalar)
+}
+
+/// The largest m the decode kernel is chosen for on `target`: where a
+/// cooperative-matrix kernel exists it takes over above one row tile (the
+/// decode kernel's FMA work grows with m, tensor cores' does not).
+pub(crate) fn gemv_max_rows(coop: bool) -> usize {
+    if coop { MT } else { 2 * MT }
+}
+
+/// Workgroup shape of the decode kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    wg: usize,
+    ct: usize,
+    /// Subgroup size when the k slices are first reduced with shuffles.
+    sg: Option<usize>,
+}
+
+fn shape(target: &Target, load: BLoad) -> Shape {
+    // 32 columns per workgroup: 64 bytes of f16 (or 128 of f32) per row of
+    // B, so the 64-byte DRAM bursts are used whole, and n / 32 workgroups.
+    let ct = 32 / load.width();
+    let cpu = target.kind == DeviceKind::Cpu;
+    let max_wg = (target.max_workgroup_invocations as usize)
+        .min(target.max_workgroup_size[0] as usize)
+        .min(if cpu { 128 } else { 512 });
+    let sg = target.subgroup_size_max as usize;
+    let fixed = target.subgroup_size_min == target.subgroup_size_max
+        && sg.is_power_of_two()
+        && sg >= ct
+        && target.subgroup_ops.shuffle;
+    let mut wg = max_wg.next_power_of_two();
+    if wg > max_wg {
+        wg /= 2;
+    }
+    let ct = ct.min(wg);
+    let slot_bytes = |wg: usize, sg: Option<usize>| {
+        let slots = match sg {
+            Some(sg) => wg / sg,
+            None => wg / ct,
+        };
+        slots * MT * ct * load.width() * 4
+    };
+    let sg = (fixed && wg >= sg).then_some(sg);
+    while wg > ct && slot_bytes(wg, sg) > target.workgroup_memory_bytes as usize / 2 {
+        wg /= 2;
+    }
+    let sg = sg.filter(|&s| wg >= s);
+    Shape { wg, ct, sg }
+}
+
+fn lines(items: impl IntoIterator<Item = String>) -> String {
+    items.into_iter().collect::<Vec<_>>().join("\n")
+}
+
+/// The decode kernel for `input` elements and `load`, with `act` / `result`
+/// as in the other matmul kernels.
+pub(crate) fn gemv_key(
+    target: &Target,
+    input: DType,
+    load: BLoad,
+    act: String,
+    result: &str,
+) -> KernelKey {
+    let Shape { wg, ct, sg } = shape(target, load);
+    let v = load.width();
+    let cw = ct * v;
+    let kt = wg / ct;
+    let ns = match sg {
+        Some(sg) => wg / sg,
+        None => kt,
+    };
+    let elem = if input == DType::F16 { "f16" } else { "f32" };
+    let (np, pt, pw) = load.pieces();
+    let rows = 0..MT;
+    let pieces = 0..np;
+    let each = || rows.clone().flat_map(|r| pieces.clone().map(move |p| (r, p)));
+
+    let bview = match load {
+        BLoad::Quad16 | BLoad::Word16 => "  %gv_two = index.constant 2 : index
+  %lbw = index.div %lb, %gv_two : index
+  %bv = buffer.view %b[%zero] : buffer -> view<[%lbw]xu32>"
+            .to_string(),
+        BLoad::Quad32 => "  %bv = buffer.view %b[%zero] : buffer -> view<[%lb]xf32>".into(),
+        BLoad::Scalar => format!("  %bv = buffer.view %b[%zero] : buffer -> view<[%lb]x{elem}>"),
+    };
+    let role = match sg {
+        Some(sg) => format!(
+            "  %gv_lane = kernel.subgroup.lane.id : index
+  %gv_slot = kernel.subgroup.id : index
+  %ctc = index.rem %gv_lane, %cct : index
+  %gv_sin = index.div %gv_lane, %cct : index
+  %gv_sgk = index.constant {} : index
+  %gv_s = index.madd %gv_slot, %gv_sgk, %gv_sin : index
+  %gv_first = index.cmp eq, %gv_sin, %c0 : index",
+            sg / ct
+        ),
+        None => "  %ctc = index.rem %tid, %cct : index
+  %gv_s = index.div %tid, %cct : index
+  %gv_slot = index.add %gv_s, %c0 : index
+  %gv_first = index.cmp eq, %c0, %c0 : index"
+            .into(),
+    };
+    let mut row_lines = vec![];
+    for r in rows.clone() {
+        row_lines.push(format!(
+            "  %gv_ro_{r} = index.constant {r} : index
+  %gv_rr_{r} = index.add %row0, %gv_ro_{r} : index
+  %gv_rc_{r} = index.min %gv_rr_{r}, %mlast : index
+  %pa_{r} = index.madd %gv_rc_{r}, %sam, %basea : index"
+        ));
+    }
+    row_lines.push(match load {
+        BLoad::Scalar => "  %pbc = index.madd %colc, %sbn, %baseb : index".into(),
+        _ => "  %gv_four = index.constant 4 : index
+  %gv_bq0 = index.add %baseb, %colc : index
+  %pbq = index.div %gv_bq0, %cv_ : index
+  %sbkq = index.div %sbk, %cv_ : index"
+            .into(),
+    });
+    if load == BLoad::Quad16 {
+        row_lines.extend((0..4).map(|p| format!("  %gv_l{p} = index.constant {p} : index")));
+    }
+    let init = if pt == "f32" {
+        "  %gv_z = scalar.addf %gv_zf, %gv_zf : f32".to_string()
+    } else {
+        format!("  %gv_z = vector.splat %gv_zf : f32 -> {pt}")
+    };
+    let carried = each()
+        .map(|(r, p)| format!("%acc_{r}_{p} = %gv_z : {pt}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let types = vec![pt; MT * np].join(", ");
+    let results = each()
+        .map(|(r, p)| format!("%res_{r}_{p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let yields = each()
+        .map(|(r, p)| format!("%nacc_{r}_{p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let load_b = match load {
+        BLoad::Quad16 => {
+            let mut l = vec!["    %gv_bk = index.madd %kk, %sbkq, %pbq : index
+    %gv_bw = index.mul %gv_bk, %gv_four : index
+    %gv_q = vector.load %bv[%gv_bw] : view<[%lbw]xu32> -> vector<4xu32>"
+                .to_string()];
+            for p in 0..4 {
+                l.push(format!(
+                    "    %gv_w{p} = vector.extract %gv_q, %gv_l{p} : vector<4xu32> -> u32
+    %b_{p} = vector.unpackf16 %gv_w{p} : u32 -> vector<2xf32>"
+                ));
+            }
+            lines(l)
+        }
+        BLoad::Word16 => "    %gv_bk = index.madd %kk, %sbkq, %pbq : index
+    %gv_w = view.load %bv[%gv_bk] : view<[%lbw]xu32> -> u32
+    %b_0 = vector.unpackf16 %gv_w : u32 -> vector<2xf32>"
+            .into(),
+        BLoad::Quad32 => "    %gv_bk = index.madd %kk, %sbkq, %pbq : index
+    %gv_be = index.mul %gv_bk, %gv_four : index
+    %b_0 = vector.load %bv[%gv_be] : view<[%lb]xf32> -> vector<4xf32>"
+            .into(),
+        BLoad::Scalar if input == DType::F16 => "    %gv_be = index.madd %kk, %sbk, %pbc : index
+    %gv_bx = view.load %bv[%gv_be] : view<[%lb]xf16> -> f16
+    %b_0 = scalar.extf %gv_bx : f16 -> f32"
+            .into(),
+        BLoad::Scalar => "    %gv_be = index.madd %kk, %sbk, %pbc : index
+    %b_0 = view.load %bv[%gv_be] : view<[%lb]xf32> -> f32"
+            .into(),
+    };
+    let mut fmas = vec![];
+    for r in rows.clone() {
+        fmas.push(format!("    %gv_pk_{r} = index.madd %kk, %sak, %pa_{r} : index"));
+        if input == DType::F16 {
+            fmas.push(format!(
+                "    %gv_ah_{r} = view.load %av[%gv_pk_{r}] : view<[%la]xf16> -> f16
+    %a_{r} = scalar.extf %gv_ah_{r} : f16 -> f32"
+            ));
+        } else {
+            fmas.push(format!(
+                "    %a_{r} = view.load %av[%gv_pk_{r}] : view<[%la]xf32> -> f32"
+            ));
+        }
+        let a = if pt == "f32" {
+            format!("%a_{r}")
+        } else {
+            fmas.push(format!("    %as_{r} = vector.splat %a_{r} : f32 -> {pt}"));
+            format!("%as_{r}")
+        };
+        for p in pieces.clone() {
+            fmas.push(format!(
+                "    %nacc_{r}_{p} = scalar.fmaf {a}, %b_{p}, %acc_{r}_{p} : {pt}"
+            ));
+        }
+    }
+    // Xor shuffles over the lane bits that select the k slice.
+    let mut shuffle = vec![];
+    let cur = |r: usize, p: usize, level: usize| {
+        if level == 0 {
+            format!("%res_{r}_{p}")
+        } else {
+            format!("%red{level}_{r}_{p}")
+        }
+    };
+    let mut levels = 0;
+    if let Some(sg) = sg {
+        let mut mask = ct;
+        while mask < sg {
+            shuffle.push(format!("  %gv_mask{levels} = index.constant {mask} : index"));
+            for (r, p) in each() {
+                shuffle.push(format!(
+                    "  %sh{levels}_{r}_{p} = kernel.subgroup.shuffle<xor> {}, %gv_mask{levels} : {pt}
+  {} = scalar.addf {}, %sh{levels}_{r}_{p} : {pt}",
+                    cur(r, p, levels),
+                    cur(r, p, levels + 1),
+                    cur(r, p, levels),
+                ));
+            }
+            levels += 1;
+            mask *= 2;
+        }
+    }
+    let mut spill = vec!["    %gv_cvs = index.mul %ctc, %cv_ : index".to_string()];
+    for r in rows.clone() {
+        spill.push(format!(
+            "    %gv_sr_{r} = index.madd %gv_slot, %cmt, %gv_ro_{r} : index
+    %gv_sb_{r} = index.madd %gv_sr_{r}, %ccw, %gv_cvs : index"
+        ));
+        for p in pieces.clone() {
+            let (store, ty) = if pt == "f32" {
+                ("view.store", "f32".to_string())
+            } else {
+                ("vector.store", pt.to_string())
+            };
+            spill.push(format!(
+                "    %gv_po_{r}_{p} = index.constant {} : index
+    %gv_si_{r}_{p} = index.add %gv_sb_{r}, %gv_po_{r}_{p} : index
+    {store} {}, %ts[%gv_si_{r}_{p}] : {ty}, view<{}xf32>",
+                p * pw,
+                cur(r, p, levels),
+                ns * MT * cw
+            ));
+        }
+    }
+    let s_elems = ns * MT * cw;
+    KernelKey {
+        template: MATMUL_GEMV,
+        substitutions: vec![
+            ("CW1", (cw - 1).to_string()),
+            ("CW", cw.to_string()),
+            ("MT1", (MT - 1).to_string()),
+            ("MT", MT.to_string()),
+            ("WG", wg.to_string()),
+            ("CT", ct.to_string()),
+            ("V", v.to_string()),
+            ("KT", kt.to_string()),
+            ("NS", ns.to_string()),
+            ("S_ELEMS", s_elems.to_string()),
+            ("S_BYTES", (s_elems * 4).to_string()),
+            ("OUT_ELEMS", (MT * cw).to_string()),
+            ("IN", elem.into()),
+            ("BVIEW", bview),
+            ("ROLE", role),
+            ("ROWS", lines(row_lines)),
+            ("INIT", init),
+            ("CARRIED", carried),
+            ("TYPES", types),
+            ("RESULTS", results),
+            ("LOAD_B", load_b),
+            ("FMAS", lines(fmas)),
+            ("YIELDS", yields),
+            ("SHUFFLE", lines(shuffle)),
+            ("SPILL", lines(spill)),
+            ("ACT", act),
+            ("R", result.into()),
+        ],
+        symbol: "matmul_gemv",
+        config: Vec::new(),
+    }
+}
