@@ -6,15 +6,18 @@
 //! 1. round trip of a one-dispatch compute pass (median, p99) — runtime;
 //! 2. SAXPY `vec4<f32>` bandwidth — loom;
 //! 3. device-to-device copy (1 GiB on a GPU) — runtime;
-//! 4. the `MlpConfig::bench()` forward pass at one client, p50/p99 — inference.
+//! 4. the `MlpConfig::bench()` forward pass at one client, p50/p99
+//!    (`MlpConfig::small()` when small, as hrx's inference bench does) —
+//!    inference.
 //!
 //! Usage: `wgpu-peer [--small] [--quick] [--out PATH] [--iters N] [--saxpy-n N]
 //! [--copy-bytes N] [--copy-iters N] [--mlp-requests N]`. `--small` takes the
-//! sizes hrx's benchmarks use on a CPU device (SAXPY n = 2^24, 256 MiB copy),
+//! sizes hrx's benchmarks use on a CPU device (SAXPY n = 2^24, 256 MiB copy,
+//! the small MLP),
 //! which is also the default on a CPU adapter such as lavapipe. The
 //! `HRX_BENCH_*` variables of hrx's benchmarks set the same sizes here;
 //! `HRX_DEVICE` (a name fragment) picks the adapter; `HRX_BENCH_MLP_REQUESTS`
-//! sets the MLP requests (default 1000, 200 with `--quick`, 20 when small). Writes
+//! sets the MLP requests (default 1000, 200 with `--quick`). Writes
 //! `target/bench/wgpu.json` under the current directory unless `--out` or
 //! `HRX_BENCH_OUT` says otherwise; see `report.rs` for the schema.
 
@@ -148,7 +151,12 @@ fn run() -> Result<(), String> {
     eprintln!("wgpu-peer: 3/4 device copy of {} MiB", copy_bytes >> 20);
     entries.push(copy::run(&gpu, copy_bytes as u64, copy_iters)?);
     eprintln!("wgpu-peer: 4/4 MLP forward, {requests} requests");
-    entries.extend(mlp::run(&gpu, requests)?);
+    let shape = if small {
+        mlp::Shape::SMALL
+    } else {
+        mlp::Shape::BENCH
+    };
+    entries.extend(mlp::run(&gpu, shape, requests)?);
 
     println!("{}", report::table(&entries, &device));
     let path = config

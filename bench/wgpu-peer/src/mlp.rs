@@ -1,7 +1,9 @@
-//! The MLP forward pass of hrx's `MlpConfig::bench()`: x[16, 512] ->
-//! relu(x W0 + b0)[2048] -> relu(. W1 + b1)[2048] -> . W2 + b2 [512], one
-//! request at a time (one client): upload the input, 3 dispatches, read the
-//! output back. Checked against a CPU reference (f64 accumulation).
+//! The MLP forward pass of hrx's `MlpConfig::bench()` (x[16, 512] ->
+//! relu(x W0 + b0)[2048] -> relu(. W1 + b1)[2048] -> . W2 + b2 [512]), or of
+//! `MlpConfig::small()` (64-128-128-32, batch 4) where hrx's inference
+//! benchmark takes it (a CPU device), one request at a time (one client):
+//! upload the input, 3 dispatches, read the output back. Checked against a
+//! CPU reference (f64 accumulation).
 
 use crate::{
     gpu::{Gpu, map_read},
@@ -10,17 +12,53 @@ use crate::{
 };
 use wgpu::BufferUsages as U;
 
-/// The shapes of `MlpConfig::bench()`.
-pub const BATCH: usize = 16;
-const INPUT: usize = 512;
-const HIDDEN: usize = 2048;
-const OUTPUT: usize = 512;
-/// (fan in, fan out, relu) per layer.
-const LAYERS: [(usize, usize, bool); 3] = [
-    (INPUT, HIDDEN, true),
-    (HIDDEN, HIDDEN, true),
-    (HIDDEN, OUTPUT, false),
-];
+/// The sizes of an `MlpConfig`.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub input: usize,
+    pub hidden: usize,
+    pub output: usize,
+    pub batch: usize,
+}
+
+impl Shape {
+    /// `MlpConfig::bench()`.
+    pub const BENCH: Shape = Shape {
+        input: 512,
+        hidden: 2048,
+        output: 512,
+        batch: 16,
+    };
+    /// `MlpConfig::small()`.
+    pub const SMALL: Shape = Shape {
+        input: 64,
+        hidden: 128,
+        output: 32,
+        batch: 4,
+    };
+
+    /// (fan in, fan out, relu) per layer.
+    fn layers(self) -> [(usize, usize, bool); 3] {
+        [
+            (self.input, self.hidden, true),
+            (self.hidden, self.hidden, true),
+            (self.hidden, self.output, false),
+        ]
+    }
+
+    /// The model's name in hrx's inference benchmark.
+    fn name(self) -> String {
+        let Shape {
+            input,
+            hidden,
+            output,
+            batch,
+        } = self;
+        format!("MLP {input}-{hidden}-{hidden}-{output} x{batch}")
+    }
+}
+
+/// The kernel's tile edge.
 const TILE: usize = 16;
 
 /// A deterministic generator (splitmix64), so runs are repeatable.
@@ -45,28 +83,31 @@ impl Seeded {
 
 /// Weights (row-major [in, out]) and biases per layer.
 struct Model {
+    shape: Shape,
     layers: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 impl Model {
-    fn seeded(seed: u64) -> Model {
+    fn seeded(shape: Shape, seed: u64) -> Model {
         let mut rng = Seeded(seed);
-        let layers = LAYERS
+        let layers = shape
+            .layers()
             .iter()
             .map(|&(fan_in, fan_out, _)| {
                 let scale = 1.0 / (fan_in as f32).sqrt();
                 (rng.vec(fan_in * fan_out, scale), rng.vec(fan_out, scale))
             })
             .collect();
-        Model { layers }
+        Model { shape, layers }
     }
 
     /// The CPU reference, accumulating in f64.
     fn reference(&self, x: &[f32]) -> Vec<f32> {
+        let batch = self.shape.batch;
         let mut h = x.to_vec();
-        for ((w, b), &(fan_in, fan_out, relu)) in self.layers.iter().zip(&LAYERS) {
-            let mut next = vec![0.0f32; BATCH * fan_out];
-            for m in 0..BATCH {
+        for ((w, b), &(fan_in, fan_out, relu)) in self.layers.iter().zip(&self.shape.layers()) {
+            let mut next = vec![0.0f32; batch * fan_out];
+            for m in 0..batch {
                 for n in 0..fan_out {
                     let mut acc = f64::from(b[n]);
                     for k in 0..fan_in {
@@ -93,16 +134,9 @@ fn mismatch(got: &[f32], expected: &[f32]) -> Option<(usize, f32, f32)> {
 }
 
 /// Latency p50 and p99 of `requests` forward passes, one at a time.
-pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
-    for &(fan_in, fan_out, _) in &LAYERS {
-        if ![BATCH, fan_in, fan_out]
-            .iter()
-            .all(|d| d.is_multiple_of(TILE))
-        {
-            return Err("MLP shapes must be multiples of the 16x16 tile".into());
-        }
-    }
-    let model = Model::seeded(7);
+pub fn run(gpu: &Gpu, shape: Shape, requests: usize) -> Result<Vec<Entry>, String> {
+    let (input, output, batch) = (shape.input, shape.output, shape.batch);
+    let model = Model::seeded(shape, 7);
     let pipeline = gpu.pipeline("linear", include_str!("shaders/linear.wgsl"));
     let storage = |label: &str, len: usize| {
         gpu.buffer(
@@ -111,21 +145,25 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
             U::STORAGE | U::COPY_DST | U::COPY_SRC,
         )
     };
-    let x = storage("x", BATCH * INPUT);
-    let hidden = [storage("h0", BATCH * HIDDEN), storage("h1", BATCH * HIDDEN)];
-    let y = storage("y", BATCH * OUTPUT);
+    let x = storage("x", batch * input);
+    let hidden = [
+        storage("h0", batch * shape.hidden),
+        storage("h1", batch * shape.hidden),
+    ];
+    let y = storage("y", batch * output);
     let staging = gpu.buffer(
         "y read-back",
-        (BATCH * OUTPUT * 4) as u64,
+        (batch * output * 4) as u64,
         U::MAP_READ | U::COPY_DST,
     );
     let io = [&x, &hidden[0], &hidden[1], &y];
     let mut binds = Vec::new();
     // Kept alive for the bind groups.
     let mut held = Vec::new();
-    for (i, ((w, b), &(fan_in, fan_out, relu))) in model.layers.iter().zip(&LAYERS).enumerate() {
+    let layers = shape.layers();
+    for (i, ((w, b), &(fan_in, fan_out, relu))) in model.layers.iter().zip(&layers).enumerate() {
         let shape = gpu.buffer("shape", 16, U::UNIFORM | U::COPY_DST);
-        let words = [BATCH as u32, fan_out as u32, fan_in as u32, u32::from(relu)];
+        let words = [batch as u32, fan_out as u32, fan_in as u32, u32::from(relu)];
         gpu.queue
             .write_buffer(&shape, 0, bytemuck::cast_slice(&words));
         let wb = storage("weight", w.len());
@@ -134,7 +172,7 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
         gpu.queue.write_buffer(&bb, 0, bytemuck::cast_slice(b));
         binds.push((
             gpu.bind(&pipeline, &[&shape, io[i], &wb, &bb, io[i + 1]]),
-            (fan_out / TILE) as u32,
+            fan_out.div_ceil(TILE) as u32,
         ));
         held.push((shape, wb, bb));
     }
@@ -143,7 +181,7 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
     gpu.check("MLP setup")?;
 
     let mut rng = Seeded(11);
-    let inputs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(BATCH * INPUT, 1.0)).collect();
+    let inputs: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(batch * input, 1.0)).collect();
     let forward = |input: &[f32]| -> Result<Vec<f32>, String> {
         gpu.queue.write_buffer(&x, 0, bytemuck::cast_slice(input));
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
@@ -152,7 +190,7 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
             pass.set_pipeline(&pipeline);
             for (bind, groups_x) in &binds {
                 pass.set_bind_group(0, bind, &[]);
-                pass.dispatch_workgroups(*groups_x, (BATCH / TILE) as u32, 1);
+                pass.dispatch_workgroups(*groups_x, batch.div_ceil(TILE) as u32, 1);
             }
         }
         encoder.copy_buffer_to_buffer(&y, 0, &staging, 0, None);
@@ -193,7 +231,7 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
                map_async + poll(Wait), copy out, unmap";
     // hrx's counterpart: the pool with one slot and one client thread, the
     // name bench_inference gives it.
-    let model = format!("MLP {INPUT}-{HIDDEN}-{HIDDEN}-{OUTPUT} x{BATCH}");
+    let model = shape.name();
     Ok([("p50", 50.0), ("p99", 99.0)]
         .into_iter()
         .map(|(label, p)| Entry {
@@ -204,7 +242,7 @@ pub fn run(gpu: &Gpu, requests: usize) -> Result<Vec<Entry>, String> {
             better: Better::Lower,
             pairs_with: (
                 "inference",
-                format!("{model}, 1 slots, 1 clients: {label} latency*"),
+                format!("{model}, 1 slot*, 1 client*: {label} latency*"),
             ),
         })
         .collect())

@@ -137,7 +137,10 @@ impl PreparedModel {
     /// Wait asynchronously for a free slot; polling never waits on the
     /// device.
     pub fn acquire(&self) -> AcquireSlot<'_> {
-        AcquireSlot { model: self }
+        AcquireSlot {
+            model: self,
+            ticket: None,
+        }
     }
 
     /// Reserve a slot and submit device inputs at once, or answer `Busy`.
@@ -153,19 +156,32 @@ impl PreparedModel {
 }
 
 /// Future of [`PreparedModel::acquire`]: an exclusively reserved slot.
+/// Waiting requests are served in the order they started waiting;
+/// dropping the future gives up its place.
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct AcquireSlot<'a> {
     model: &'a PreparedModel,
+    /// Place in the pool's queue, once a poll found no slot.
+    ticket: Option<u64>,
 }
 
 impl Future for AcquireSlot<'_> {
     type Output = Result<ModelSlot>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.model
+        let this = self.get_mut();
+        this.model
             .pool
-            .poll_acquire(cx)
+            .poll_acquire(&mut this.ticket, cx)
             .map(|reserved| reserved.map(ModelSlot::new))
+    }
+}
+
+impl Drop for AcquireSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.model.pool.abandon(ticket);
+        }
     }
 }

@@ -14,6 +14,7 @@ use hrx_core::{Error, Result, cached_init};
 use hrx_runtime::{BufferView, Completion, CopyBatch, ExecutableGraph};
 use hrx_tensor::DeviceTensor;
 use std::{
+    collections::VecDeque,
     future::Future,
     pin::Pin,
     sync::{Arc, Condvar, Mutex, MutexGuard},
@@ -141,9 +142,55 @@ impl SlotState {
     }
 }
 
+/// A request waiting for a slot, served first come, first served.
+struct Waiter {
+    ticket: u64,
+    /// `None` for a blocking waiter (woken through the condition variable).
+    waker: Option<Waker>,
+}
+
 struct PoolState {
     slots: Vec<SlotState>,
-    wakers: Vec<Waker>,
+    /// Waiting requests in arrival order; only the front one may take a
+    /// slot, so a slot freed under contention goes to the oldest waiter.
+    waiters: VecDeque<Waiter>,
+    next_ticket: u64,
+}
+
+impl PoolState {
+    /// Queue a new waiter at the back; its ticket.
+    fn enqueue(&mut self, waker: Option<Waker>) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.waiters.push_back(Waiter { ticket, waker });
+        ticket
+    }
+
+    /// Whether `ticket` may try for a slot now: it is at the front, or
+    /// (`None`) it has not queued and nobody is waiting.
+    fn may_take(&self, ticket: Option<u64>) -> bool {
+        match (ticket, self.waiters.front()) {
+            (_, None) => true,
+            (Some(ticket), Some(front)) => front.ticket == ticket,
+            (None, Some(_)) => false,
+        }
+    }
+
+    /// Remove `ticket` from the queue; the new front waiter's waker when
+    /// the front changed.
+    fn dequeue(&mut self, ticket: u64) -> Option<Waker> {
+        let position = self.waiters.iter().position(|w| w.ticket == ticket)?;
+        self.waiters.remove(position);
+        if position == 0 {
+            self.front_waker()
+        } else {
+            None
+        }
+    }
+
+    fn front_waker(&self) -> Option<Waker> {
+        self.waiters.front().and_then(|w| w.waker.clone())
+    }
 }
 
 /// Every slot of a prepared model and their reservation state.
@@ -162,7 +209,8 @@ impl Pool {
             slots,
             state: Mutex::new(PoolState {
                 slots: states,
-                wakers: Vec::new(),
+                waiters: VecDeque::new(),
+                next_ticket: 0,
             }),
             changed: Condvar::new(),
         })
@@ -178,9 +226,16 @@ impl Pool {
     }
 
     /// Reserve a free, usable slot or answer `Busy`; once every slot is
-    /// free but unusable, the native failure instead.
+    /// free but unusable, the native failure instead. A request that does
+    /// not wait never takes a slot ahead of waiting ones: while any request
+    /// waits, the answer is `Busy`.
     pub(crate) fn try_acquire(self: &Arc<Self>) -> Result<SlotLease> {
         let mut state = self.lock();
+        if !state.may_take(None) {
+            return Err(Error::Busy(
+                "inference slots are promised to waiting requests".into(),
+            ));
+        }
         self.acquire_locked(&mut state)
     }
 
@@ -212,24 +267,36 @@ impl Pool {
         }
     }
 
-    /// Reserve a slot, waiting on the host for capacity.
+    /// Reserve a slot, waiting on the host for capacity, after every
+    /// request that started waiting earlier.
     pub(crate) fn acquire_blocking(self: &Arc<Self>) -> Result<SlotLease> {
+        let mut ticket = None;
         loop {
             let mut state = self.lock();
-            match self.acquire_locked(&mut state) {
-                Err(Error::Busy(_)) => {}
-                other => return other,
+            if state.may_take(ticket) {
+                match self.acquire_locked(&mut state) {
+                    Err(Error::Busy(_)) => {}
+                    other => return self.leave_queue(state, ticket, other),
+                }
             }
+            let ticket = *ticket.get_or_insert_with(|| state.enqueue(None));
             let draining = state
-                .slots
-                .iter()
-                .filter(|slot| slot.holders == 0)
-                .find_map(SlotState::pending);
+                .may_take(Some(ticket))
+                .then(|| {
+                    state
+                        .slots
+                        .iter()
+                        .filter(|slot| slot.holders == 0)
+                        .find_map(SlotState::pending)
+                })
+                .flatten();
             if let Some(completion) = draining {
                 drop(state);
                 // Its outcome does not matter: the storage is checked again.
                 let _ = completion.wait();
-            } else if state.slots.iter().any(|slot| slot.holders == 0) {
+            } else if state.may_take(Some(ticket))
+                && state.slots.iter().any(|slot| slot.holders == 0)
+            {
                 // An unheld slot was still draining when `acquire_locked`
                 // looked and has finished since (the watcher resolves
                 // completions concurrently): look again rather than sleep on
@@ -241,15 +308,37 @@ impl Pool {
         }
     }
 
-    /// Poll for a slot; never waits on the device.
-    pub(crate) fn poll_acquire(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<Result<SlotLease>> {
+    /// Poll for a slot in arrival order; never waits on the device.
+    /// `ticket` is the caller's place in the queue, taken on its first
+    /// unsuccessful poll; [`Pool::abandon`] gives it up.
+    pub(crate) fn poll_acquire(
+        self: &Arc<Self>,
+        ticket: &mut Option<u64>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<SlotLease>> {
         let mut state = self.lock();
-        match self.acquire_locked(&mut state) {
-            Err(Error::Busy(_)) => {}
-            other => return Poll::Ready(other),
+        if state.may_take(*ticket) {
+            match self.acquire_locked(&mut state) {
+                Err(Error::Busy(_)) => {}
+                other => return Poll::Ready(self.leave_queue(state, ticket.take(), other)),
+            }
         }
-        // Draining slots wake us through their completions, released ones
-        // through the waker list.
+        let mine = match *ticket {
+            Some(mine) => mine,
+            None => *ticket.insert(state.enqueue(None)),
+        };
+        if let Some(waiter) = state.waiters.iter_mut().find(|w| w.ticket == mine) {
+            match &waiter.waker {
+                Some(old) if old.will_wake(cx.waker()) => {}
+                _ => waiter.waker = Some(cx.waker().clone()),
+            }
+        }
+        if !state.may_take(Some(mine)) {
+            // Woken when this request reaches the front.
+            return Poll::Pending;
+        }
+        // The front request watches draining slots through their
+        // completions; released slots wake it through `release`.
         let mut ready = false;
         for slot in state.slots.iter_mut().filter(|slot| slot.holders == 0) {
             for completion in slot.completion.iter_mut().chain(&mut slot.users) {
@@ -259,10 +348,39 @@ impl Pool {
         if ready {
             cx.waker().wake_by_ref();
         }
-        if !state.wakers.iter().any(|old| old.will_wake(cx.waker())) {
-            state.wakers.push(cx.waker().clone());
-        }
         Poll::Pending
+    }
+
+    /// Give up a queued request's place (its future was dropped).
+    pub(crate) fn abandon(&self, ticket: u64) {
+        let next = self.lock().dequeue(ticket);
+        self.changed.notify_all();
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
+
+    /// Leave the queue after an attempt that ended waiting (a slot, or an
+    /// error every waiter will see); the next waiter may try at once, as
+    /// more than one slot may be free.
+    fn leave_queue(
+        &self,
+        mut state: MutexGuard<'_, PoolState>,
+        ticket: Option<u64>,
+        result: Result<SlotLease>,
+    ) -> Result<SlotLease> {
+        let next = match ticket {
+            Some(ticket) => state.dequeue(ticket),
+            None => None,
+        };
+        drop(state);
+        if ticket.is_some() {
+            self.changed.notify_all();
+        }
+        if let Some(waker) = next {
+            waker.wake();
+        }
+        result
     }
 
     /// Record the slot's latest own submission.
@@ -283,17 +401,17 @@ impl Pool {
     }
 
     fn release(&self, index: usize) {
-        let wakers = {
+        let front = {
             let mut state = self.lock();
             let slot = &mut state.slots[index];
             slot.holders = slot.holders.saturating_sub(1);
             if slot.holders > 0 {
                 return;
             }
-            std::mem::take(&mut state.wakers)
+            state.front_waker()
         };
         self.changed.notify_all();
-        for waker in wakers {
+        if let Some(waker) = front {
             waker.wake();
         }
     }

@@ -39,19 +39,17 @@ pub fn capabilities(target: &Target) -> Capabilities {
 /// SPIR-V writer needs.
 pub fn validate(module: &naga::Module, target: &Target) -> Result<ModuleInfo> {
     let mut validator = Validator::new(ValidationFlags::all(), capabilities(target));
-    validator
-        .validate(module)
-        .map_err(|e| {
-            // The top-level message names only the entry point; the cause is
-            // in the source chain.
-            let mut message = format!("naga rejected the lowered module: {e}");
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                message += &format!(": {c}");
-                cause = c.source();
-            }
-            internal(E_VALIDATE, message)
-        })
+    validator.validate(module).map_err(|e| {
+        // The top-level message names only the entry point; the cause is
+        // in the source chain.
+        let mut message = format!("naga rejected the lowered module: {e}");
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            message += &format!(": {c}");
+            cause = c.source();
+        }
+        internal(E_VALIDATE, message)
+    })
 }
 
 /// The writer options every artifact uses: SPIR-V 1.3, no debug info, no

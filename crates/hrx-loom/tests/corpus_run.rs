@@ -693,7 +693,11 @@ fn unpack_f16() {
             if w.is_nan() {
                 assert!(v.is_nan(), "unpack_f16 [{i}]: {v} for a NaN");
             } else {
-                assert_eq!(v.to_bits(), w.to_f32().to_bits(), "unpack_f16 [{i}] of {halves}");
+                assert_eq!(
+                    v.to_bits(),
+                    w.to_f32().to_bits(),
+                    "unpack_f16 [{i}] of {halves}"
+                );
             }
         }
     }

@@ -1,9 +1,10 @@
 //! GPU check and timing of matmul on the live device (run on the H200):
-//! f16 inputs (cooperative-matrix kernel where the device reports a
-//! 16x16x16 f16 -> f32 shape, the tiled kernel elsewhere) and f32, each
-//! checked against an f64 reference on sampled elements, then timed.
+//! f16 inputs (decode kernel for few rows, cooperative-matrix kernel where
+//! the device reports a 16x16x16 f16 -> f32 shape, the tiled kernel
+//! elsewhere) and f32, each checked against an f64 reference on sampled
+//! elements, then timed; every line names the kernel that ran.
 //!
-//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick]`
+//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick | --decode]`
 //! prints one line per case and exits non-zero on a wrong result.
 
 use hrx_runtime::Runtime;
@@ -41,6 +42,9 @@ struct Case {
 
 fn main() -> hrx_core::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--decode`: only the timed decode shapes (for CPU devices, where
+    // 8192^3 takes minutes).
+    let decode_only = std::env::args().any(|a| a == "--decode");
     let runtime = Runtime::new()?;
     let target = runtime.gpu()?.target().clone();
     let ops = Ops::new(&runtime);
@@ -58,6 +62,10 @@ fn main() -> hrx_core::Result<()> {
         (130, 70, 47, true, false, Some(UnaryOp::Relu)),
         (64, 200, 96, false, true, Some(UnaryOp::Gelu)),
         (257, 129, 300, true, true, Some(UnaryOp::Silu)),
+        // Decode kernel: 16-byte loads, 4-byte words, several row tiles.
+        (5, 264, 300, false, false, Some(UnaryOp::Gelu)),
+        (3, 130, 77, true, false, None),
+        (13, 4096, 515, false, false, Some(UnaryOp::Relu)),
     ] {
         for dtype in [DType::F16, DType::F32] {
             cases.push(Case {
@@ -77,19 +85,35 @@ fn main() -> hrx_core::Result<()> {
         }
     }
     if !quick {
-        for m in [1, 16, 32, 64] {
+        for (dtype, m, transpose_b) in [
+            (DType::F16, 1, false),
+            (DType::F16, 8, false),
+            (DType::F16, 16, false),
+            (DType::F16, 32, false),
+            (DType::F16, 64, false),
+            (DType::F16, 1, true),
+            (DType::F16, 8, true),
+            (DType::F32, 1, false),
+            (DType::F32, 8, false),
+        ] {
             cases.push(Case {
-                dtype: DType::F16,
+                dtype,
                 batch: 1,
                 m,
                 n: 4096,
                 k: 4096,
-                options: plain,
+                options: MatmulOptions {
+                    transpose_b,
+                    ..plain
+                },
                 bias: false,
                 timed: true,
             });
         }
         for dtype in [DType::F16, DType::F32] {
+            if decode_only {
+                break;
+            }
             cases.push(Case {
                 dtype,
                 batch: 1,
@@ -128,6 +152,7 @@ fn main() -> hrx_core::Result<()> {
         let b = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, rb, cb], &vb)?;
         let bias_t = DeviceTensor::from_values(&runtime, DType::F32, vec![c.n], &vbias)?;
         let bias = c.bias.then_some(&bias_t);
+        let kernel = ops.matmul_kernel(&a, &b, c.options)?;
         let out = ops.matmul(&a, &b, bias, c.options)?;
         let got = out.to_values()?;
         // Sampled reference elements (the full reference is too slow at 8192^3).
@@ -167,7 +192,7 @@ fn main() -> hrx_core::Result<()> {
         let ok = worst <= 1.0;
         failed |= !ok;
         let mut line = format!(
-            "{:?} {}x{}x{}x{} {:?}: {} (worst error/tolerance {worst:.3})",
+            "{:?} {}x{}x{}x{} {:?} [{kernel}]: {} (worst error/tolerance {worst:.3})",
             c.dtype,
             c.batch,
             c.m,
@@ -177,7 +202,9 @@ fn main() -> hrx_core::Result<()> {
             if ok { "ok" } else { "WRONG" }
         );
         if c.timed {
-            let reps = 20;
+            // Enough dispatches that one submission's overhead (~15-40 us)
+            // stays small against the work.
+            let reps = if c.m * c.n * c.k < 1 << 30 { 200 } else { 20 };
             let desc = TensorDesc::new(DType::F32, vec![c.batch, c.m, c.n])?;
             let outs: Vec<DeviceTensor> = (0..reps)
                 .map(|_| ops.output(desc.clone()))

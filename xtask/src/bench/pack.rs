@@ -36,6 +36,21 @@ fn stage_binary(stage: &Path, binary: &Path, name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of the files under `path`, however deep.
+fn bytes_under(path: &Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
+            .map(|list| {
+                list.filter_map(|e| e.ok())
+                    .map(|e| bytes_under(&e.path()))
+                    .sum()
+            })
+            .unwrap_or(0),
+        Ok(meta) => meta.len(),
+        Err(_) => 0,
+    }
+}
+
 /// One line of `run.sh`: run `command` (which writes `$out/<stem>.json`),
 /// log to `$out/<stem>.log`, note a failure in `$out/notes.txt`.
 fn script_line(script: &mut String, stem: &str, command: &str) {
@@ -166,14 +181,8 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
         return Err(format!("packing {STAGE} into {PACK} failed ({status})"));
     }
     let size = std::fs::metadata(&pack).map(|m| m.len()).unwrap_or(0);
-    // Everything in .gpu-pack travels (gpu-test's pack too, if it is there).
-    let carried: u64 = std::fs::read_dir(root.join(".gpu-pack"))
-        .map(|list| {
-            list.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(size);
+    // Everything in .gpu-pack travels (other packs too, if they are there).
+    let carried = bytes_under(&root.join(".gpu-pack"));
     if carried > CARRY_LIMIT {
         return Err(format!(
             ".gpu-pack holds {} MiB, over the {} MiB a carry leaves beside .gl; \

@@ -114,13 +114,10 @@ fn convert(value: f64, from: &str, to: &str) -> Option<f64> {
 /// A figure with about four significant digits; "—" when absent.
 fn figure(value: Option<f64>) -> String {
     match value {
+        Some(0.0) => "0".into(),
         Some(v) if v.is_finite() => {
-            let decimals = match v.abs() {
-                a if a >= 1000.0 => 0,
-                a if a >= 100.0 => 1,
-                a if a >= 1.0 => 2,
-                _ => 4,
-            };
+            let magnitude = v.abs().log10().floor() as i32;
+            let decimals = (3 - magnitude).clamp(0, 12) as usize;
             format!("{v:.decimals$}")
         }
         _ => "—".into(),
@@ -230,17 +227,20 @@ fn peer_table(out: &mut String, suites: &[Suite], peer: &Suite) {
             e.better
         );
     }
+    if !missing.is_empty() || !other_device.is_empty() {
+        out.push('\n');
+    }
     for e in missing {
         if let Some((suite, pattern)) = &e.pairs_with {
             let _ = writeln!(
                 out,
-                "\n- {}: no hrx figure of the same work in this run ({suite}: `{pattern}`)",
+                "- {}: no hrx figure of the same work in this run ({suite}: `{pattern}`)",
                 e.name
             );
         }
     }
     for line in other_device {
-        let _ = writeln!(out, "\n- different devices: {line}");
+        let _ = writeln!(out, "- different devices: {line}");
     }
     let mut seen: Vec<&str> = Vec::new();
     for e in &peer.entries {

@@ -20,8 +20,16 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
     for (var k0 = 0u; k0 < shape.k; k0 += T) {
         let ka = k0 + local.x;
         let kw = k0 + local.y;
-        ta[local.y][local.x] = select(0.0, a[row * shape.k + ka], row < shape.m && ka < shape.k);
-        tw[local.y][local.x] = select(0.0, w[kw * shape.n + col], kw < shape.k && col < shape.n);
+        var va = 0.0;
+        if row < shape.m && ka < shape.k {
+            va = a[row * shape.k + ka];
+        }
+        var vw = 0.0;
+        if kw < shape.k && col < shape.n {
+            vw = w[kw * shape.n + col];
+        }
+        ta[local.y][local.x] = va;
+        tw[local.y][local.x] = vw;
         workgroupBarrier();
         for (var k = 0u; k < T; k++) {
             acc = fma(ta[local.y][k], tw[k][local.x], acc);

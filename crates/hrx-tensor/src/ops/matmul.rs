@@ -3,8 +3,8 @@
 
 use super::{
     Ops, UnaryOp,
-    matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
+    matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     operand::{Operand, check_inputs, check_output, operand},
     registry::KernelKey,
 };
@@ -144,17 +144,7 @@ impl Ops {
         if out.desc().is_empty() {
             return Ok(());
         }
-        let batch_shape = &shape[..shape.len() - 2];
-        let batch_strides = [
-            broadcast_strides(&ma.batch, &ma.batch_strides, batch_shape),
-            broadcast_strides(&mb.batch, &mb.batch_strides, batch_shape),
-            contiguous_strides(&shape)?[..batch_shape.len()].to_vec(),
-        ];
-        let Some((batch, strides)) = coalesce(batch_shape, &batch_strides, 1) else {
-            return Err(Error::Unsupported(format!(
-                "{operation}: the batch axes do not merge into one"
-            )));
-        };
+        let (batch, strides) = batch_layout(&shape, &ma, &mb, operation)?;
         let target = self.registry.target()?;
         let dummy = || -> Result<Operand> {
             Ok(Operand {
@@ -179,11 +169,6 @@ impl Ops {
             None => (String::new(), "%x"),
             Some(op) => (op.body("f32"), "%r"),
         };
-        let coop = (input == DType::F16)
-            .then(|| coop_tiles(&target, m))
-            .flatten();
-        // Few rows: the decode kernel streams B once per 8 rows. Where tensor
-        // cores exist they keep B layouts the decode kernel reads narrowly.
         let b_layout = BLayout {
             k_stride: mb.row_stride,
             n_stride: mb.col_stride,
@@ -192,13 +177,9 @@ impl Ops {
             binding_offset: kb.view.offset() as u64,
             n,
         };
-        let load = b_load(input, &b_layout);
-        let gemv = k > 0
-            && m <= gemv_max_rows(coop.is_some())
-            && (coop.is_none() || load != BLoad::Scalar);
-        let key = match coop {
-            _ if gemv => gemv_key(&target, input, load, act, result),
-            Some(tiles) => KernelKey {
+        let key = match choose(&target, input, m, k, &b_layout) {
+            Choice::Decode(load) => gemv_key(&target, input, load, act, result),
+            Choice::Coop(tiles) => KernelKey {
                 template: MATMUL_COOP,
                 substitutions: tiles.substitutions(
                     ma.col_stride == 1,
@@ -209,7 +190,7 @@ impl Ops {
                 symbol: "matmul_coop",
                 config: Vec::new(),
             },
-            None => tiled_key(&target, input, act, result),
+            Choice::Tiled => tiled_key(&target, input, act, result),
         };
         let kernel = self.registry.kernel(key)?;
         let scalars: Vec<ScalarValue> = [m, n, k, strides[0][0], ma.row_stride, ma.col_stride]
@@ -233,6 +214,47 @@ impl Ops {
         )
     }
 
+    /// Which kernel [`Ops::record_matmul`] runs for these operands on this
+    /// device: `"decode (16-byte loads)"`, `"decode (4-byte words)"`,
+    /// `"decode (elements)"`, `"cooperative matrix"` or `"tiled"`.
+    pub fn matmul_kernel(
+        &self,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        options: MatmulOptions,
+    ) -> Result<&'static str> {
+        let shape = Self::matmul_shape(a.desc(), b.desc(), options)?;
+        let operation = format!("matmul of {} and {}", a.desc(), b.desc());
+        let (ma, mb) = (
+            matrix(a.desc(), options.transpose_a).expect("checked by matmul_shape"),
+            matrix(b.desc(), options.transpose_b).expect("checked by matmul_shape"),
+        );
+        let (m, k, n) = (ma.rows, ma.cols, mb.cols);
+        let (_, strides) = batch_layout(&shape, &ma, &mb, &operation)?;
+        let target = self.registry.target()?;
+        let (offset, binding_offset) = if b.desc().is_empty() {
+            (0, 0)
+        } else {
+            let kb = operand(b, &target, &operation)?;
+            (kb.offset, kb.view.offset() as u64)
+        };
+        let b_layout = BLayout {
+            k_stride: mb.row_stride,
+            n_stride: mb.col_stride,
+            batch_stride: strides[1][0],
+            offset,
+            binding_offset,
+            n,
+        };
+        Ok(match choose(&target, a.desc().dtype(), m, k, &b_layout) {
+            Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
+            Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
+            Choice::Decode(BLoad::Scalar) => "decode (elements)",
+            Choice::Coop(_) => "cooperative matrix",
+            Choice::Tiled => "tiled",
+        })
+    }
+
     /// `act(a @ b + bias)`, run eagerly.
     pub fn matmul(
         &self,
@@ -248,6 +270,73 @@ impl Ops {
             self.record_matmul(g, a, b, bias, options, out)
         })
     }
+}
+
+/// The batch axes of the output merged into one, with the element stride
+/// of A, B and the output along it.
+fn batch_layout(
+    shape: &[usize],
+    ma: &Matrix,
+    mb: &Matrix,
+    operation: &str,
+) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+    let batch_shape = &shape[..shape.len() - 2];
+    let batch_strides = [
+        broadcast_strides(&ma.batch, &ma.batch_strides, batch_shape),
+        broadcast_strides(&mb.batch, &mb.batch_strides, batch_shape),
+        contiguous_strides(shape)?[..batch_shape.len()].to_vec(),
+    ];
+    coalesce(batch_shape, &batch_strides, 1).ok_or_else(|| {
+        Error::Unsupported(format!("{operation}: the batch axes do not merge into one"))
+    })
+}
+
+/// The kernel family for one matmul.
+enum Choice {
+    Decode(BLoad),
+    Coop(CoopTiles),
+    Tiled,
+}
+
+/// Few rows run on the decode kernel, which streams B once per 8 rows;
+/// where tensor cores exist they take B layouts the decode kernel could
+/// only read element by element, and every larger m.
+fn choose(target: &Target, input: DType, m: usize, k: usize, b: &BLayout) -> Choice {
+    let coop = (input == DType::F16)
+        .then(|| coop_tiles(target, m))
+        .flatten();
+    let load = b_load(input, b);
+    let decode =
+        k > 0 && m <= gemv_max_rows(coop.is_some()) && (coop.is_none() || load != BLoad::Scalar);
+    match coop {
+        _ if decode => Choice::Decode(load),
+        Some(tiles) => Choice::Coop(tiles),
+        None => Choice::Tiled,
+    }
+}
+
+/// The decode kernel's loom source for `target`, `dtype` inputs and B
+/// given as `[k, n]` (or `[n, k]` when `transpose_b`), with B aligned for
+/// the widest loads (for offline compilation and SPIR-V checks).
+pub fn decode_matmul_source(
+    target: &Target,
+    dtype: DType,
+    transpose_b: bool,
+    activation: Option<UnaryOp>,
+) -> String {
+    let (act, result) = match activation {
+        None => (String::new(), "%x"),
+        Some(op) => (op.body("f32"), "%r"),
+    };
+    let b = BLayout {
+        k_stride: if transpose_b { 1 } else { 4096 },
+        n_stride: if transpose_b { 4096 } else { 1 },
+        batch_stride: 4096 * 4096,
+        offset: 0,
+        binding_offset: 0,
+        n: 4096,
+    };
+    gemv_key(target, dtype, b_load(dtype, &b), act, result).source()
 }
 
 /// The tiled workgroup-memory kernel: f32 or f16 inputs, f32 accumulation.

@@ -160,7 +160,10 @@ pub(crate) fn gemv_key(
     let (np, pt, pw) = load.pieces();
     let rows = 0..MT;
     let pieces = 0..np;
-    let each = || rows.clone().flat_map(|r| pieces.clone().map(move |p| (r, p)));
+    let each = || {
+        rows.clone()
+            .flat_map(|r| pieces.clone().map(move |p| (r, p)))
+    };
 
     let bview = match load {
         BLoad::Quad16 | BLoad::Word16 => "  %gv_two = index.constant 2 : index
@@ -227,10 +230,12 @@ pub(crate) fn gemv_key(
         .join(", ");
     let load_b = match load {
         BLoad::Quad16 => {
-            let mut l = vec!["    %gv_bk = index.madd %kk, %sbkq, %pbq : index
+            let mut l = vec![
+                "    %gv_bk = index.madd %kk, %sbkq, %pbq : index
     %gv_bw = index.mul %gv_bk, %gv_four : index
     %gv_q = vector.load %bv[%gv_bw] : view<[%lbw]xu32> -> vector<4xu32>"
-                .to_string()];
+                    .to_string(),
+            ];
             for p in 0..4 {
                 l.push(format!(
                     "    %gv_w{p} = vector.extract %gv_q, %gv_l{p} : vector<4xu32> -> u32
@@ -257,7 +262,9 @@ pub(crate) fn gemv_key(
     };
     let mut fmas = vec![];
     for r in rows.clone() {
-        fmas.push(format!("    %gv_pk_{r} = index.madd %kk, %sak, %pa_{r} : index"));
+        fmas.push(format!(
+            "    %gv_pk_{r} = index.madd %kk, %sak, %pa_{r} : index"
+        ));
         if input == DType::F16 {
             fmas.push(format!(
                 "    %gv_ah_{r} = view.load %av[%gv_pk_{r}] : view<[%la]xf16> -> f16
@@ -293,7 +300,9 @@ pub(crate) fn gemv_key(
     if let Some(sg) = sg {
         let mut mask = ct;
         while mask < sg {
-            shuffle.push(format!("  %gv_mask{levels} = index.constant {mask} : index"));
+            shuffle.push(format!(
+                "  %gv_mask{levels} = index.constant {mask} : index"
+            ));
             for (r, p) in each() {
                 shuffle.push(format!(
                     "  %sh{levels}_{r}_{p} = kernel.subgroup.shuffle<xor> {}, %gv_mask{levels} : {pt}

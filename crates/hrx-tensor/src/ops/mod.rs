@@ -28,7 +28,7 @@ mod rows;
 pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
-pub use matmul::{MatmulOptions, coop_matmul_source};
+pub use matmul::{MatmulOptions, coop_matmul_source, decode_matmul_source};
 pub use reduce::Reduction;
 
 use crate::{DeviceTensor, TensorDesc};

@@ -54,7 +54,7 @@ pub(crate) struct KernelKey {
 
 impl KernelKey {
     /// Replace every `${NAME}` of the template.
-    fn source(&self) -> String {
+    pub(crate) fn source(&self) -> String {
         let mut text = self.template.to_string();
         for (name, value) in &self.substitutions {
             text = text.replace(&format!("${{{name}}}"), value);

@@ -1,0 +1,142 @@
+//! The decode (skinny-m) matmul kernel against an f64 reference: m in
+//! 1..=64 (rows beyond one 8-row tile go through several workgroup rows,
+//! or to the other kernels above the decode threshold), odd and even k and
+//! n so every B load width is used (16-byte quads where n is a multiple of
+//! 8 (f16) or 4 (f32), 4-byte words for even n, strided elements for odd n,
+//! transposed or padded B), transposes, batches with broadcasting, bias and
+//! activation. Tolerances: f32 atol 1e-4 + rtol 1e-4; f16 inputs (products
+//! exact in f32, only the sums round) atol 2e-3 + rtol 2e-3.
+
+mod common;
+
+use common::{cases::unary_ref, *};
+use hrx_core::Target;
+use hrx_tensor::{
+    DType, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp, decode_matmul_source},
+};
+use proptest::prelude::*;
+
+fn f16_round(v: f64) -> f64 {
+    half::f16::from_f64(v).to_f64()
+}
+
+/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
+fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
+    if !transpose {
+        return values.to_vec();
+    }
+    let mut out = vec![0.0; values.len()];
+    for b in 0..batch {
+        for i in 0..rows {
+            for j in 0..cols {
+                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
+            }
+        }
+    }
+    out
+}
+
+fn n_dim() -> impl Strategy<Value = usize> {
+    // Multiples of 8 and 4 (quads), even (words), odd (elements).
+    prop_oneof![
+        3 => (1usize..12).prop_map(|q| 8 * q),
+        1 => (1usize..20).prop_map(|q| 4 * q),
+        1 => (1usize..40).prop_map(|q| 2 * q),
+        2 => (0usize..40).prop_map(|q| 2 * q + 1),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decode_matmul_matches_reference(
+        f16 in any::<bool>(),
+        m in prop_oneof![4 => 1usize..=8, 2 => 9usize..=16, 1 => 17usize..=64],
+        n in n_dim(),
+        k in prop_oneof![3 => (0usize..60).prop_map(|q| 2 * q + 1), 1 => 1usize..130],
+        batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3])],
+        seed in any::<u64>(),
+    ) {
+        let dtype = if f16 { DType::F16 } else { DType::F32 };
+        let round = |v: f64| if f16 { f16_round(v) } else { v };
+        let mut rng = Gen::new(seed);
+        // B mostly [k, n] (the decode layout), sometimes transposed or padded.
+        let options = MatmulOptions {
+            transpose_a: rng.below(4) == 0,
+            transpose_b: rng.below(4) == 0,
+            activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
+        };
+        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
+        let nb: usize = batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(round).collect();
+        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(round).collect();
+        let vbias = values(&mut rng, n, -1.0, 1.0);
+        let with_bias = rng.below(2) == 0;
+        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
+            let mut s = batch.to_vec();
+            s.extend(if t { [c, r] } else { [r, c] });
+            s
+        };
+        let pb = [Placement::Contiguous, Placement::Contiguous, Placement::Padded][rng.below(3)];
+        let a = input(dtype, &shape_of(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
+        let b = input(dtype, &shape_of(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), pb);
+        let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
+        let bias = with_bias.then_some(&bias);
+        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
+        let mut inputs = vec![&a, &b];
+        inputs.extend(bias);
+        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
+            ops().record_matmul(g, &a, &b, bias, options, out)
+        }).unwrap();
+        let mut want = Vec::new();
+        for bi in 0..nb {
+            let bb = if b_batch.is_empty() { 0 } else { bi };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s: f64 = (0..k).map(|q| va[bi * m * k + i * k + q] * vb[bb * k * n + q * n + j]).sum();
+                    if with_bias { s += vbias[j]; }
+                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
+                }
+            }
+        }
+        let tol = if f16 { 2e-3 } else { 1e-4 };
+        let kernel = ops().matmul_kernel(&a, &b, options).unwrap();
+        assert_close(&got, &want, tol, tol, &format!("{dtype} decode matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {pb:?} on {kernel}"));
+    }
+}
+
+#[test]
+fn decode_kernel_is_chosen_for_few_rows() {
+    let a = input(DType::F32, &[4, 64], &[0.5; 256], Placement::Contiguous);
+    let b = input(DType::F32, &[64, 32], &[0.25; 2048], Placement::Contiguous);
+    let name = ops()
+        .matmul_kernel(&a, &b, MatmulOptions::default())
+        .unwrap();
+    assert_eq!(name, "decode (16-byte loads)");
+    let a = input(DType::F32, &[40, 64], &[0.5; 2560], Placement::Contiguous);
+    let name = ops()
+        .matmul_kernel(&a, &b, MatmulOptions::default())
+        .unwrap();
+    assert_eq!(name, "tiled");
+}
+
+#[test]
+fn decode_kernel_compiles_for_hopper() {
+    // The H200 shape (subgroups of 32, 512 work items) for every load width.
+    let compiler = hrx_loom::Compiler::for_target(None, &Target::hopper()).unwrap();
+    for dtype in [DType::F16, DType::F32] {
+        for transpose_b in [false, true] {
+            let src =
+                decode_matmul_source(&Target::hopper(), dtype, transpose_b, Some(UnaryOp::Gelu));
+            compiler
+                .module(&src)
+                .and_then(|module| {
+                    module.compile_uncached(&hrx_loom::Specialization::new("@matmul_gemv"))
+                })
+                .unwrap_or_else(|e| panic!("{dtype} transposed {transpose_b}: {e}"));
+        }
+    }
+}
