@@ -99,6 +99,13 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     if wanted("wgpu") {
         run_peer(root, &out_dir, quick, &mut notes);
     }
+    if wanted("tensor") && root.join("bench/pytorch").is_dir() {
+        notes.push(
+            "the PyTorch baselines (bench/pytorch/*.py) run in the GPU pack \
+             (`cargo xtask gpu-bench`); here a suite reads one only through HRX_BENCH_TORCH"
+                .into(),
+        );
+    }
 
     let summary = write_summary(&out_dir, &notes)?;
     println!("xtask: wrote {}", summary.display());

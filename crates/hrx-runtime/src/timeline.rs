@@ -46,6 +46,11 @@ pub(crate) struct Timeline {
     lost: OnceLock<String>,
     schedule: Mutex<Schedule>,
     watcher_wake: Condvar,
+    /// Whether a host thread is inside `vkWaitSemaphores` on the timeline.
+    /// Only one is at a time; the others wait on `retired`, which it
+    /// notifies after every completion it observes (see `wait_step`).
+    in_driver_wait: Mutex<bool>,
+    retired: Condvar,
     shutdown: AtomicBool,
     watcher: Mutex<Option<JoinHandle<()>>>,
     watcher_id: OnceLock<ThreadId>,
@@ -90,6 +95,8 @@ impl Timeline {
                 wakers: Vec::with_capacity(64),
             }),
             watcher_wake: Condvar::new(),
+            in_driver_wait: Mutex::new(false),
+            retired: Condvar::new(),
             shutdown: AtomicBool::new(false),
             watcher: Mutex::new(None),
             watcher_id: OnceLock::new(),
@@ -200,11 +207,38 @@ impl Timeline {
                 Some(deadline) => (deadline - now).min(SLICE),
                 None => SLICE,
             };
-            self.block(value, slice);
+            self.wait_step(slice);
             if self.completed() >= value || self.lost.get().is_some() {
                 return true;
             }
         }
+    }
+
+    /// Wait, at most `slice`, for the next completion on the timeline.
+    ///
+    /// One host thread at a time (the watcher or a waiting caller) blocks
+    /// in `vkWaitSemaphores`, always for the next value, so that it wakes
+    /// at every completion; it retires what finished and wakes the other
+    /// waiters, which sleep on a condition variable meanwhile. Several
+    /// threads blocking in the driver on one semaphore at once showed
+    /// multi-millisecond stalls on an NVIDIA driver, and waiting for the
+    /// next value (not one's own) keeps an early waiter from sleeping
+    /// behind a later one.
+    fn wait_step(&self, slice: Duration) {
+        let mut in_driver = self.in_driver_wait.lock().unwrap_or_else(|e| e.into_inner());
+        if *in_driver {
+            let seen = self.completed();
+            let woken = self
+                .retired
+                .wait_timeout_while(in_driver, slice, |busy| *busy && self.completed() == seen);
+            drop(woken);
+            return;
+        }
+        *in_driver = true;
+        drop(in_driver);
+        self.block(self.completed() + 1, slice);
+        *self.in_driver_wait.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.retired.notify_all();
     }
 
     fn block(&self, value: u64, slice: Duration) {
@@ -291,7 +325,7 @@ impl Timeline {
 
     fn watch(&self) {
         loop {
-            let target = {
+            {
                 let mut schedule = self.lock();
                 loop {
                     if self.shutdown.load(Ordering::Acquire) {
@@ -314,9 +348,8 @@ impl Timeline {
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }
-                self.completed() + 1
             };
-            self.block(target, SLICE);
+            self.wait_step(SLICE);
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }

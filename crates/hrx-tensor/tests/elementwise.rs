@@ -149,3 +149,50 @@ fn contiguous_runs_at_every_alignment_and_tail() {
         }
     }
 }
+
+#[test]
+fn gelu_matches_erf_across_the_range_and_pairs_of_quads() {
+    // Three whole chunks of the 4-wide kernel (512 quads a workgroup), a
+    // last chunk where invocations take two quads, one or none, and a tail
+    // of three elements for the strided kernel.
+    let n = 3 * 2048 + 4 * 300 + 3;
+    let mut v: Vec<f64> = (0..n)
+        .map(|i| -12.0 + 24.0 * i as f64 / (n - 1) as f64)
+        .collect();
+    let specials = [
+        (f64::INFINITY, f64::INFINITY),
+        (f64::NEG_INFINITY, 0.0),
+        (f64::NAN, f64::NAN),
+        (0.0, 0.0),
+        (-1e30, 0.0),
+        (3e38, 3e38),
+        (1e-30, 5e-31),
+    ];
+    for (k, &(x, _)) in specials.iter().enumerate() {
+        v[k * 997] = x;
+    }
+    let a = input(DType::F32, &[n], &v, Placement::Contiguous);
+    let got = ops().unary(UnaryOp::Gelu, &a).unwrap().to_values().unwrap();
+    let mut want: Vec<f64> = v
+        .iter()
+        .map(|&x| unary_ref(UnaryOp::Gelu, (x as f32) as f64))
+        .collect();
+    for (k, &(_, w)) in specials.iter().enumerate() {
+        want[k * 997] = w;
+    }
+    assert_close(&got, &want, 1e-6, 1e-6, "gelu");
+    let w: Vec<f64> = (0..n).map(|i| (i % 97) as f64 - 48.0).collect();
+    let b = input(DType::F32, &[n], &w, Placement::Contiguous);
+    let c = input(DType::F32, &[n], &v[..], Placement::Contiguous);
+    let sum = ops()
+        .binary(BinaryOp::Add, &b, &c)
+        .unwrap()
+        .to_values()
+        .unwrap();
+    let want: Vec<f64> = w
+        .iter()
+        .zip(&v)
+        .map(|(&p, &q)| ((p as f32) + (q as f32)) as f64)
+        .collect();
+    assert_close(&sum, &want, 0.0, 0.0, "add");
+}

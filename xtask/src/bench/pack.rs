@@ -126,10 +126,16 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
             &[],
         )?;
         stage_binary(&stage, &target.join("release/examples").join(&name), &name)?;
+        // Only a file the script did write: without one the suite reports
+        // no baseline instead of failing.
         let torch = TORCH_FOR
             .iter()
             .find(|(s, stem)| *s == suite && torch_stems.iter().any(|t| t == stem))
-            .map(|(_, stem)| format!("HRX_BENCH_TORCH=\"$out/pytorch/{stem}.json\" "))
+            .map(|(_, stem)| {
+                let file = format!("$out/pytorch/{stem}.json");
+                let _ = writeln!(script, "torch=\"\"; [ -f \"{file}\" ] && torch=\"{file}\"");
+                "HRX_BENCH_TORCH=\"$torch\" ".to_string()
+            })
             .unwrap_or_default();
         script_line(
             &mut script,

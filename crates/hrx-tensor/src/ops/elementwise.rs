@@ -64,8 +64,9 @@ pub enum UnaryOp {
     Sigmoid,
     /// `max(x, 0)`
     Relu,
-    /// `x * Phi(x)` with the error function (Abramowitz-Stegun 7.1.26,
-    /// absolute error below 1.5e-7).
+    /// `x * Phi(x)` with the error function: `max(x, 0) - |x|/2 *
+    /// erfc(|x| / sqrt 2)`, erfc from one exponential of a polynomial
+    /// (error in GELU below 7e-8 before f32 rounding).
     Gelu,
     /// The tanh approximation of GELU.
     GeluTanh,
@@ -130,43 +131,42 @@ const SIGMOID: &str = "    %onef = scalar.constant 1.0 : ${T}
     %den = scalar.addf %e, %onef : ${T}
     ${S} = scalar.divf %onef, %den : ${T}";
 
-/// GELU with erf from Abramowitz-Stegun 7.1.26 on |u|, signed without a
-/// compare so the same lines also run on 4-vectors: `clamp(u * 65504, -1,
-/// 1)` is the sign of `u` wherever |u| >= 2^-16 (65504 is f16's largest
-/// finite value), and below that erf(|u|) is under 2e-5, so the blend
-/// changes GELU by less than 1e-9.
-const GELU: &str = "    %half = scalar.constant 0.5 : ${T}
-    %onef = scalar.constant 1.0 : ${T}
-    %negone = scalar.constant -1.0 : ${T}
-    %big = scalar.constant 65504.0 : ${T}
-    %rs2 = scalar.constant 0.70710678118654752 : ${T}
-    %u = scalar.mulf %x, %rs2 : ${T}
-    %z = scalar.absf %u : ${T}
-    %pc = scalar.constant 0.3275911 : ${T}
-    %a1 = scalar.constant 0.254829592 : ${T}
-    %a2 = scalar.constant -0.284496736 : ${T}
-    %a3 = scalar.constant 1.421413741 : ${T}
-    %a4 = scalar.constant -1.453152027 : ${T}
-    %a5 = scalar.constant 1.061405429 : ${T}
-    %den = scalar.fmaf %pc, %z, %onef : ${T}
-    %t = scalar.divf %onef, %den : ${T}
-    %p4 = scalar.fmaf %t, %a5, %a4 : ${T}
-    %p3 = scalar.fmaf %t, %p4, %a3 : ${T}
-    %p2 = scalar.fmaf %t, %p3, %a2 : ${T}
-    %p1 = scalar.fmaf %t, %p2, %a1 : ${T}
-    %poly = scalar.mulf %t, %p1 : ${T}
-    %z2 = scalar.mulf %z, %z : ${T}
-    %nz2 = scalar.negf %z2 : ${T}
-    %e = scalar.expf %nz2 : ${T}
-    %tail = scalar.mulf %poly, %e : ${T}
-    %erfz = scalar.subf %onef, %tail : ${T}
-    %su = scalar.mulf %u, %big : ${T}
-    %sl = scalar.maxnumf %su, %negone : ${T}
-    %sign = scalar.minnumf %sl, %onef : ${T}
-    %erf = scalar.mulf %erfz, %sign : ${T}
-    %onep = scalar.addf %onef, %erf : ${T}
-    %hx = scalar.mulf %half, %x : ${T}
-    %r = scalar.mulf %hx, %onep : ${T}";
+/// GELU through the complementary error function, without a division or
+/// a compare (so the same lines run on 4-vectors): with `a = |x|`,
+/// `erfc(a / sqrt 2) = exp(a * S(a))` for a degree-7 polynomial `S` (a
+/// weighted minimax fit of `ln(erfc(a / sqrt 2)) / a` on [0, 6]), and
+/// `GELU(x) = max(x, 0) - a/2 * erfc(a / sqrt 2)` on both sides of zero.
+/// That is one exponential, eight multiply-adds and no cancellation for
+/// negative `x`; the fit's error in GELU is below 7e-8 before f32 rounding.
+/// Beyond |x| = 6 the factor `a/2` is held at 3: `a * S(a)` keeps
+/// decreasing, so the term is below 6e-9 there and +inf maps to +inf; NaN
+/// propagates through the exponential. Names carry a `ge_` prefix because
+/// the matmul epilogues splice these lines into their kernels.
+const GELU: &str = "    %ge_a = scalar.absf %x : ${T}
+    %ge_c0 = scalar.constant -0.79790837 : ${T}
+    %ge_c1 = scalar.constant -0.31813794 : ${T}
+    %ge_c2 = scalar.constant -0.03679607 : ${T}
+    %ge_c3 = scalar.constant 0.0054002567 : ${T}
+    %ge_c4 = scalar.constant -0.0004293809 : ${T}
+    %ge_c5 = scalar.constant -7.802581e-6 : ${T}
+    %ge_c6 = scalar.constant 4.7419685e-6 : ${T}
+    %ge_c7 = scalar.constant -2.8494506e-7 : ${T}
+    %ge_p6 = scalar.fmaf %ge_c7, %ge_a, %ge_c6 : ${T}
+    %ge_p5 = scalar.fmaf %ge_p6, %ge_a, %ge_c5 : ${T}
+    %ge_p4 = scalar.fmaf %ge_p5, %ge_a, %ge_c4 : ${T}
+    %ge_p3 = scalar.fmaf %ge_p4, %ge_a, %ge_c3 : ${T}
+    %ge_p2 = scalar.fmaf %ge_p3, %ge_a, %ge_c2 : ${T}
+    %ge_p1 = scalar.fmaf %ge_p2, %ge_a, %ge_c1 : ${T}
+    %ge_p0 = scalar.fmaf %ge_p1, %ge_a, %ge_c0 : ${T}
+    %ge_t = scalar.mulf %ge_a, %ge_p0 : ${T}
+    %ge_e = scalar.expf %ge_t : ${T}
+    %ge_lim = scalar.constant 6.0 : ${T}
+    %ge_mhalf = scalar.constant -0.5 : ${T}
+    %ge_zero = scalar.constant 0.0 : ${T}
+    %ge_ac = scalar.minnumf %ge_a, %ge_lim : ${T}
+    %ge_h = scalar.mulf %ge_ac, %ge_mhalf : ${T}
+    %ge_pos = scalar.maxnumf %x, %ge_zero : ${T}
+    %r = scalar.fmaf %ge_h, %ge_e, %ge_pos : ${T}";
 
 const GELU_TANH: &str = "    %half = scalar.constant 0.5 : ${T}
     %onef = scalar.constant 1.0 : ${T}
@@ -243,6 +243,14 @@ fn vectorize(body: &str) -> Option<String> {
         }
     }
     Some(out.trim_end().to_string())
+}
+
+/// A 4-wide body for one of the wide kernels' slots (`OP_A`, `OP_B`,
+/// `OP_T`): every value renamed `%x` to `%a_x` (the slot's letter, lower
+/// case), so the kernel can hold two quads' lines side by side.
+fn renamed(body: &str, slot: &str) -> String {
+    let letter = slot.trim_start_matches("OP_").to_ascii_lowercase();
+    body.replace('%', &format!("%{letter}_"))
 }
 
 /// Whether coalesced operands are all plain contiguous runs: one axis of
@@ -488,7 +496,10 @@ impl Ops {
             if n4 > 0 {
                 let kernel = self.registry.kernel(KernelKey {
                     template: family.wide,
-                    substitutions: vec![("OP", wide)],
+                    substitutions: ["OP_A", "OP_B", "OP_T"]
+                        .into_iter()
+                        .map(|slot| (slot, renamed(&wide, slot)))
+                        .collect(),
                     symbol: family.wide_symbol,
                     config: self.grid_config(family.grid[2], family.grid[3])?,
                 })?;
@@ -542,5 +553,66 @@ impl Ops {
             .min(target.max_workgroup_size[0]);
         let groups = target.max_workgroup_count[0].min(1 << 20);
         Ok(vec![(wg_key, u64::from(wg)), (max_key, u64::from(groups))])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UNARY_OPS: [UnaryOp; 12] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+    ];
+
+    /// Contiguous aligned f32 runs take the 4-wide kernels only when the
+    /// body vectorizes; a compare slipping into GELU would silently send
+    /// it to the strided kernel (index divisions per element).
+    #[test]
+    fn f32_bodies_have_vector_forms() {
+        for op in UNARY_OPS {
+            let wide = vectorize(&op.body("f32"));
+            assert!(wide.is_some(), "{op:?} has no 4-wide form");
+            assert!(!wide.unwrap().contains(": f32\n    %r"), "{op:?}");
+        }
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Max,
+            BinaryOp::Min,
+        ] {
+            assert!(vectorize(&op.body("f32")).is_some(), "{op:?}");
+        }
+        assert!(vectorize(&BinaryOp::Pow.body("f32")).is_none());
+    }
+
+    /// GELU stays free of divisions and compares: one exponential and
+    /// multiply-adds (the H200 ran the division form at a quarter of the
+    /// bandwidth of add).
+    #[test]
+    fn gelu_has_no_division() {
+        let body = UnaryOp::Gelu.body("f32");
+        assert!(!body.contains("divf") && !body.contains("cmpf"));
+        assert_eq!(body.matches("expf").count(), 1);
+    }
+
+    #[test]
+    fn renamed_bodies_do_not_collide() {
+        let wide = vectorize(&UnaryOp::Gelu.body("f32")).unwrap();
+        let a = renamed(&wide, "OP_A");
+        assert!(a.contains("%a_r = ") && a.contains("%a_x") && !a.contains(" %x"));
+        assert!(renamed(&wide, "OP_T").contains("%t_r = "));
     }
 }
