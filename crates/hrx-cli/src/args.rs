@@ -17,6 +17,7 @@ pub fn help() -> String {
 const COMMANDS: &str = "  hrx compile FILE --kernel @name [--config key=value]... \
 [--target lavapipe|hopper|device] -o OUT.spv [--report]
   hrx devices
+  hrx bench [all|runtime|loom|tensor|inference|wgpu] [--quick]
   hrx help";
 
 const CONFIG_HELP: &str = "\
@@ -51,6 +52,9 @@ pub enum Command {
     Demo(DemoArgs),
     Compile(CompileArgs),
     Devices,
+    /// `hrx bench [suite|all] [--quick]`: the benchmark suites of the
+    /// checkout this binary was built from.
+    Bench(Vec<String>),
     Help,
 }
 
@@ -65,6 +69,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "compile" => parse_compile(rest).map(Command::Compile),
         "devices" if rest.is_empty() => Ok(Command::Devices),
         "devices" => Err("`hrx devices` takes no arguments".into()),
+        // xtask checks the suite names and flags and prints its own usage.
+        "bench" => Ok(Command::Bench(rest.to_vec())),
         "help" | "--help" | "-h" => Ok(Command::Help),
         other => Err(format!("unknown command `{other}`")),
     }
@@ -165,6 +171,14 @@ mod tests {
         assert_eq!(c.target, TargetChoice::Hopper);
         assert_eq!(c.config[0], ("a.b".into(), ConfigValue::Index(64)));
         assert_eq!(c.config[1], ("x".into(), ConfigValue::F32(1.5)));
+    }
+
+    #[test]
+    fn bench_passes_its_arguments_through() {
+        match parse(&s(&["bench", "runtime", "--quick"])).unwrap() {
+            Command::Bench(args) => assert_eq!(args, ["runtime", "--quick"]),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

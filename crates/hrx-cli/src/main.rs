@@ -6,6 +6,7 @@
 //! 2 usage error.
 
 mod args;
+mod bench;
 mod demo;
 
 use args::{Command, CompileArgs, TargetChoice, help, usage};
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         Ok(Command::Demo(d)) => report("hrx demo", demo::run(&d)),
         Ok(Command::Compile(c)) => report(&c.file.display().to_string(), compile(&c)),
         Ok(Command::Devices) => report("hrx", devices()),
+        Ok(Command::Bench(args)) => report("hrx bench", bench::run(&args)),
         Err(e) => {
             eprintln!("hrx: {e}\n{}", usage());
             ExitCode::from(2)

@@ -225,7 +225,10 @@ impl Timeline {
     /// next value (not one's own) keeps an early waiter from sleeping
     /// behind a later one.
     fn wait_step(&self, slice: Duration) {
-        let mut in_driver = self.in_driver_wait.lock().unwrap_or_else(|e| e.into_inner());
+        let mut in_driver = self
+            .in_driver_wait
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if *in_driver {
             let seen = self.completed();
             let woken = self
@@ -237,7 +240,10 @@ impl Timeline {
         *in_driver = true;
         drop(in_driver);
         self.block(self.completed() + 1, slice);
-        *self.in_driver_wait.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        *self
+            .in_driver_wait
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = false;
         self.retired.notify_all();
     }
 

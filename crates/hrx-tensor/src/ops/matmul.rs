@@ -5,6 +5,7 @@ use super::{
     Ops, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
+    matmul_tiled::tiled_key,
     operand::{Operand, check_inputs, check_output, operand},
     registry::KernelKey,
 };
@@ -13,7 +14,6 @@ use hrx_core::{CooperativeMatrixShape, Error, Result, ScalarKind, Target};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
-const MATMUL: &str = include_str!("../../kernels/matmul.loom");
 const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
 
 /// Options of [`Ops::matmul`].
@@ -190,7 +190,14 @@ impl Ops {
                 symbol: "matmul_coop",
                 config: Vec::new(),
             },
-            Choice::Tiled => tiled_key(&target, input, act, result),
+            Choice::Tiled => tiled_key(
+                &target,
+                input,
+                (m, n),
+                (ma.col_stride == 1, mb.col_stride == 1),
+                act,
+                result,
+            ),
         };
         let kernel = self.registry.kernel(key)?;
         let scalars: Vec<ScalarValue> = [m, n, k, strides[0][0], ma.row_stride, ma.col_stride]
@@ -337,42 +344,6 @@ pub fn decode_matmul_source(
         n: 4096,
     };
     gemv_key(target, dtype, b_load(dtype, &b), act, result).source()
-}
-
-/// The tiled workgroup-memory kernel: f32 or f16 inputs, f32 accumulation.
-fn tiled_key(target: &Target, input: DType, act: String, result: &str) -> KernelKey {
-    let tile: usize = if target.max_workgroup_invocations >= 256 {
-        16
-    } else {
-        8
-    };
-    let (elem, widen_a, ya, widen_b, yb) = if input == DType::F16 {
-        (
-            "f16",
-            "      %fa = scalar.extf %xa : f16 -> f32",
-            "%fa",
-            "      %fb = scalar.extf %xb : f16 -> f32",
-            "%fb",
-        )
-    } else {
-        ("f32", "", "%xa", "", "%xb")
-    };
-    KernelKey {
-        template: MATMUL,
-        substitutions: vec![
-            ("TILE_BYTES", (tile * tile * 4).to_string()),
-            ("TILE", tile.to_string()),
-            ("IN", elem.into()),
-            ("WIDEN_A", widen_a.into()),
-            ("YA", ya.into()),
-            ("WIDEN_B", widen_b.into()),
-            ("YB", yb.into()),
-            ("ACT", act),
-            ("R", result.into()),
-        ],
-        symbol: "matmul",
-        config: Vec::new(),
-    }
 }
 
 /// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per

@@ -19,6 +19,7 @@ mod gather;
 mod indexing;
 mod matmul;
 mod matmul_gemv;
+mod matmul_tiled;
 mod movement;
 mod operand;
 mod reduce;
