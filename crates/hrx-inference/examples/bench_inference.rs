@@ -215,7 +215,7 @@ fn measure_one_client(
             }
         }
     }
-    Ok([load::combine(ours), load::combine(theirs)])
+    Ok([load::combine_rounds(ours), load::combine_rounds(theirs)])
 }
 
 fn validate_raw(raw: &mut raw_side::RawSide, requests: &Requests) -> Result<(), String> {

@@ -50,13 +50,25 @@ pub fn client(
     Ok((latencies, last_done - measure_from))
 }
 
-/// Combine per-client results into one measurement.
+/// Combine rounds of one client run one after another: throughput is
+/// every request over the sum of the rounds' spans.
+pub fn combine_rounds(rounds: Vec<(Vec<f64>, Duration)>) -> Measured {
+    let span = rounds.iter().map(|(_, span)| span.as_secs_f64()).sum();
+    measured(rounds, span)
+}
+
+/// Combine the results of clients that ran at the same time: throughput
+/// is every request over the longest client's span.
 pub fn combine(per_client: Vec<(Vec<f64>, Duration)>) -> Measured {
     let span = per_client
         .iter()
         .map(|(_, span)| span.as_secs_f64())
         .fold(0.0, f64::max);
-    let latencies: Vec<f64> = per_client.into_iter().flat_map(|(l, _)| l).collect();
+    measured(per_client, span)
+}
+
+fn measured(parts: Vec<(Vec<f64>, Duration)>, span: f64) -> Measured {
+    let latencies: Vec<f64> = parts.into_iter().flat_map(|(l, _)| l).collect();
     let throughput = if span > 0.0 {
         latencies.len() as f64 / span
     } else {
