@@ -103,8 +103,9 @@ impl Gpu {
             state.resolve_with(Err(error));
             return Ok(Completion::from_state(state));
         }
-        let inject_failure =
-            self.fault_injection && self.fail_next_execution.swap(false, Ordering::AcqRel);
+        let inject_failure = work.injectable
+            && self.fault_injection
+            && self.fail_next_execution.swap(false, Ordering::AcqRel);
 
         let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let value = timeline.submitted.load(Ordering::Acquire) + 1;

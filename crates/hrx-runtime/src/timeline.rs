@@ -28,10 +28,13 @@ use std::{
 const SPIN: Duration = Duration::from_micros(20);
 /// Longest single blocking wait, so that loss and shutdown are noticed.
 const SLICE: Duration = Duration::from_millis(50);
-/// How many finished completion states are kept for reuse.
+/// How many finished completion states are kept for reuse. The pool is
+/// filled when the timeline is created, so that replay is allocation-free
+/// from the first submission while at most this many are unfinished (a
+/// pool grown only by earlier work would be as deep as the device's lag
+/// happened to be, which on a fast GPU is a handful).
 const RECYCLE_LIMIT: usize = 256;
-/// In-flight submissions the queue holds before it must grow (allocate):
-/// replay stays allocation-free up to this depth of unfinished work.
+/// In-flight submissions the queue holds before it must grow (allocate).
 const IN_FLIGHT_CAPACITY: usize = 1024;
 
 pub(crate) struct Timeline {
@@ -101,6 +104,13 @@ impl Timeline {
             watcher: Mutex::new(None),
             watcher_id: OnceLock::new(),
         });
+        {
+            let mut schedule = timeline.lock();
+            for _ in 0..RECYCLE_LIMIT {
+                let state = State::pending(domain, Arc::downgrade(&timeline));
+                schedule.recycle.push_back(Arc::new(state));
+            }
+        }
         let watched = timeline.clone();
         let handle = std::thread::Builder::new()
             .name(format!("hrx-watcher-{domain}"))

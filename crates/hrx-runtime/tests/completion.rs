@@ -3,54 +3,14 @@
 
 mod common;
 
+use common::gate::slow_graph;
 use hrx_runtime::{
-    Access, Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime,
-    RuntimeOptions,
+    Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime, RuntimeOptions,
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn faulty_runtime() -> Runtime {
     Runtime::with_options(RuntimeOptions::default().with_fault_injection()).unwrap()
-}
-
-/// A long dependent integer chain per invocation: tens of milliseconds on
-/// lavapipe and on an H200 alike (fills finish far too fast on a GPU to
-/// hold work pending). Loops nest because llvmpipe stops any single loop
-/// after 65,535 iterations.
-const SPIN: &str = r#"
-struct Spin { rounds: u32 }
-var<immediate> spin: Spin;
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    var x = out[id.x];
-    for (var i = 0u; i < spin.rounds; i++) {
-        for (var j = 0u; j < 4096u; j++) {
-            x = x * 1664525u + 1013904223u + (x >> 7u);
-        }
-    }
-    out[id.x] = x;
-}
-"#;
-
-/// A graph that keeps the device busy for a while.
-fn slow_graph(runtime: &Runtime) -> ExecutableGraph {
-    let out = runtime.allocate(256, MemoryPlacement::GpuLocal).unwrap();
-    let kernel = common::kernel(runtime, SPIN, &[Access::ReadWrite], 256, 4, [64, 1, 1]);
-    let rounds: u32 = 2048;
-    // Large fills keep lavapipe busy (there the spin loop is cheap); the
-    // spin keeps a GPU busy (there fills take microseconds).
-    let big = runtime
-        .allocate(64 << 20, MemoryPlacement::GpuLocal)
-        .unwrap();
-    let mut graph = runtime.graph();
-    graph
-        .dispatch(&kernel, &[out.view()], &rounds.to_le_bytes(), [1, 1, 1])
-        .unwrap();
-    for value in 0..12 {
-        graph.fill(big.view(), value).unwrap();
-    }
-    graph.prepare().unwrap()
 }
 
 /// A graph that fills `buffer` with `value`.
@@ -67,6 +27,24 @@ fn words(buffer: &Buffer) -> Vec<u32> {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
         .collect()
+}
+
+#[test]
+fn the_gate_holds_the_device_for_a_while() {
+    let runtime = Runtime::new().unwrap();
+    let graph = slow_graph(&runtime);
+    let start = Instant::now();
+    let gate = graph.submit().unwrap();
+    assert!(
+        !gate.wait_timeout(Duration::from_millis(10)).unwrap(),
+        "the gate finished within 10 ms"
+    );
+    gate.wait().unwrap();
+    eprintln!(
+        "gate: {} rounds held the device for {:?}",
+        common::gate::calibrated_rounds(),
+        start.elapsed()
+    );
 }
 
 #[test]

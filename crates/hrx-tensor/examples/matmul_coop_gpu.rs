@@ -204,7 +204,13 @@ fn main() -> hrx_core::Result<()> {
         if c.timed {
             // Enough dispatches that one submission's overhead (~15-40 us)
             // stays small against the work.
-            let reps = if c.m * c.n * c.k < 1 << 30 { 200 } else { 20 };
+            let reps = if target.kind == hrx_core::DeviceKind::Cpu {
+                3
+            } else if c.m * c.n * c.k < 1 << 30 {
+                200
+            } else {
+                20
+            };
             let desc = TensorDesc::new(DType::F32, vec![c.batch, c.m, c.n])?;
             let outs: Vec<DeviceTensor> = (0..reps)
                 .map(|_| ops.output(desc.clone()))

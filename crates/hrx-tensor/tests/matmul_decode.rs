@@ -116,7 +116,7 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
     assert_eq!(name, "decode (16-byte loads)");
-    let a = input(DType::F32, &[40, 64], &[0.5; 2560], Placement::Contiguous);
+    let a = input(DType::F32, &[80, 64], &[0.5; 5120], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
@@ -131,12 +131,33 @@ fn decode_kernel_compiles_for_hopper() {
         for transpose_b in [false, true] {
             let src =
                 decode_matmul_source(&Target::hopper(), dtype, transpose_b, Some(UnaryOp::Gelu));
-            compiler
+            let artifact = compiler
                 .module(&src)
                 .and_then(|module| {
                     module.compile_uncached(&hrx_loom::Specialization::new("@matmul_gemv"))
                 })
                 .unwrap_or_else(|e| panic!("{dtype} transposed {transpose_b}: {e}"));
+            spirv_val(&artifact.spirv_bytes(), &format!("{dtype}-{transpose_b}"));
         }
+    }
+}
+
+/// Validate with `spirv-val` when it is installed (CI installs it).
+fn spirv_val(bytes: &[u8], label: &str) {
+    let path = std::env::temp_dir().join(format!("hrx-decode-{}-{label}.spv", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new("spirv-val")
+        .args(["--target-env", "vulkan1.3"])
+        .arg(&path)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    match out {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{label}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => eprintln!("note: no spirv-val; skipping validation"),
     }
 }

@@ -1,8 +1,12 @@
 //! Shared helpers for the inference tests: contexts, small WGSL models
-//! compiled with naga at test time, slow work to hold completions pending,
-//! and byte conversions.
+//! compiled with naga at test time, slow work to hold completions pending
+//! (`gate`), and byte conversions.
 
 #![allow(dead_code)]
+
+pub mod gate;
+
+pub use gate::slow;
 
 use hrx_core::Result;
 use hrx_inference::{InferenceGraph, ModelContext, PreparedModel};
@@ -199,47 +203,6 @@ pub fn binding(tensor: &DeviceTensor) -> Result<hrx_runtime::BufferView> {
         .ok_or_else(|| hrx_core::Error::msg("empty tensor has no storage"))
 }
 
-/// A long dependent integer chain per invocation; loops nest because
-/// llvmpipe stops any single loop after 65,535 iterations.
-const SPIN: &str = r"
-struct Params { rounds: u32 }
-var<immediate> params: Params;
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    var x = out[id.x];
-    for (var i = 0u; i < params.rounds; i++) {
-        for (var j = 0u; j < 4096u; j++) {
-            x = x * 1664525u + 1013904223u + (x >> 7u);
-        }
-    }
-    out[id.x] = x;
-}
-";
-
-/// A completion that stays pending for tens of milliseconds, on lavapipe
-/// and on an H200 alike (large fills finish in microseconds on a GPU).
-pub fn slow(context: &ModelContext) -> Completion {
-    let runtime = context.runtime();
-    let out = runtime
-        .allocate(256, MemoryPlacement::GpuLocal)
-        .expect("allocate");
-    let kernel = kernel(context, SPIN, &[Access::ReadWrite]);
-    // Large fills keep lavapipe busy (there the spin loop is cheap); the
-    // spin keeps a GPU busy (there fills take microseconds).
-    let big = runtime
-        .allocate(32 << 20, MemoryPlacement::GpuLocal)
-        .expect("allocate");
-    let mut graph = runtime.graph();
-    graph
-        .dispatch(&kernel, &[out.view()], &2048u32.to_le_bytes(), [1, 1, 1])
-        .expect("dispatch");
-    for value in 0..16 {
-        graph.fill(big.view(), value).expect("fill");
-    }
-    graph.prepare().expect("prepare").submit().expect("submit")
-}
-
 /// A `[n]` u32 tensor holding `words`, produced only after `after`: a
 /// device input whose producer is still pending (or failed).
 pub fn produced_after(context: &ModelContext, words: &[u32], after: &Completion) -> DeviceTensor {
@@ -252,11 +215,20 @@ pub fn failed_tensor(context: &ModelContext, words: &[u32]) -> DeviceTensor {
 }
 
 fn produce(context: &ModelContext, words: &[u32], after: &Completion, fail: bool) -> DeviceTensor {
-    // No host wait here: the upload may queue behind `after` on the device.
+    // Host-visible storage only: allocating device-local memory on a
+    // discrete GPU queues a zero-fill and waits for it, and so for `after`.
+    let desc = words_desc(words.len());
     let staged = context
-        .upload(words_desc(words.len()), &bytes(words))
-        .expect("upload");
-    let target = context.allocate(words_desc(words.len())).expect("allocate");
+        .allocate_with(desc.clone(), MemoryPlacement::HostVisible)
+        .expect("allocate");
+    binding(&staged)
+        .unwrap()
+        .map_write()
+        .expect("map")
+        .copy_from_slice(&bytes(words));
+    let target = context
+        .allocate_with(desc, MemoryPlacement::HostVisible)
+        .expect("allocate");
     let mut graph = context.runtime().graph();
     graph
         .copy(binding(&target).unwrap(), binding(&staged).unwrap())

@@ -1,7 +1,10 @@
 //! Shared helpers for the runtime's integration tests: a lavapipe runtime,
-//! WGSL test kernels compiled with naga at test time, host upload/readback.
+//! WGSL test kernels compiled with naga at test time, host upload/readback,
+//! and device work that stays pending for a while (`gate`).
 
 #![allow(dead_code)]
+
+pub mod gate;
 
 use hrx_runtime::{
     Access, BindingContract, Buffer, BufferView, GpuKernel, KernelContract, MemoryPlacement,

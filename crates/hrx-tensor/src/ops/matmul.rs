@@ -97,7 +97,7 @@ impl Ops {
     /// broadcasting), `a` and `b` both f32 or both f16 (accumulated and
     /// written as f32), either operand transposed or strided, an f32 `bias`
     /// of shape `[n]`. `out` must be a contiguous f32 tensor of the result
-    /// shape. Up to 8 rows (16 without cooperative matrices) run on a
+    /// shape. Up to 8 rows (64 without cooperative matrices) run on a
     /// decode kernel that streams B with 16-byte loads where its layout
     /// allows; otherwise f16 runs on cooperative matrices where the target
     /// reports a 16x16x16 f16 -> f32 shape, else on the tiled kernel.
@@ -178,7 +178,7 @@ impl Ops {
             n,
         };
         let key = match choose(&target, input, m, k, &b_layout) {
-            Choice::Decode(load) => gemv_key(&target, input, load, act, result),
+            Choice::Decode(load) => gemv_key(&target, input, load, m, act, result),
             Choice::Coop(tiles) => KernelKey {
                 template: MATMUL_COOP,
                 substitutions: tiles.substitutions(
@@ -343,7 +343,7 @@ pub fn decode_matmul_source(
         binding_offset: 0,
         n: 4096,
     };
-    gemv_key(target, dtype, b_load(dtype, &b), act, result).source()
+    gemv_key(target, dtype, b_load(dtype, &b), 8, act, result).source()
 }
 
 /// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
