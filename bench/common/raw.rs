@@ -19,6 +19,23 @@ pub(crate) fn vk_err(call: &'static str) -> impl Fn(vk::Result) -> String {
 /// runtime's `Completion::wait`, so both sides observe completion alike.
 pub const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// A (stage, access) pair, one side of a barrier.
+pub type Access = (vk::PipelineStageFlags2, vk::AccessFlags2);
+
+/// A global memory barrier from `src` to `dst`.
+pub fn barrier(device: &ash::Device, cb: vk::CommandBuffer, src: Access, dst: Access) {
+    let memory = [vk::MemoryBarrier2::default()
+        .src_stage_mask(src.0)
+        .src_access_mask(src.1)
+        .dst_stage_mask(dst.0)
+        .dst_access_mask(dst.1)];
+    let dependency = vk::DependencyInfo::default().memory_barriers(&memory);
+    // SAFETY: `cb` is recording; synchronization2 is enabled on every raw
+    // device; the callers pass compute, copy, host or all-commands stages,
+    // all valid on a compute queue.
+    unsafe { device.cmd_pipeline_barrier2(cb, &dependency) };
+}
+
 /// Instance and device; destroyed when the last object made from them goes.
 pub(crate) struct Shared {
     _entry: ash::Entry,

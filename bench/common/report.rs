@@ -18,7 +18,8 @@ pub enum Better {
 }
 
 impl Better {
-    fn as_str(self) -> &'static str {
+    /// The word the JSON and the tables use.
+    pub fn as_str(self) -> &'static str {
         match self {
             Better::Lower => "lower",
             Better::Higher => "higher",
@@ -45,7 +46,7 @@ impl Entry {
 }
 
 /// A JSON string literal.
-fn string(text: &str) -> String {
+pub fn string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {
@@ -64,7 +65,7 @@ fn string(text: &str) -> String {
 }
 
 /// A JSON number (`null` when not finite).
-fn number(value: f64) -> String {
+pub fn number(value: f64) -> String {
     if value.is_finite() {
         format!("{value:.6}")
     } else {
@@ -98,6 +99,12 @@ pub fn json(entries: &[Entry], device: &str) -> String {
 /// A markdown table headed by the device name; `baseline` names the
 /// baseline column (for example "raw ash").
 pub fn table(entries: &[Entry], device: &str, baseline: &str) -> String {
+    table_with(entries, &[], device, baseline)
+}
+
+/// [`table`] with `extra` rows (whole markdown rows, six cells) after the
+/// entries, for figures that have no baseline and so no JSON entry.
+pub fn table_with(entries: &[Entry], extra: &[String], device: &str, baseline: &str) -> String {
     let mut out = format!("Device: {device}\n\n");
     let _ = writeln!(
         out,
@@ -115,6 +122,10 @@ pub fn table(entries: &[Entry], device: &str, baseline: &str) -> String {
             e.ratio(),
             e.better.as_str()
         );
+    }
+    for row in extra {
+        out.push_str(row);
+        out.push('\n');
     }
     out.push_str("\nBaselines (same process, same device):\n");
     let mut seen: Vec<&str> = Vec::new();
@@ -152,12 +163,22 @@ pub fn output_path(file: &str) -> PathBuf {
 
 /// The whole number in environment variable `name`, if set and non-empty.
 pub fn env_usize(name: &str) -> Result<Option<usize>, String> {
+    env_parse(name, "a whole number")
+}
+
+/// The number in environment variable `name`, if set and non-empty.
+pub fn env_f64(name: &str) -> Result<Option<f64>, String> {
+    env_parse(name, "a number")
+}
+
+/// Environment variable `name` parsed as `what`, if set and non-empty.
+fn env_parse<T: std::str::FromStr>(name: &str, what: &str) -> Result<Option<T>, String> {
     match std::env::var(name) {
         Ok(text) if !text.trim().is_empty() => text
             .trim()
             .parse()
             .map(Some)
-            .map_err(|_| format!("{name}={text:?} is not a whole number")),
+            .map_err(|_| format!("{name}={text:?} is not {what}")),
         _ => Ok(None),
     }
 }

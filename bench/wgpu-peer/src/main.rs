@@ -21,6 +21,8 @@
 //! `target/bench/wgpu.json` under the current directory unless `--out` or
 //! `HRX_BENCH_OUT` says otherwise; see `report.rs` for the schema.
 
+#[path = "../../common/report.rs"]
+mod common;
 mod copy;
 mod gpu;
 mod mlp;

@@ -8,23 +8,9 @@
 //! entry's name, `*` matching any text), which `cargo xtask bench` uses to
 //! put the two side by side in `target/bench/summary.md`.
 
-use std::{fmt::Write as _, path::Path};
-
-/// Which direction is better for a figure.
-#[derive(Clone, Copy, Debug)]
-pub enum Better {
-    Lower,
-    Higher,
-}
-
-impl Better {
-    fn as_str(self) -> &'static str {
-        match self {
-            Better::Lower => "lower",
-            Better::Higher => "higher",
-        }
-    }
-}
+pub use crate::common::{Better, write};
+use crate::common::{number, string};
+use std::fmt::Write as _;
 
 /// One wgpu figure and the hrx measurement it stands beside.
 #[derive(Clone, Debug)]
@@ -36,34 +22,6 @@ pub struct Entry {
     pub better: Better,
     /// (suite, entry name pattern) of the hrx figure for the same work.
     pub pairs_with: (&'static str, String),
-}
-
-/// A JSON string literal.
-fn string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JSON number (`null` when not finite).
-fn number(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:.6}")
-    } else {
-        "null".into()
-    }
 }
 
 /// The JSON list, one object per entry.
@@ -105,12 +63,4 @@ pub fn table(entries: &[Entry], device: &str) -> String {
         );
     }
     out
-}
-
-/// Write `text` to `path`, creating its directory.
-pub fn write(path: &Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -1,21 +1,7 @@
 //! Sample statistics, defined as in hrx's runtime benchmark.
 
+pub use crate::common::{median, percentile};
 use std::time::Instant;
-
-/// The median of `samples` (sorted in place).
-pub fn median(samples: &mut [f64]) -> f64 {
-    percentile(samples, 50.0)
-}
-
-/// The nearest-rank percentile `p` of `samples` (sorted in place).
-pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    samples.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
-    samples[rank.clamp(1, samples.len()) - 1]
-}
 
 /// Seconds per call of `op`, `count` timed calls after `count / 10` (at
 /// least 2) untimed ones.

@@ -14,7 +14,7 @@
 //! Writes `target/bench/loom.json` (or `HRX_BENCH_OUT`) and prints a
 //! markdown table. Reads nothing from disk: the corpus is compiled in.
 
-#[path = "bench_loom/report.rs"]
+#[path = "../../../bench/common/report.rs"]
 mod report;
 #[path = "bench_loom/wgsl.rs"]
 mod wgsl;
@@ -22,8 +22,8 @@ mod wgsl;
 use hrx_core::{DeviceKind, Target};
 use hrx_loom::{ScalarValue, Specialization, emit};
 use hrx_runtime::{GpuKernel, MemoryPlacement, Runtime};
-use report::{Better, Entry};
-use std::{path::PathBuf, process::ExitCode, time::Instant};
+use report::{Better, Entry, env_usize, median};
+use std::{process::ExitCode, time::Instant};
 
 /// The corpus, compiled in: (file stem, kernel symbol, source).
 const CORPUS: [(&str, &str, &str); 17] = [
@@ -108,22 +108,6 @@ const CORPUS: [(&str, &str, &str); 17] = [
 
 const WGSL_NAME: &str =
     "naga WGSL front end + validation + SPIR-V writer, same options, equivalent kernel";
-
-fn env_usize(name: &str) -> Result<Option<usize>, String> {
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name}={text:?} is not a whole number")),
-        _ => Ok(None),
-    }
-}
-
-fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
-}
 
 /// Seconds `f` takes.
 fn timed(f: impl FnOnce() -> Result<(), String>) -> Result<f64, String> {
@@ -366,21 +350,6 @@ impl Saxpy {
     }
 }
 
-/// `HRX_BENCH_OUT`, else `target/bench/loom.json` under the nearest
-/// directory (from the current one up) holding a `Cargo.lock`, else here.
-fn output_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("HRX_BENCH_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let root = here
-        .ancestors()
-        .find(|dir| dir.join("Cargo.lock").is_file())
-        .unwrap_or(&here)
-        .to_path_buf();
-    root.join("target").join("bench").join("loom.json")
-}
-
 fn run() -> Result<(), String> {
     let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
     let target = runtime
@@ -408,9 +377,18 @@ fn run() -> Result<(), String> {
     };
     entries.push(saxpy.run(&runtime, &target)?);
 
-    let path = output_path();
+    let path = report::output_path("loom.json");
     report::write(&path, &report::json(&entries, &device))?;
-    println!("{}", report::table(&entries, &loom_only, &device));
+    let loom_only: Vec<String> = loom_only
+        .iter()
+        .map(|(name, us)| {
+            format!("| compile {name} (no WGSL equivalent) | us | {us:.2} | - | - | lower |")
+        })
+        .collect();
+    println!(
+        "{}",
+        report::table_with(&entries, &loom_only, &device, "WGSL (naga)")
+    );
     eprintln!("bench_loom: wrote {}", path.display());
     Ok(())
 }

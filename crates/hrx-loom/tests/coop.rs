@@ -248,3 +248,100 @@ fn printer_round_trips_coop_syntax() {
     let again = hrx_loom::front::parse(&printed).unwrap();
     assert_eq!(hrx_loom::front::print(&again), printed);
 }
+
+const WORDS: &str = include_str!("coop/words.loom");
+
+/// Each instruction of a SPIR-V module as (opcode, operand words).
+fn instructions(words: &[u32]) -> Vec<(u32, &[u32])> {
+    let mut out = vec![];
+    let mut at = 5;
+    while at < words.len() {
+        let (count, opcode) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+        out.push((opcode, &words[at + 1..at + count.max(1)]));
+        at += count.max(1);
+    }
+    out
+}
+
+/// How many `OpCooperativeMatrixLoadKHR` read through a pointer to a
+/// 4-vector of 32-bit integers in workgroup memory (16-byte rows).
+fn vec4_word_coop_loads(words: &[u32]) -> usize {
+    const INT: u32 = 21;
+    const VECTOR: u32 = 23;
+    const POINTER: u32 = 32;
+    const ACCESS_CHAIN: u32 = 65;
+    const COOP_LOAD: u32 = 4457;
+    const WORKGROUP: u32 = 4;
+    let ins = instructions(words);
+    // Type declarations have their result id first.
+    let ty = |id: u32, opcode: u32| {
+        ins.iter()
+            .find(|(op, o)| *op == opcode && o.first() == Some(&id))
+            .map(|(_, o)| *o)
+    };
+    let chain = |id: u32| {
+        ins.iter()
+            .find(|(op, o)| *op == ACCESS_CHAIN && o.get(1) == Some(&id))
+            .map(|(_, o)| *o)
+    };
+    let u32x4 = |id: u32| {
+        ty(id, VECTOR).is_some_and(|v| v[2] == 4 && ty(v[1], INT).is_some_and(|i| i[1] == 32))
+    };
+    ins.iter()
+        .filter(|(op, _)| *op == COOP_LOAD)
+        .filter(|(_, o)| {
+            chain(o[2])
+                .and_then(|c| ty(c[0], POINTER))
+                .is_some_and(|p| p[1] == WORKGROUP && u32x4(p[2]))
+        })
+        .count()
+}
+
+#[test]
+fn f16_fragments_load_from_16_byte_word_tiles() {
+    let artifact = Compiler::for_target(None, &Target::hopper())
+        .unwrap()
+        .module(WORDS)
+        .unwrap()
+        .compile_uncached(&Specialization::new("@coop_words"))
+        .unwrap();
+    spirv_val_coop("coop_words", artifact.spirv());
+    // Both tiles are arrays of 4-vectors: each copy is one 16-byte store
+    // and each fragment load points at a 16-byte group.
+    assert_eq!(vec4_word_coop_loads(artifact.spirv()), 2);
+    // B's global index is provably a multiple of 4 words, A's is not.
+    let bindings = artifact.bindings();
+    assert_eq!(bindings[0].element_bytes, 4);
+    assert_eq!(bindings[1].element_bytes, 16);
+}
+
+#[test]
+fn word_views_serve_f16_loads_only() {
+    let store = WORDS.replace(
+        "coop.store<row_major> %acc, %cv[%c0, %c0] : coopmat<16x16xf32, c>, view<16x16xf32>",
+        "coop.store<row_major> %fa0, %ta[%c0, %c0] : coopmat<16x16xf16, a>, view<16x12xu32>",
+    )
+    .replace(
+        "  %z = coop.zero",
+        "  %fa0 = coop.load<row_major> %ta[%c0, %c0] : view<16x12xu32> -> coopmat<16x16xf16, a>\n  %z = coop.zero",
+    );
+    let r = hrx_loom::front::parse(&store).and_then(|ast| hrx_loom::verify::verify(&ast, &store));
+    assert_diag(&diagnostics(r)[0], "E0301", "through a view of u32");
+}
+
+#[test]
+fn unaligned_word_rows_keep_scalar_words() {
+    // Rows of 10 words are not whole 16-byte groups: the tiles stay arrays
+    // of u32 (the copies become word stores) and the SPIR-V still validates.
+    let src = WORDS
+        .replace("16x12xu32", "16x10xu32")
+        .replace("%c12 = index.constant 12", "%c12 = index.constant 10");
+    let artifact = Compiler::for_target(None, &Target::hopper())
+        .unwrap()
+        .module(&src)
+        .unwrap()
+        .compile_uncached(&Specialization::new("@coop_words"))
+        .unwrap();
+    spirv_val_coop("coop_words_unaligned", artifact.spirv());
+    assert_eq!(vec4_word_coop_loads(artifact.spirv()), 0);
+}

@@ -25,10 +25,13 @@
 
 #[path = "bench_tensor/cases.rs"]
 mod cases;
+#[path = "../../../bench/common/report.rs"]
+mod common;
 #[path = "bench_tensor/report.rs"]
 mod report;
 
 use cases::{Case, Kind, Prepared};
+use common::{env_f64, median};
 use hrx_core::DeviceKind;
 use hrx_runtime::Runtime;
 use hrx_tensor::{DType, Ops, TensorDesc};
@@ -41,17 +44,6 @@ struct Config {
     only: Option<String>,
     samples: usize,
     target_s: f64,
-}
-
-fn env_number(name: &str) -> Result<Option<f64>, String> {
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name}={text:?} is not a number")),
-        _ => Ok(None),
-    }
 }
 
 impl Config {
@@ -69,8 +61,8 @@ impl Config {
             .or_else(|| std::env::var("HRX_BENCH_TORCH").ok())
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
-        let samples = env_number("HRX_BENCH_SAMPLES")?.unwrap_or(if small { 3.0 } else { 7.0 });
-        let target_ms = env_number("HRX_BENCH_TARGET_MS")?.unwrap_or(50.0);
+        let samples = env_f64("HRX_BENCH_SAMPLES")?.unwrap_or(if small { 3.0 } else { 7.0 });
+        let target_ms = env_f64("HRX_BENCH_TARGET_MS")?.unwrap_or(50.0);
         Ok(Config {
             small,
             torch,
@@ -83,11 +75,6 @@ impl Config {
 
 fn text(error: hrx_tensor::Error) -> String {
     format!("hrx: {error}")
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Time one case: probe one operation, pick `reps` so a sample takes about
@@ -179,26 +166,13 @@ fn run_case(ops: &Ops, case: &Case, config: &Config) -> Result<(f64, String), St
     Ok((case.kind.work() / seconds, note))
 }
 
-fn output_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("HRX_BENCH_OUT").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let root = here
-        .ancestors()
-        .find(|dir| dir.join("Cargo.lock").is_file())
-        .unwrap_or(&here)
-        .to_path_buf();
-    root.join("target").join("bench").join("tensor.json")
-}
-
 fn run() -> Result<(), String> {
     let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
     let gpu = runtime.gpu().map_err(|e| format!("hrx: {e}"))?;
     let target = gpu.target().clone();
     let config = Config::new(target.kind == DeviceKind::Cpu)?;
     let device = target.name.clone();
-    let path = output_path();
+    let path = common::output_path("tensor.json");
     // Without --torch, the script's default output beside ours.
     let beside = path.with_file_name("tensor_ops.json");
     let torch_path = config
@@ -246,7 +220,7 @@ fn run() -> Result<(), String> {
         });
     }
     println!("{}", report::table(&entries, &device, &baseline_name));
-    report::write(&path, &report::json(&entries, &device, &baseline_name))?;
+    common::write(&path, &report::json(&entries, &device, &baseline_name))?;
     eprintln!("bench_tensor: wrote {}", path.display());
     Ok(())
 }

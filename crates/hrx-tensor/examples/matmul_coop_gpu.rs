@@ -85,17 +85,11 @@ fn main() -> hrx_core::Result<()> {
         }
     }
     if !quick {
-        for (dtype, m, transpose_b) in [
-            (DType::F16, 1, false),
-            (DType::F16, 8, false),
-            (DType::F16, 16, false),
-            (DType::F16, 32, false),
-            (DType::F16, 64, false),
-            (DType::F16, 1, true),
-            (DType::F16, 8, true),
-            (DType::F32, 1, false),
-            (DType::F32, 8, false),
-        ] {
+        let decode_shapes = [1, 2, 4, 8, 16, 32, 64]
+            .into_iter()
+            .flat_map(|m| [(DType::F16, m, false), (DType::F16, m, true)])
+            .chain([1, 8, 64].map(|m| (DType::F32, m, false)));
+        for (dtype, m, transpose_b) in decode_shapes {
             cases.push(Case {
                 dtype,
                 batch: 1,

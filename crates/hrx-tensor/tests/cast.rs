@@ -241,9 +241,19 @@ fn mismatches_are_errors_and_record_nothing() {
         .unwrap();
     let strided = hrx_tensor::Ops::permuted(&strided, &[1, 0]).unwrap();
     assert!(ops().record_cast(&mut graph, &f, &strided).is_err());
-    // An odd-length bf16 tensor filling exact-size storage cannot be read
-    // as words.
-    let odd = DeviceTensor::from_values(ops().runtime(), DType::BF16, vec![3], &[1.0; 3]).unwrap();
+    // An odd-length bf16 tensor filling exact-size storage of the caller's
+    // cannot be read as words (tensors hrx allocates own whole words).
+    let runtime = ops().runtime().clone();
+    let storage = runtime
+        .allocate(6, hrx_runtime::MemoryPlacement::HostVisible)
+        .unwrap();
+    let odd = DeviceTensor::from_parts(
+        runtime,
+        TensorDesc::new(DType::BF16, vec![3]).unwrap(),
+        Some(storage.view()),
+        hrx_runtime::Completion::ready(),
+    )
+    .unwrap();
     let out = ops()
         .output(TensorDesc::new(DType::F32, vec![3]).unwrap())
         .unwrap();

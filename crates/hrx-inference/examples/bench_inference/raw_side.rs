@@ -6,7 +6,7 @@
 
 use super::{
     plan::{Plan, Range},
-    raw::{RawBuffer, RawGpu, RawResult},
+    raw::{RawBuffer, RawGpu, RawResult, barrier},
     raw_kernel::RawKernel,
 };
 use ash::vk;
@@ -23,27 +23,12 @@ pub struct RawSide {
     gpu: RawGpu,
 }
 
-type Access = (vk::PipelineStageFlags2, vk::AccessFlags2);
-
 const COMPUTE: vk::PipelineStageFlags2 = vk::PipelineStageFlags2::COMPUTE_SHADER;
 const COPY: vk::PipelineStageFlags2 = vk::PipelineStageFlags2::COPY;
 const SHADER_RW: vk::AccessFlags2 = vk::AccessFlags2::from_raw(
     vk::AccessFlags2::SHADER_STORAGE_READ.as_raw()
         | vk::AccessFlags2::SHADER_STORAGE_WRITE.as_raw(),
 );
-
-/// A global memory barrier from `src` to `dst`.
-fn barrier(device: &ash::Device, cb: vk::CommandBuffer, src: Access, dst: Access) {
-    let memory = [vk::MemoryBarrier2::default()
-        .src_stage_mask(src.0)
-        .src_access_mask(src.1)
-        .dst_stage_mask(dst.0)
-        .dst_access_mask(dst.1)];
-    let dependency = vk::DependencyInfo::default().memory_barriers(&memory);
-    // SAFETY: recording state; synchronization2 is enabled; compute, copy
-    // and host stages are valid on a compute queue.
-    unsafe { device.cmd_pipeline_barrier2(cb, &dependency) };
-}
 
 fn overlaps(a: &Range, b: &Range) -> bool {
     a.region == b.region && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes

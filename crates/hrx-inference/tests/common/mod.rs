@@ -6,8 +6,6 @@
 
 pub mod gate;
 
-pub use gate::slow;
-
 use hrx_core::Result;
 use hrx_inference::{InferenceGraph, ModelContext, PreparedModel};
 use hrx_runtime::{
@@ -201,6 +199,11 @@ pub fn binding(tensor: &DeviceTensor) -> Result<hrx_runtime::BufferView> {
     tensor
         .binding()
         .ok_or_else(|| hrx_core::Error::msg("empty tensor has no storage"))
+}
+
+/// A completion that stays pending for about 150 ms (see `gate`).
+pub fn slow(context: &ModelContext) -> Completion {
+    gate::slow(context)
 }
 
 /// A `[n]` u32 tensor holding `words`, produced only after `after`: a

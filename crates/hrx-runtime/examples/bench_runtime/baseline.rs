@@ -4,7 +4,7 @@
 use super::{
     contender::{CHAIN_LEN, CHAIN_WORDS, Contender, ONE_WORDS},
     kernel,
-    raw::{RawBuffer, RawGpu, RawResult},
+    raw::{Access, RawBuffer, RawGpu, RawResult, barrier},
     raw_kernel::RawKernel,
 };
 use ash::vk;
@@ -33,25 +33,7 @@ struct Copy {
 
 const FILL: u32 = 0x5a5a_a5a5;
 
-/// A global memory barrier from `src` to `dst` (stage, access) pairs.
-fn barrier(
-    device: &ash::Device,
-    cb: vk::CommandBuffer,
-    src: (vk::PipelineStageFlags2, vk::AccessFlags2),
-    dst: (vk::PipelineStageFlags2, vk::AccessFlags2),
-) {
-    let memory = [vk::MemoryBarrier2::default()
-        .src_stage_mask(src.0)
-        .src_access_mask(src.1)
-        .dst_stage_mask(dst.0)
-        .dst_access_mask(dst.1)];
-    let dependency = vk::DependencyInfo::default().memory_barriers(&memory);
-    // SAFETY: recording state; synchronization2 is enabled; the stages are
-    // valid on a compute queue.
-    unsafe { device.cmd_pipeline_barrier2(cb, &dependency) };
-}
-
-const ALL: (vk::PipelineStageFlags2, vk::AccessFlags2) = (
+const ALL: Access = (
     vk::PipelineStageFlags2::ALL_COMMANDS,
     vk::AccessFlags2::from_raw(
         vk::AccessFlags2::MEMORY_READ.as_raw() | vk::AccessFlags2::MEMORY_WRITE.as_raw(),

@@ -3,6 +3,7 @@
 //! "device"}`, PyTorch as the baseline), a markdown table, and the reader of
 //! the PyTorch script's results.
 
+use crate::common::{self, string};
 use std::{collections::HashMap, fmt::Write as _, path::Path};
 
 /// One figure: ours against PyTorch's (when the script ran), higher is
@@ -29,27 +30,9 @@ impl Entry {
     }
 }
 
-fn string(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
+/// A JSON number, `null` when missing.
 fn number(value: Option<f64>) -> String {
-    match value {
-        Some(v) if v.is_finite() => format!("{v:.6}"),
-        _ => "null".into(),
-    }
+    value.map_or_else(|| "null".into(), common::number)
 }
 
 /// The JSON list (`null` for a missing side).
@@ -100,14 +83,6 @@ pub fn table(entries: &[Entry], device: &str, baseline_name: &str) -> String {
         );
     }
     out
-}
-
-/// Write `text` to `path`, creating its directory.
-pub fn write(path: &Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// PyTorch's results: the script writes `{"device": "..", "torch": "..",

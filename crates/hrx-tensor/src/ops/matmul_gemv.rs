@@ -95,14 +95,16 @@ pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
         .unwrap_or(BLoad::Scalar)
 }
 
-/// The largest m the decode kernel is chosen for: where a
-/// cooperative-matrix kernel exists it takes over above one row tile (the
-/// decode kernel's multiply-adds grow with m, tensor cores' time does not);
-/// elsewhere the decode kernel re-reading B per 8 rows still beats the
-/// tiled kernel up to 64 rows (measured on lavapipe: 16 rows 0.18 s
-/// against 1.3 s for 32 rows tiled, k = n = 4096).
-pub(crate) fn gemv_max_rows(coop: bool) -> usize {
-    if coop { MT } else { 64 }
+/// The largest m the decode kernel is chosen for. Row tiles of the same
+/// columns are neighbours in dispatch order, so they run together and B
+/// comes from DRAM about once, the other tiles reading it from L2. That
+/// beats the tiled kernel up to 64 rows (lavapipe: 16 rows 0.18 s against
+/// 1.3 s for 32 rows tiled, k = n = 4096) and, on the H200, the
+/// cooperative-matrix kernel, whose narrow decode tiles took 88 / 107 /
+/// 195 us for 16 / 32 / 64 rows (k = n = 4096) where one 8-row pass of
+/// this kernel streams B in about 20 us.
+pub(crate) fn gemv_max_rows() -> usize {
+    64
 }
 
 /// Workgroup shape of the decode kernel.
@@ -119,9 +121,15 @@ fn shape(target: &Target, load: BLoad, mt: usize) -> Shape {
     // B, so the 64-byte DRAM bursts are used whole, and n / 32 workgroups.
     let ct = 32 / load.width();
     let cpu = target.kind == DeviceKind::Cpu;
+    // On GPUs 512 work items keep many loads of B in flight for one or two
+    // rows; from 4 rows on (4 x 8 accumulators and up) a work item needs
+    // more than the 128 registers that 512 of them may each use (NVIDIA:
+    // 64 Ki per workgroup), so they get 256 and up to 255 registers
+    // rather than spilling the accumulators.
+    let gpu_wg = if mt * load.width() <= 16 { 512 } else { 256 };
     let max_wg = (target.max_workgroup_invocations as usize)
         .min(target.max_workgroup_size[0] as usize)
-        .min(if cpu { 128 } else { 512 });
+        .min(if cpu { 128 } else { gpu_wg });
     let sg = target.subgroup_size_max as usize;
     let fixed = target.subgroup_size_min == target.subgroup_size_max
         && sg.is_power_of_two()
