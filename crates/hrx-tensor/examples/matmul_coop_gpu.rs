@@ -62,6 +62,9 @@ fn main() -> hrx_core::Result<()> {
         (130, 70, 47, true, false, Some(UnaryOp::Relu)),
         (64, 200, 96, false, true, Some(UnaryOp::Gelu)),
         (257, 129, 300, true, true, Some(UnaryOp::Silu)),
+        // Tensor-core kernel, row-major operands, partial tiles.
+        (130, 136, 72, false, false, None),
+        (200, 520, 264, false, false, Some(UnaryOp::Relu)),
         // Decode kernel: 16-byte loads, 4-byte words, several row tiles.
         (5, 264, 300, false, false, Some(UnaryOp::Gelu)),
         (3, 130, 77, true, false, None),
@@ -122,113 +125,130 @@ fn main() -> hrx_core::Result<()> {
     }
     let mut failed = false;
     for c in &cases {
-        let mut seed = (c.m * 31 + c.n * 7 + c.k) as u64;
-        let (ra, ca) = if c.options.transpose_a {
-            (c.k, c.m)
-        } else {
-            (c.m, c.k)
-        };
-        let (rb, cb) = if c.options.transpose_b {
-            (c.n, c.k)
-        } else {
-            (c.k, c.n)
-        };
-        let va: Vec<f64> = (0..c.batch * ra * ca)
-            .map(|_| rounded(lcg(&mut seed), c.dtype))
-            .collect();
-        let vb: Vec<f64> = (0..c.batch * rb * cb)
-            .map(|_| rounded(lcg(&mut seed), c.dtype))
-            .collect();
-        let vbias: Vec<f64> = (0..c.n)
-            .map(|_| rounded(lcg(&mut seed), DType::F32))
-            .collect();
-        let a = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, ra, ca], &va)?;
-        let b = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, rb, cb], &vb)?;
-        let bias_t = DeviceTensor::from_values(&runtime, DType::F32, vec![c.n], &vbias)?;
-        let bias = c.bias.then_some(&bias_t);
-        let kernel = ops.matmul_kernel(&a, &b, c.options)?;
-        let out = ops.matmul(&a, &b, bias, c.options)?;
-        let got = out.to_values()?;
-        // Sampled reference elements (the full reference is too slow at 8192^3).
-        let at = |v: &[f64], bi: usize, r: usize, col: usize, rows: usize, cols: usize, t: bool| {
-            if t {
-                v[bi * rows * cols + col * rows + r]
+        // One case's failure (a driver that cannot build a pipeline, say)
+        // is reported and the remaining cases still run.
+        let result = (|| -> hrx_core::Result<(String, bool)> {
+            let mut seed = (c.m * 31 + c.n * 7 + c.k) as u64;
+            let (ra, ca) = if c.options.transpose_a {
+                (c.k, c.m)
             } else {
-                v[bi * rows * cols + r * cols + col]
-            }
-        };
-        let mut worst = 0.0f64;
-        let samples = 257usize;
-        for s in 0..samples {
-            let idx = (s * 7919 + s * s * 31) % got.len();
-            let (bi, rem) = (idx / (c.m * c.n), idx % (c.m * c.n));
-            let (i, j) = (rem / c.n, rem % c.n);
-            let mut want: f64 = (0..c.k)
-                .map(|q| {
-                    at(&va, bi, i, q, c.m, c.k, c.options.transpose_a)
-                        * at(&vb, bi, q, j, c.k, c.n, c.options.transpose_b)
-                })
-                .sum();
-            if c.bias {
-                want += vbias[j];
-            }
-            if let Some(op) = c.options.activation {
-                want = match op {
-                    UnaryOp::Relu => want.max(0.0),
-                    UnaryOp::Silu => want / (1.0 + (-want).exp()),
-                    _ => 0.5 * want * (1.0 + libm_erf(want / std::f64::consts::SQRT_2)),
-                };
-            }
-            let tol = 1e-3 * (c.k as f64).sqrt() * (1.0 + want.abs());
-            let err = (got[idx] - want).abs();
-            worst = worst.max(err / tol);
-        }
-        let ok = worst <= 1.0;
-        failed |= !ok;
-        let mut line = format!(
-            "{:?} {}x{}x{}x{} {:?} [{kernel}]: {} (worst error/tolerance {worst:.3})",
-            c.dtype,
-            c.batch,
-            c.m,
-            c.k,
-            c.n,
-            c.options,
-            if ok { "ok" } else { "WRONG" }
-        );
-        if c.timed {
-            // Enough dispatches that one submission's overhead (~15-40 us)
-            // stays small against the work.
-            let reps = if target.kind == hrx_core::DeviceKind::Cpu {
-                3
-            } else if c.m * c.n * c.k < 1 << 30 {
-                200
-            } else {
-                20
+                (c.m, c.k)
             };
-            let desc = TensorDesc::new(DType::F32, vec![c.batch, c.m, c.n])?;
-            let outs: Vec<DeviceTensor> = (0..reps)
-                .map(|_| ops.output(desc.clone()))
-                .collect::<Result<_, _>>()?;
-            let mut graph = runtime.graph();
-            for o in &outs {
-                ops.record_matmul(&mut graph, &a, &b, None, c.options, o)?;
+            let (rb, cb) = if c.options.transpose_b {
+                (c.n, c.k)
+            } else {
+                (c.k, c.n)
+            };
+            let va: Vec<f64> = (0..c.batch * ra * ca)
+                .map(|_| rounded(lcg(&mut seed), c.dtype))
+                .collect();
+            let vb: Vec<f64> = (0..c.batch * rb * cb)
+                .map(|_| rounded(lcg(&mut seed), c.dtype))
+                .collect();
+            let vbias: Vec<f64> = (0..c.n)
+                .map(|_| rounded(lcg(&mut seed), DType::F32))
+                .collect();
+            let a = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, ra, ca], &va)?;
+            let b = DeviceTensor::from_values(&runtime, c.dtype, vec![c.batch, rb, cb], &vb)?;
+            let bias_t = DeviceTensor::from_values(&runtime, DType::F32, vec![c.n], &vbias)?;
+            let bias = c.bias.then_some(&bias_t);
+            let kernel = ops.matmul_kernel(&a, &b, c.options)?;
+            let out = ops.matmul(&a, &b, bias, c.options)?;
+            let got = out.to_values()?;
+            // Sampled reference elements (the full reference is too slow at 8192^3).
+            let at =
+                |v: &[f64], bi: usize, r: usize, col: usize, rows: usize, cols: usize, t: bool| {
+                    if t {
+                        v[bi * rows * cols + col * rows + r]
+                    } else {
+                        v[bi * rows * cols + r * cols + col]
+                    }
+                };
+            let mut worst = 0.0f64;
+            let samples = 257usize;
+            for s in 0..samples {
+                let idx = (s * 7919 + s * s * 31) % got.len();
+                let (bi, rem) = (idx / (c.m * c.n), idx % (c.m * c.n));
+                let (i, j) = (rem / c.n, rem % c.n);
+                let mut want: f64 = (0..c.k)
+                    .map(|q| {
+                        at(&va, bi, i, q, c.m, c.k, c.options.transpose_a)
+                            * at(&vb, bi, q, j, c.k, c.n, c.options.transpose_b)
+                    })
+                    .sum();
+                if c.bias {
+                    want += vbias[j];
+                }
+                if let Some(op) = c.options.activation {
+                    want = match op {
+                        UnaryOp::Relu => want.max(0.0),
+                        UnaryOp::Silu => want / (1.0 + (-want).exp()),
+                        _ => 0.5 * want * (1.0 + libm_erf(want / std::f64::consts::SQRT_2)),
+                    };
+                }
+                let tol = 1e-3 * (c.k as f64).sqrt() * (1.0 + want.abs());
+                let err = (got[idx] - want).abs();
+                worst = worst.max(err / tol);
             }
-            let exec = graph.prepare()?;
-            exec.submit()?.wait()?;
-            let start = Instant::now();
-            exec.submit()?.wait()?;
-            let secs = start.elapsed().as_secs_f64() / reps as f64;
-            let flops = 2.0 * (c.batch * c.m * c.n * c.k) as f64;
-            let bytes = (c.batch * (c.m * c.k + c.k * c.n)) as f64 * c.dtype.bytes() as f64
-                + (c.batch * c.m * c.n * 4) as f64;
-            line += &format!(
-                "; {:.1} us, {:.1} TFLOP/s, {:.0} GB/s",
-                secs * 1e6,
-                flops / secs / 1e12,
-                bytes / secs / 1e9
+            let ok = worst <= 1.0;
+            let mut line = format!(
+                "{:?} {}x{}x{}x{} {:?} [{kernel}]: {} (worst error/tolerance {worst:.3})",
+                c.dtype,
+                c.batch,
+                c.m,
+                c.k,
+                c.n,
+                c.options,
+                if ok { "ok" } else { "WRONG" }
             );
+            if c.timed {
+                // Enough dispatches that one submission's overhead (~15-40 us)
+                // stays small against the work.
+                let reps = if target.kind == hrx_core::DeviceKind::Cpu {
+                    3
+                } else if c.m * c.n * c.k < 1 << 30 {
+                    200
+                } else {
+                    20
+                };
+                let desc = TensorDesc::new(DType::F32, vec![c.batch, c.m, c.n])?;
+                let outs: Vec<DeviceTensor> = (0..reps)
+                    .map(|_| ops.output(desc.clone()))
+                    .collect::<Result<_, _>>()?;
+                let mut graph = runtime.graph();
+                for o in &outs {
+                    ops.record_matmul(&mut graph, &a, &b, None, c.options, o)?;
+                }
+                let exec = graph.prepare()?;
+                exec.submit()?.wait()?;
+                let start = Instant::now();
+                exec.submit()?.wait()?;
+                let secs = start.elapsed().as_secs_f64() / reps as f64;
+                let flops = 2.0 * (c.batch * c.m * c.n * c.k) as f64;
+                let bytes = (c.batch * (c.m * c.k + c.k * c.n)) as f64 * c.dtype.bytes() as f64
+                    + (c.batch * c.m * c.n * 4) as f64;
+                line += &format!(
+                    "; {:.1} us, {:.1} TFLOP/s, {:.0} GB/s",
+                    secs * 1e6,
+                    flops / secs / 1e12,
+                    bytes / secs / 1e9
+                );
+            }
+            Ok((line, ok))
+        })();
+        match result {
+            Ok((line, ok)) => {
+                failed |= !ok;
+                println!("{line}");
+            }
+            Err(error) => {
+                failed = true;
+                println!(
+                    "{:?} {}x{}x{}x{} {:?}: ERROR {error}",
+                    c.dtype, c.batch, c.m, c.k, c.n, c.options
+                );
+            }
         }
-        println!("{line}");
     }
     if failed {
         eprintln!("some results were wrong");

@@ -1,6 +1,6 @@
 //! The decode (skinny-m) matmul kernel against an f64 reference: m in
-//! 1..=64 (rows beyond one 8-row tile go through several workgroups, on
-//! every device up to the 64-row decode threshold), odd and even k and
+//! 1..=64 (rows beyond one 8-row tile go through several workgroups, up
+//! to the 64-row decode threshold of devices without cooperative matrices), odd and even k and
 //! n so every B load width is used (16-byte quads where n is a multiple of
 //! 8 (f16) or 4 (f32), 4-byte words for even n, strided elements for odd n,
 //! transposed or padded B), transposes, batches with broadcasting, bias and
@@ -116,7 +116,8 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
     assert_eq!(name, "decode (16-byte loads)");
-    // The threshold: 64 rows still decode (on every device), 65 do not.
+    // The threshold here (no cooperative matrices): 64 rows still decode,
+    // 65 do not.
     let a = input(DType::F16, &[64, 64], &[0.5; 4096], Placement::Contiguous);
     let bh = input(DType::F16, &[64, 32], &[0.25; 2048], Placement::Contiguous);
     let name = ops()

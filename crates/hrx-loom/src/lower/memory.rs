@@ -216,8 +216,7 @@ impl Lowerer<'_> {
     }
 
     /// Pointer to the view element at `indices` (for a cooperative load or
-    /// store) and the view's row length, the stride between matrix rows,
-    /// both in units of the declared array element.
+    /// store) and the view's row length, the stride between matrix rows.
     pub(super) fn coop_pointer(
         &mut self,
         view: ValueId,
@@ -225,24 +224,16 @@ impl Lowerer<'_> {
         span: Span,
     ) -> R<(H, H)> {
         let (v, g) = self.view(view, span)?;
-        if matches!(g.layout, Layout::Words) || g.atomic {
+        if !matches!(g.layout, Layout::Scalar(_)) || g.atomic {
             return Err(self.bug(
                 span,
-                "cooperative access to a buffer declared as words or atomics",
+                "cooperative access to a buffer not declared as scalars",
             ));
         }
         let Some(&stride) = v.inner_dims.last() else {
             return Err(self.bug(span, "cooperative access through a 1-D view"));
         };
         let index = self.linear(&v, indices, span)?;
-        if let Layout::Vec4(_) = g.layout {
-            // The plan proved the index and the row length multiples of 4:
-            // point at the 4-vector and count the stride in 4-vectors.
-            let two = self.lit_u32(2);
-            let q = self.binary(B::ShiftRight, index, two);
-            let s = self.binary(B::ShiftRight, stride, two);
-            return Ok((self.at(g, q), s));
-        }
         Ok((self.at(g, index), stride))
     }
 

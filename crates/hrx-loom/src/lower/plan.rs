@@ -3,11 +3,9 @@
 //! The rule (documented in the loom reference):
 //! - A buffer viewed with one element type is an array of that type.
 //! - If every access to it is a 4-lane `vector.load`/`vector.store` of a
-//!   32-bit type, or a `coop.load` through a `u32` view whose row length is
-//!   a multiple of 4, at a linear element index provably a multiple of 4
-//!   and a byte offset provably a multiple of 16, it is declared as an
-//!   array of 4-vectors, so each access is one 16-byte load or store (and a
-//!   cooperative load reads whole 16-byte rows).
+//!   32-bit type through 1-D views, at an element index provably a multiple
+//!   of 4 and a byte offset provably a multiple of 16, it is declared as an
+//!   array of 4-vectors, so each access is one 16-byte load or store.
 //! - A buffer viewed with several 32-bit element types is an array of `u32`
 //!   words, and every access bitcasts.
 //! - A buffer with atomic accesses is an array of `atomic<T>` and must be
@@ -161,7 +159,9 @@ impl Plan {
                         ..Facts::default()
                     });
                     f.elems.push((view.elem, op.span));
-                    let aligned = view.elem.bytes() == 4 && tzof(&tz, byte_offset) >= 4;
+                    let aligned = view.dims.len() == 1
+                        && view.elem.bytes() == 4
+                        && tzof(&tz, byte_offset) >= 4;
                     f.vec4_ok &= aligned;
                     let extent = static_extent(view, known(*byte_offset));
                     f.extent = Some(match f.extent {
@@ -175,18 +175,9 @@ impl Plan {
                         f.accessed = true;
                     }
                 }
-                OpKind::CoopLoad { view, indices, .. }
-                | OpKind::CoopStore { view, indices, .. } => {
-                    // A load through a u32 view of rows of whole 16-byte
-                    // groups may address 4-vectors.
-                    let words = matches!(op.kind, OpKind::CoopLoad { .. })
-                        && view_of(*view).is_some_and(|v| {
-                            v.elem == Scalar::U32
-                                && dim_tz(&tz, v.dims.last()) >= 2
-                                && linear_tz(&tz, v, indices) >= 2
-                        });
+                OpKind::CoopLoad { view, .. } | OpKind::CoopStore { view, .. } => {
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
-                        f.vec4_ok &= words;
+                        f.vec4_ok = false;
                         f.accessed = true;
                         f.coop.get_or_insert(op.span);
                     }
@@ -206,9 +197,10 @@ impl Plan {
                         _ => None,
                     };
                     let four = matches!(lanes, Some(Type::Vector { len: 4, .. }));
-                    let idx_ok = view_of(*view).is_some_and(|v| linear_tz(&tz, v, indices) >= 2);
+                    let idx_ok = indices.len() == 1 && tzof(&tz, &indices[0]) >= 2;
+                    let one_d = view_of(*view).is_some_and(|v| v.dims.len() == 1);
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
-                        f.vec4_ok &= four && idx_ok;
+                        f.vec4_ok &= four && idx_ok && one_d;
                         f.accessed = true;
                     }
                 }
@@ -260,32 +252,6 @@ impl Plan {
         }
         Plan { buffers }
     }
-}
-
-/// Known trailing zero bits of a view dimension's extent (0 when absent).
-fn dim_tz(tz: &[u32], d: Option<&Dim>) -> u32 {
-    match d {
-        Some(Dim::Static(n)) => n.trailing_zeros().min(32),
-        Some(Dim::Dynamic(v)) => tz.get(v.index()).copied().unwrap_or(0),
-        None => 0,
-    }
-}
-
-/// Known trailing zero bits of the row-major linear index of `indices` in
-/// a view (0 when the index count does not match the rank).
-fn linear_tz(tz: &[u32], view: &crate::ir::ViewType, indices: &[ValueId]) -> u32 {
-    let of = |v: &ValueId| tz.get(v.index()).copied().unwrap_or(0);
-    let Some((first, rest)) = indices.split_first() else {
-        return 0;
-    };
-    if rest.len() + 1 != view.dims.len() {
-        return 0;
-    }
-    rest.iter()
-        .zip(view.dims.iter().skip(1))
-        .fold(of(first), |acc, (i, d)| {
-            (acc + dim_tz(tz, Some(d))).min(32).min(of(i))
-        })
 }
 
 /// `offset + product(dims) * elem` when everything is static.

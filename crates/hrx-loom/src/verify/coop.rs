@@ -191,11 +191,7 @@ impl Builder<'_> {
             self.error(view_ty.span, codes::UNSUPPORTED_TYPE, msg);
             return None;
         }
-        // An f16 matrix may be loaded through a view of u32 words (two
-        // halves each), so a tile staged with 16-byte word copies needs no
-        // second, f16 view of its buffer.
-        let words = !store && m.elem == Scalar::F16 && *elem == Scalar::U32;
-        if *elem != m.elem && !words {
+        if *elem != m.elem {
             let msg = format!(
                 "type mismatch: `{}` moves {} through a view of {}",
                 op.name.text,

@@ -14,10 +14,6 @@ use hrx_core::{CooperativeMatrixShape, Error, Result, ScalarKind, Target};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
-mod copies;
-
-use copies::{CoopLayout, WideCheck};
-
 const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
 
 /// Options of [`Ops::matmul`].
@@ -101,8 +97,9 @@ impl Ops {
     /// broadcasting), `a` and `b` both f32 or both f16 (accumulated and
     /// written as f32), either operand transposed or strided, an f32 `bias`
     /// of shape `[n]`. `out` must be a contiguous f32 tensor of the result
-    /// shape. Up to 64 rows run on a decode kernel that streams B with
-    /// 16-byte loads where its layout allows; otherwise f16 runs on cooperative matrices where the target
+    /// shape. Up to 8 rows (64 without cooperative matrices) run on a
+    /// decode kernel that streams B with 16-byte loads where its layout
+    /// allows; otherwise f16 runs on cooperative matrices where the target
     /// reports a 16x16x16 f16 -> f32 shape, else on the tiled kernel.
     pub fn record_matmul(
         &self,
@@ -185,28 +182,8 @@ impl Ops {
             Choice::Coop(tiles) => KernelKey {
                 template: MATMUL_COOP,
                 substitutions: tiles.substitutions(
-                    CoopLayout {
-                        a_k_fast: ma.col_stride == 1,
-                        b_n_fast: mb.col_stride == 1,
-                        wide_a: WideCheck {
-                            fast_stride: ma.col_stride,
-                            row_stride: ma.row_stride,
-                            batch_stride: strides[0][0],
-                            extent: k,
-                            offset: ka.offset,
-                            binding_offset: ka.view.offset() as u64,
-                        }
-                        .holds(),
-                        wide_b: WideCheck {
-                            fast_stride: mb.col_stride,
-                            row_stride: mb.row_stride,
-                            batch_stride: strides[1][0],
-                            extent: n,
-                            offset: kb.offset,
-                            binding_offset: kb.view.offset() as u64,
-                        }
-                        .holds(),
-                    },
+                    ma.col_stride == 1,
+                    mb.col_stride == 1,
                     act,
                     result,
                 ),
@@ -328,7 +305,7 @@ enum Choice {
     Tiled,
 }
 
-/// Few rows run on the decode kernel, which streams B for 8 rows at a time;
+/// Few rows run on the decode kernel, which streams B once per 8 rows;
 /// where tensor cores exist they take B layouts the decode kernel could
 /// only read element by element, and every larger m.
 fn choose(target: &Target, input: DType, m: usize, k: usize, b: &BLayout) -> Choice {
@@ -336,7 +313,8 @@ fn choose(target: &Target, input: DType, m: usize, k: usize, b: &BLayout) -> Cho
         .then(|| coop_tiles(target, m))
         .flatten();
     let load = b_load(input, b);
-    let decode = k > 0 && m <= gemv_max_rows() && (coop.is_none() || load != BLoad::Scalar);
+    let decode =
+        k > 0 && m <= gemv_max_rows(coop.is_some()) && (coop.is_none() || load != BLoad::Scalar);
     match coop {
         _ if decode => Choice::Decode(load),
         Some(tiles) => Choice::Coop(tiles),
@@ -431,6 +409,12 @@ impl CoopTiles {
     fn threads(&self) -> usize {
         self.sgm * self.sgn * self.sg
     }
+    fn pa(&self) -> usize {
+        self.bk + 8
+    }
+    fn pb(&self) -> usize {
+        self.bn + 8
+    }
     fn a_bytes(&self) -> usize {
         self.bm * self.pa() * 2
     }
@@ -441,17 +425,29 @@ impl CoopTiles {
         self.sgm * self.sgn * 256 * 4
     }
 
-    /// The template substitutions for operands laid out as `layout` says.
+    /// The template substitutions; `a_k_fast` / `b_n_fast` say which axis
+    /// of A and B is contiguous, so consecutive invocations load
+    /// consecutive elements.
     fn substitutions(
         &self,
-        layout: CoopLayout,
+        a_k_fast: bool,
+        b_n_fast: bool,
         act: String,
         result: &str,
     ) -> Vec<(&'static str, String)> {
-        let CoopLayout { wide_a, wide_b, .. } = layout;
         let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
-        let copies = self.copies(layout);
         let ty_c = "coopmat<16x16xf32, c>";
+        let pos = |fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str| {
+            if fast_inner {
+                format!(
+                    "      %{r}_d = index.constant {cols} : index\n      %{r} = index.div %e, %{r}_d : index\n      %{c} = index.rem %e, %{r}_d : index"
+                )
+            } else {
+                format!(
+                    "      %{r}_d = index.constant {rows} : index\n      %{r} = index.rem %e, %{r}_d : index\n      %{c} = index.div %e, %{r}_d : index"
+                )
+            }
+        };
         let frags: Vec<(usize, usize)> =
             (0..wm).flat_map(|i| (0..wn).map(move |j| (i, j))).collect();
         let mut zeros = String::new();
@@ -466,26 +462,6 @@ impl CoopTiles {
                 "  %go_c{j} = index.constant {} : index\n  %fco_{j} = index.add %fcol, %go_c{j} : index\n",
                 16 * j
             );
-        }
-        // Column positions in the tile of B, in words where B is wide.
-        let fco = |j: usize| {
-            if wide_b {
-                format!("%fcw_{j}")
-            } else {
-                format!("%fco_{j}")
-            }
-        };
-        if wide_b {
-            zeros += &format!(
-                "  %fcw_n = index.constant {} : index\n  %fcw = index.mul %sgc, %fcw_n : index\n",
-                self.bn / self.sgn / 2
-            );
-            for j in 0..wn {
-                zeros += &format!(
-                    "  %fcw_c{j} = index.constant {} : index\n  %fcw_{j} = index.add %fcw, %fcw_c{j} : index\n",
-                    8 * j
-                );
-            }
         }
         for (i, j) in &frags {
             zeros += &format!("  %z_{i}_{j} = coop.zero : {ty_c}\n");
@@ -510,20 +486,20 @@ impl CoopTiles {
                 format!("%acc_{i}_{j}_{s}")
             }
         };
-        let (ta, tb) = (self.tile_a(wide_a), self.tile_b(wide_b));
         for s in 0..steps {
             body += &format!("    %ko_{s} = index.constant {} : index\n", 16 * s);
-            body += &format!("    %kw_{s} = index.constant {} : index\n", 8 * s);
-            let ka = if wide_a { "kw" } else { "ko" };
             for i in 0..wm {
                 body += &format!(
-                    "    %fa_{s}_{i} = coop.load<row_major> %ta[%fro_{i}, %{ka}_{s}] : {ta} -> coopmat<16x16xf16, a>\n"
+                    "    %fa_{s}_{i} = coop.load<row_major> %ta[%fro_{i}, %ko_{s}] : view<{}x{}xf16> -> coopmat<16x16xf16, a>\n",
+                    self.bm,
+                    self.pa()
                 );
             }
             for j in 0..wn {
                 body += &format!(
-                    "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, {}] : {tb} -> coopmat<16x16xf16, b>\n",
-                    fco(j)
+                    "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : view<{}x{}xf16> -> coopmat<16x16xf16, b>\n",
+                    self.bk,
+                    self.pb()
                 );
             }
             for (i, j) in &frags {
@@ -583,19 +559,16 @@ impl CoopTiles {
             ("SGN", self.sgn.to_string()),
             ("FM", (self.bm / self.sgm).to_string()),
             ("FN", (self.bn / self.sgn).to_string()),
+            ("PA", self.pa().to_string()),
+            ("PB", self.pb().to_string()),
             ("A_ELEMS", (self.bm * self.bk).to_string()),
             ("B_ELEMS", (self.bk * self.bn).to_string()),
             ("A_BYTES", self.a_bytes().to_string()),
             ("B_BYTES", self.b_bytes().to_string()),
             ("C_BYTES", self.c_bytes().to_string()),
             ("CROWS", crows.to_string()),
-            ("VIEWS", copies.views),
-            ("TA", ta),
-            ("TB", tb),
-            ("SETUP", copies.setup),
-            ("PROLOGUE", copies.prologue),
-            ("PREFETCH", copies.prefetch),
-            ("STAGE", copies.stage),
+            ("A_POS", pos(a_k_fast, self.bm, self.bk, "ar", "ac")),
+            ("B_POS", pos(b_n_fast, self.bk, self.bn, "br", "bc")),
             ("ZEROS", zeros),
             ("CARRIED", carried),
             ("TYPES", types),
@@ -620,26 +593,9 @@ pub fn coop_matmul_source(
         None => (String::new(), "%x"),
         Some(op) => (op.body("f32"), "%r"),
     };
-    // Row-major A and B with 16-byte aligned rows: both copied wide.
-    let layout = CoopLayout {
-        a_k_fast: true,
-        b_n_fast: true,
-        wide_a: true,
-        wide_b: true,
-    };
-    Some(coop_source(&tiles, layout, act, result))
-}
-
-fn coop_source(tiles: &CoopTiles, layout: CoopLayout, act: String, result: &str) -> String {
     let mut text = MATMUL_COOP.to_string();
-    for (name, value) in tiles.substitutions(layout, act, result) {
+    for (name, value) in tiles.substitutions(true, true, act, result) {
         text = text.replace(&format!("${{{name}}}"), &value);
     }
-    text
-}
-
-/// The kernel source for `tiles` and `layout`, without an activation.
-#[cfg(test)]
-fn layout_source(tiles: &CoopTiles, layout: CoopLayout) -> String {
-    coop_source(tiles, layout, String::new(), "%x")
+    Some(text)
 }

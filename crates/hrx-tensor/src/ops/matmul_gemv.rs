@@ -97,14 +97,15 @@ pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
 
 /// The largest m the decode kernel is chosen for. Row tiles of the same
 /// columns are neighbours in dispatch order, so they run together and B
-/// comes from DRAM about once, the other tiles reading it from L2. That
-/// beats the tiled kernel up to 64 rows (lavapipe: 16 rows 0.18 s against
-/// 1.3 s for 32 rows tiled, k = n = 4096) and, on the H200, the
-/// cooperative-matrix kernel, whose narrow decode tiles took 88 / 107 /
-/// 195 us for 16 / 32 / 64 rows (k = n = 4096) where one 8-row pass of
-/// this kernel streams B in about 20 us.
-pub(crate) fn gemv_max_rows() -> usize {
-    64
+/// comes from DRAM about once, the other tiles reading it from L2.
+/// Without cooperative matrices that beats the tiled kernel up to 64 rows
+/// (lavapipe: 16 rows 0.18 s against 1.3 s for 32 rows tiled, k = n =
+/// 4096). Where a cooperative-matrix kernel exists it takes over above one
+/// row tile: on the H200 (k = n = 4096) the decode kernel took 13 us for 8
+/// rows but 94 / 230 / 416 us for 16 / 32 / 64 rows, against 88 / 107 /
+/// 195 us on tensor cores (the decode kernel's multiply-adds grow with m).
+pub(crate) fn gemv_max_rows(coop: bool) -> usize {
+    if coop { MT } else { 64 }
 }
 
 /// Workgroup shape of the decode kernel.
