@@ -69,6 +69,13 @@ fn main() -> hrx_core::Result<()> {
         (5, 264, 300, false, false, Some(UnaryOp::Gelu)),
         (3, 130, 77, true, false, None),
         (13, 4096, 515, false, false, Some(UnaryOp::Relu)),
+        // Split-k tensor-core kernel (f16, 8 < m <= 64): 16-byte loads with
+        // partial tiles in k and n; element loads (transposed operands, odd
+        // extents); one full row fragment set over many splits.
+        (24, 520, 1000, false, false, Some(UnaryOp::Gelu)),
+        (40, 201, 300, true, true, Some(UnaryOp::Silu)),
+        (64, 4096, 512, false, false, None),
+        (9, 72, 4100, false, true, Some(UnaryOp::Relu)),
     ] {
         for dtype in [DType::F16, DType::F32] {
             cases.push(Case {

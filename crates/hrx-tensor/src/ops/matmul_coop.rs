@@ -1,0 +1,283 @@
+//! The cooperative-matrix matmul kernel (f16 inputs, f32 accumulation on
+//! 16x16x16 tensor-core fragments): its tilings and template text.
+
+mod copies;
+
+pub(crate) use copies::{CoopLayout, WideCheck};
+
+use super::{UnaryOp, registry::KernelKey};
+use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
+
+const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
+
+/// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
+/// workgroup, k steps of `bk`, `sgm x sgn` subgroups of `sg` invocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CoopTiles {
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    sgm: usize,
+    sgn: usize,
+    sg: usize,
+}
+
+/// The cooperative-matrix tiling for `target` and `m` rows, or `None` when
+/// the target lacks a 16x16x16 f16 -> f32 shape, has a variable subgroup
+/// size (the kernel maps subgroups to fragments), or the tiles do not fit.
+pub(crate) fn coop_tiles(target: &Target, m: usize) -> Option<CoopTiles> {
+    let shape = CooperativeMatrixShape {
+        m: 16,
+        n: 16,
+        k: 16,
+        input: ScalarKind::F16,
+        accumulator: ScalarKind::F32,
+    };
+    let sg = target.subgroup_size_max as usize;
+    if !target.cooperative_matrix.contains(&shape)
+        || target.subgroup_size_min != target.subgroup_size_max
+        || !(target.shader_f16 && target.storage_16bit)
+        || sg == 0
+    {
+        return None;
+    }
+    // Small m (decode): narrow tiles so more workgroups share the stream
+    // of B; large m: 128 x 128 tiles, 8 subgroups of 4 x 2 fragments, 64
+    // deep where workgroup memory allows (half the barriers of 32).
+    let candidates = [
+        (m <= 16, [16, 64, 32, 1, 4]),
+        (m <= 32, [32, 64, 32, 2, 2]),
+        (m <= 64, [64, 64, 32, 2, 2]),
+        (true, [128, 128, 64, 2, 4]),
+        (true, [128, 128, 32, 2, 4]),
+        (true, [64, 64, 32, 2, 2]),
+    ];
+    candidates
+        .into_iter()
+        .filter(|(fits_m, _)| *fits_m)
+        .map(|(_, [bm, bn, bk, sgm, sgn])| CoopTiles {
+            bm,
+            bn,
+            bk,
+            sgm,
+            sgn,
+            sg,
+        })
+        .find(|t| {
+            (t.threads() as u32) <= target.max_workgroup_invocations
+                && (t.threads() as u32) <= target.max_workgroup_size[0]
+                && (t.a_bytes() + t.b_bytes() + t.c_bytes()) as u64
+                    <= u64::from(target.workgroup_memory_bytes)
+        })
+}
+
+impl CoopTiles {
+    fn threads(&self) -> usize {
+        self.sgm * self.sgn * self.sg
+    }
+    /// Row length of the tile of A in halves, padded by 16 bytes so the
+    /// rows of a fragment start in distinct banks.
+    fn pa(&self) -> usize {
+        self.bk + 8
+    }
+    /// Row length of the tile of B in halves.
+    fn pb(&self) -> usize {
+        self.bn + 8
+    }
+    fn tile_a(&self) -> String {
+        format!("view<{}x{}xf16>", self.bm, self.pa())
+    }
+    fn tile_b(&self) -> String {
+        format!("view<{}x{}xf16>", self.bk, self.pb())
+    }
+    fn a_bytes(&self) -> usize {
+        self.bm * self.pa() * 2
+    }
+    fn b_bytes(&self) -> usize {
+        self.bk * self.pb() * 2
+    }
+    fn c_bytes(&self) -> usize {
+        self.sgm * self.sgn * 256 * 4
+    }
+
+    /// The kernel key for operands laid out as `layout`, with the
+    /// activation lines `act` producing `result`.
+    pub(crate) fn key(&self, layout: CoopLayout, act: String, result: &str) -> KernelKey {
+        KernelKey {
+            template: MATMUL_COOP,
+            substitutions: self.substitutions(self.usable(layout), act, result),
+            symbol: "matmul_coop",
+            config: Vec::new(),
+        }
+    }
+
+    /// The kernel's loom source for `layout`.
+    fn source(&self, layout: CoopLayout, act: String, result: &str) -> String {
+        self.key(layout, act, result).source()
+    }
+
+    /// The template substitutions.
+    fn substitutions(
+        &self,
+        layout: CoopLayout,
+        act: String,
+        result: &str,
+    ) -> Vec<(&'static str, String)> {
+        let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
+        let ty_c = "coopmat<16x16xf32, c>";
+        let copies = self.copies(layout);
+        let frags: Vec<(usize, usize)> =
+            (0..wm).flat_map(|i| (0..wn).map(move |j| (i, j))).collect();
+        let mut zeros = String::new();
+        for i in 0..wm {
+            zeros += &format!(
+                "  %fo_c{i} = index.constant {} : index\n  %fro_{i} = index.add %frow, %fo_c{i} : index\n",
+                16 * i
+            );
+        }
+        for j in 0..wn {
+            zeros += &format!(
+                "  %go_c{j} = index.constant {} : index\n  %fco_{j} = index.add %fcol, %go_c{j} : index\n",
+                16 * j
+            );
+        }
+        for (i, j) in &frags {
+            zeros += &format!("  %z_{i}_{j} = coop.zero : {ty_c}\n");
+        }
+        let carried = frags
+            .iter()
+            .map(|(i, j)| format!("%cc_{i}_{j} = %z_{i}_{j} : {ty_c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let types = vec![ty_c; frags.len()].join(", ");
+        let results = frags
+            .iter()
+            .map(|(i, j)| format!("%res_{i}_{j}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let steps = self.bk / 16;
+        let mut body = String::new();
+        let name = |i: &usize, j: &usize, s: usize| {
+            if s == 0 {
+                format!("%cc_{i}_{j}")
+            } else {
+                format!("%acc_{i}_{j}_{s}")
+            }
+        };
+        for s in 0..steps {
+            body += &format!("    %ko_{s} = index.constant {} : index\n", 16 * s);
+            for i in 0..wm {
+                body += &format!(
+                    "    %fa_{s}_{i} = coop.load<row_major> %ta[%fro_{i}, %ko_{s}] : {} -> coopmat<16x16xf16, a>\n",
+                    self.tile_a()
+                );
+            }
+            for j in 0..wn {
+                body += &format!(
+                    "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : {} -> coopmat<16x16xf16, b>\n",
+                    self.tile_b()
+                );
+            }
+            for (i, j) in &frags {
+                body += &format!(
+                    "    {} = coop.mma %fa_{s}_{i}, %fb_{s}_{j}, {} : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, {ty_c}\n",
+                    name(i, j, s + 1),
+                    name(i, j, s)
+                );
+            }
+        }
+        let yields = frags
+            .iter()
+            .map(|(i, j)| name(i, j, steps))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let crows = self.sgm * self.sgn * 16;
+        let mut epilogue = String::new();
+        for (i, j) in &frags {
+            epilogue += &format!(
+                "  coop.store<row_major> %res_{i}_{j}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
+    %mm_r = index.div %mm_e, %c16 : index
+    %mm_c = index.rem %mm_e, %c16 : index
+    %mm_r1 = index.add %fro_{i}, %mm_r : index
+    %mm_c1 = index.add %fco_{j}, %mm_c : index
+    %mm_gr = index.add %row0, %mm_r1 : index
+    %mm_gc = index.add %col0, %mm_c1 : index
+    %mm_okr = index.cmp ult, %mm_gr, %m : index
+    %mm_okc = index.cmp ult, %mm_gc, %n : index
+    %mm_ok = scalar.andi %mm_okr, %mm_okc : i1
+    scf.if %mm_ok {{
+      %mm_sr = index.add %srow, %mm_r : index
+      %mm_acc = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
+      %mm_pb = index.madd %mm_gc, %sbias, %obias : index
+      %mm_bj = view.load %biasv[%mm_pb] : view<[%lbias]xf32> -> f32
+      %x = scalar.addf %mm_acc, %mm_bj : f32
+{act}
+      %mm_crow = index.madd %mm_gr, %n, %oc : index
+      %mm_cb = index.madd %bi, %scb, %mm_crow : index
+      %mm_cidx = index.add %mm_cb, %mm_gc : index
+      view.store {result}, %cv[%mm_cidx] : f32, view<[%lc]xf32>
+    }}
+  }}
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+"
+            );
+        }
+        vec![
+            ("BM1", (self.bm - 1).to_string()),
+            ("BN1", (self.bn - 1).to_string()),
+            ("BK1", (self.bk - 1).to_string()),
+            ("BM", self.bm.to_string()),
+            ("BN", self.bn.to_string()),
+            ("BK", self.bk.to_string()),
+            ("THREADS", self.threads().to_string()),
+            ("SGN", self.sgn.to_string()),
+            ("FM", (self.bm / self.sgm).to_string()),
+            ("FN", (self.bn / self.sgn).to_string()),
+            ("PA", self.pa().to_string()),
+            ("PB", self.pb().to_string()),
+            ("A_ELEMS", (self.bm * self.bk).to_string()),
+            ("B_ELEMS", (self.bk * self.bn).to_string()),
+            ("A_BYTES", self.a_bytes().to_string()),
+            ("B_BYTES", self.b_bytes().to_string()),
+            ("C_BYTES", self.c_bytes().to_string()),
+            ("CROWS", crows.to_string()),
+            ("VIEWS", copies.views),
+            ("SETUP", copies.setup),
+            ("PROLOGUE", copies.prologue),
+            ("PREFETCH", copies.prefetch),
+            ("STAGE", copies.stage),
+            ("ZEROS", zeros),
+            ("CARRIED", carried),
+            ("TYPES", types),
+            ("BODY", body),
+            ("YIELDS", yields),
+            ("RESULTS", results),
+            ("EPILOGUE", epilogue),
+        ]
+    }
+}
+
+/// The cooperative-matrix matmul kernel's loom source for `target` (for
+/// offline compilation and SPIR-V checks), with row-major operands whose
+/// rows allow 16-byte copies, or `None` when the target has no suitable
+/// shape.
+pub fn coop_matmul_source(
+    target: &Target,
+    m: usize,
+    activation: Option<UnaryOp>,
+) -> Option<String> {
+    let tiles = coop_tiles(target, m)?;
+    let (act, result) = match activation {
+        None => (String::new(), "%x"),
+        Some(op) => (op.body("f32"), "%r"),
+    };
+    let layout = CoopLayout {
+        a_k_fast: true,
+        b_n_fast: true,
+        wide_a: true,
+        wide_b: true,
+    };
+    Some(tiles.source(layout, act, result))
+}
