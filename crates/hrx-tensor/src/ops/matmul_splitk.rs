@@ -121,10 +121,10 @@ pub(crate) fn splitk_plan(
     })
 }
 
-/// Workgroup memory of the kernel for `mp` rows: the A and B tiles
-/// (rows padded by 8 halves) and one 16 x 16 f32 staging tile per subgroup.
+/// Workgroup memory of the kernel for `mp` rows: the A and B tiles (rows
+/// padded by 8 halves).
 fn shared_bytes(mp: usize) -> usize {
-    mp * (BK + 8) * 2 + BK * (BN + 8) * 2 + SGN * 256 * 4
+    mp * (BK + 8) * 2 + BK * (BN + 8) * 2
 }
 
 impl SplitK {
@@ -167,127 +167,142 @@ impl SplitK {
             prep.push("  %sbkq = index.div %sbk, %cq : index".into());
             prep.push("  %basebq = index.div %baseb, %cq : index".into());
         }
-        let (mut load, mut store) = (vec![], vec![]);
-        // A: the tile is mp x BK, its inner axis k.
+        // Copy positions are fixed per work item, so they are computed once
+        // here; `stage` then gives the loads of the tiles at a k offset and
+        // their stores (the prologue at the split's first step, the loop's
+        // prefetch at the next step).
         let a_count = mp * BK / if self.a == TileLoad::Quad { 8 } else { 1 };
-        for u in 0..a_count / threads {
+        let b_count = BK * BN / if self.b == TileLoad::Quad { 8 } else { 1 };
+        let (a_slots, b_slots) = (a_count / threads, b_count / threads);
+        // A: the tile is mp x BK, its inner axis k.
+        for u in 0..a_slots {
             prep.push(format!(
-                "  %acu_{u} = index.constant {} : index",
+                "  %acu_{u} = index.constant {} : index
+  %ae_{u} = index.add %tid, %acu_{u} : index",
                 u * threads
             ));
-            load.push(format!("    %ae_{u} = index.add %tid, %acu_{u} : index"));
-            match self.a {
-                TileLoad::Quad => {
-                    load.push(format!(
-                        "    %ar_{u} = index.div %ae_{u}, %caq : index
-    %aq_{u} = index.rem %ae_{u}, %caq : index
-    %ac_{u} = index.mul %aq_{u}, %cq : index"
-                    ));
-                }
-                TileLoad::Scalar { inner_fast } => {
-                    load.push(pos(inner_fast, "a", u, "%cmp", "%cbk"))
-                }
-            }
-            load.push(format!(
-                "    %agk_{u} = index.add %k0, %ac_{u} : index
-    %aokr_{u} = index.cmp ult, %ar_{u}, %m : index
-    %aokk_{u} = index.cmp ult, %agk_{u}, %kend : index
-    %aok_{u} = scalar.andi %aokr_{u}, %aokk_{u} : i1"
-            ));
-            match self.a {
-                TileLoad::Quad => {
-                    load.push(format!(
-                        "    %ax_{u} = scf.if %aok_{u} -> (vector<4xu32>) {{
-      %ap_{u} = index.madd %ar_{u}, %samq, %baseaq : index
-      %akq_{u} = index.div %agk_{u}, %cq : index
-      %aq2_{u} = index.add %ap_{u}, %akq_{u} : index
-      %aw_{u} = index.mul %aq2_{u}, %c4 : index
-      %av_{u} = vector.load %av[%aw_{u}] : view<[%law]xu32> -> vector<4xu32>
-      scf.yield %av_{u} : vector<4xu32>
-    }} else {{
-      scf.yield %uz4 : vector<4xu32>
-    }}"
-                    ));
-                    store.push(unpacked_stores("a", u, "%ta", &ta));
-                }
-                TileLoad::Scalar { .. } => {
-                    load.push(format!(
-                        "    %ax_{u} = scf.if %aok_{u} -> (f16) {{
-      %apr_{u} = index.madd %ar_{u}, %sam, %basea : index
-      %ap_{u} = index.madd %agk_{u}, %sak, %apr_{u} : index
-      %av_{u} = view.load %av[%ap_{u}] : view<[%la]xf16> -> f16
-      scf.yield %av_{u} : f16
-    }} else {{
-      scf.yield %hzero : f16
-    }}"
-                    ));
-                    store.push(format!(
-                        "    view.store %ax_{u}, %ta[%ar_{u}, %ac_{u}] : f16, {ta}"
-                    ));
-                }
-            }
+            prep.push(match self.a {
+                TileLoad::Quad => format!(
+                    "  %ar_{u} = index.div %ae_{u}, %caq : index
+  %aq_{u} = index.rem %ae_{u}, %caq : index
+  %ac_{u} = index.mul %aq_{u}, %cq : index
+  %ap_{u} = index.madd %ar_{u}, %samq, %baseaq : index"
+                ),
+                TileLoad::Scalar { inner_fast } => format!(
+                    "{}\n  %apr_{u} = index.madd %ar_{u}, %sam, %basea : index",
+                    pos(inner_fast, "a", u, "%cmp", "%cbk")
+                ),
+            });
+            prep.push(format!("  %aokr_{u} = index.cmp ult, %ar_{u}, %m : index"));
         }
         // B: the tile is BK x BN, its inner axis n.
-        let b_count = BK * BN / if self.b == TileLoad::Quad { 8 } else { 1 };
-        for u in 0..b_count / threads {
+        for u in 0..b_slots {
             prep.push(format!(
-                "  %bcu_{u} = index.constant {} : index",
+                "  %bcu_{u} = index.constant {} : index
+  %be_{u} = index.add %tid, %bcu_{u} : index",
                 u * threads
             ));
-            load.push(format!("    %be_{u} = index.add %tid, %bcu_{u} : index"));
-            match self.b {
-                TileLoad::Quad => {
-                    load.push(format!(
-                        "    %br_{u} = index.div %be_{u}, %cbq : index
-    %bq_{u} = index.rem %be_{u}, %cbq : index
-    %bc_{u} = index.mul %bq_{u}, %cq : index"
-                    ));
-                }
-                TileLoad::Scalar { inner_fast } => {
-                    load.push(pos(inner_fast, "b", u, "%cbk", "%cbn"))
-                }
-            }
-            load.push(format!(
-                "    %bgk_{u} = index.add %k0, %br_{u} : index
-    %bgc_{u} = index.add %col0, %bc_{u} : index
-    %bokk_{u} = index.cmp ult, %bgk_{u}, %kend : index
-    %bokc_{u} = index.cmp ult, %bgc_{u}, %n : index
-    %bok_{u} = scalar.andi %bokk_{u}, %bokc_{u} : i1"
+            prep.push(match self.b {
+                TileLoad::Quad => format!(
+                    "  %br_{u} = index.div %be_{u}, %cbq : index
+  %bq_{u} = index.rem %be_{u}, %cbq : index
+  %bc_{u} = index.mul %bq_{u}, %cq : index"
+                ),
+                TileLoad::Scalar { inner_fast } => pos(inner_fast, "b", u, "%cbk", "%cbn"),
+            });
+            prep.push(format!(
+                "  %bgc_{u} = index.add %col0, %bc_{u} : index
+  %bokc_{u} = index.cmp ult, %bgc_{u}, %n : index"
             ));
-            match self.b {
-                TileLoad::Quad => {
-                    load.push(format!(
-                        "    %bx_{u} = scf.if %bok_{u} -> (vector<4xu32>) {{
-      %bp_{u} = index.madd %bgk_{u}, %sbkq, %basebq : index
-      %bcq_{u} = index.div %bgc_{u}, %cq : index
-      %bq2_{u} = index.add %bp_{u}, %bcq_{u} : index
-      %bw_{u} = index.mul %bq2_{u}, %c4 : index
-      %bv_{u} = vector.load %bv[%bw_{u}] : view<[%lbw]xu32> -> vector<4xu32>
-      scf.yield %bv_{u} : vector<4xu32>
+            prep.push(match self.b {
+                TileLoad::Quad => format!(
+                    "  %bcq_{u} = index.div %bgc_{u}, %cq : index
+  %bcb_{u} = index.add %basebq, %bcq_{u} : index"
+                ),
+                TileLoad::Scalar { .. } => {
+                    format!("  %bpc_{u} = index.madd %bgc_{u}, %sbn, %baseb : index")
+                }
+            });
+        }
+        let stage = |s: &str, k0: &str| {
+            let (mut load, mut store) = (vec![], vec![]);
+            for u in 0..a_slots {
+                load.push(format!(
+                    "    %agk{s}_{u} = index.add {k0}, %ac_{u} : index
+    %aokk{s}_{u} = index.cmp ult, %agk{s}_{u}, %kend : index
+    %aok{s}_{u} = scalar.andi %aokr_{u}, %aokk{s}_{u} : i1"
+                ));
+                match self.a {
+                    TileLoad::Quad => {
+                        load.push(format!(
+                            "    %ax{s}_{u} = scf.if %aok{s}_{u} -> (vector<4xu32>) {{
+      %akq{s}_{u} = index.div %agk{s}_{u}, %cq : index
+      %aq2{s}_{u} = index.add %ap_{u}, %akq{s}_{u} : index
+      %aw{s}_{u} = index.mul %aq2{s}_{u}, %c4 : index
+      %av{s}_{u} = vector.load %av[%aw{s}_{u}] : view<[%law]xu32> -> vector<4xu32>
+      scf.yield %av{s}_{u} : vector<4xu32>
     }} else {{
       scf.yield %uz4 : vector<4xu32>
     }}"
-                    ));
-                    store.push(unpacked_stores("b", u, "%tb", &tb));
-                }
-                TileLoad::Scalar { .. } => {
-                    load.push(format!(
-                        "    %bx_{u} = scf.if %bok_{u} -> (f16) {{
-      %bpc_{u} = index.madd %bgc_{u}, %sbn, %baseb : index
-      %bp_{u} = index.madd %bgk_{u}, %sbk, %bpc_{u} : index
-      %bv_{u} = view.load %bv[%bp_{u}] : view<[%lb]xf16> -> f16
-      scf.yield %bv_{u} : f16
+                        ));
+                        store.push(unpacked_stores(&format!("a{s}"), "a", u, ("%ta", &ta)));
+                    }
+                    TileLoad::Scalar { .. } => {
+                        load.push(format!(
+                            "    %ax{s}_{u} = scf.if %aok{s}_{u} -> (f16) {{
+      %ap{s}_{u} = index.madd %agk{s}_{u}, %sak, %apr_{u} : index
+      %av{s}_{u} = view.load %av[%ap{s}_{u}] : view<[%la]xf16> -> f16
+      scf.yield %av{s}_{u} : f16
     }} else {{
       scf.yield %hzero : f16
     }}"
-                    ));
-                    store.push(format!(
-                        "    view.store %bx_{u}, %tb[%br_{u}, %bc_{u}] : f16, {tb}"
-                    ));
+                        ));
+                        store.push(format!(
+                            "    view.store %ax{s}_{u}, %ta[%ar_{u}, %ac_{u}] : f16, {ta}"
+                        ));
+                    }
                 }
             }
-        }
-
+            for u in 0..b_slots {
+                load.push(format!(
+                    "    %bgk{s}_{u} = index.add {k0}, %br_{u} : index
+    %bokk{s}_{u} = index.cmp ult, %bgk{s}_{u}, %kend : index
+    %bok{s}_{u} = scalar.andi %bokk{s}_{u}, %bokc_{u} : i1"
+                ));
+                match self.b {
+                    TileLoad::Quad => {
+                        load.push(format!(
+                            "    %bx{s}_{u} = scf.if %bok{s}_{u} -> (vector<4xu32>) {{
+      %bq2{s}_{u} = index.madd %bgk{s}_{u}, %sbkq, %bcb_{u} : index
+      %bw{s}_{u} = index.mul %bq2{s}_{u}, %c4 : index
+      %bv{s}_{u} = vector.load %bv[%bw{s}_{u}] : view<[%lbw]xu32> -> vector<4xu32>
+      scf.yield %bv{s}_{u} : vector<4xu32>
+    }} else {{
+      scf.yield %uz4 : vector<4xu32>
+    }}"
+                        ));
+                        store.push(unpacked_stores(&format!("b{s}"), "b", u, ("%tb", &tb)));
+                    }
+                    TileLoad::Scalar { .. } => {
+                        load.push(format!(
+                            "    %bx{s}_{u} = scf.if %bok{s}_{u} -> (f16) {{
+      %bp{s}_{u} = index.madd %bgk{s}_{u}, %sbk, %bpc_{u} : index
+      %bv{s}_{u} = view.load %bv[%bp{s}_{u}] : view<[%lb]xf16> -> f16
+      scf.yield %bv{s}_{u} : f16
+    }} else {{
+      scf.yield %hzero : f16
+    }}"
+                        ));
+                        store.push(format!(
+                            "    view.store %bx{s}_{u}, %tb[%br_{u}, %bc_{u}] : f16, {tb}"
+                        ));
+                    }
+                }
+            }
+            (load.join("\n"), store.join("\n"))
+        };
+        let (pro_load, pro_store) = stage("p", "%kbeg");
+        let (pre_load, pre_store) = stage("l", "%kn");
         let ty_c = "coopmat<16x16xf32, c>";
         let frags: Vec<usize> = (0..mf).collect();
         let mut zeros = vec!["  %fco_0 = index.add %fcol, %c0 : index".to_string()];
@@ -321,27 +336,17 @@ impl SplitK {
                 ));
             }
         }
-        let crows = SGN * 16;
-        let mut epilogue = vec![];
-        for &i in &frags {
-            epilogue.push(format!(
-                "  coop.store<row_major> %res_{i}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>
-  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
-  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
-    %mm_r = index.div %mm_e, %c16 : index
-    %mm_c = index.rem %mm_e, %c16 : index
-    %mm_sr = index.add %srow, %mm_r : index
-    %mm_v = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
-    %mm_r1 = index.add %fro_{i}, %mm_r : index
-    %mm_row = index.add %wrow0, %mm_r1 : index
-    %mm_c1 = index.add %fco_0, %mm_c : index
-    %mm_col = index.add %col0, %mm_c1 : index
-    %mm_p = index.madd %mm_row, %npad, %mm_col : index
-    view.store %mm_v, %wv[%mm_p] : f32, view<[%lw]xf32>
-  }}
-  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)"
-            ));
-        }
+        // The scratch is padded to whole fragments (MP rows per split,
+        // NPAD a multiple of BN columns), so the sums go straight to it.
+        let epilogue: Vec<String> = frags
+            .iter()
+            .map(|&i| {
+                format!(
+                    "  %wr_{i} = index.add %wrow0, %fro_{i} : index
+  coop.store<row_major> %res_{i}, %wv[%wr_{i}, %wcol] : {ty_c}, view<[%wrows]x[%npad]xf32>"
+                )
+            })
+            .collect();
         let join = |v: Vec<String>| v.join("\n");
         let list = |f: &dyn Fn(usize) -> String| {
             frags.iter().map(|&i| f(i)).collect::<Vec<_>>().join(", ")
@@ -358,8 +363,6 @@ impl SplitK {
             ("FNC", "16".into()),
             ("A_BYTES", (mp * pa * 2).to_string()),
             ("B_BYTES", (BK * pb * 2).to_string()),
-            ("C_BYTES", (SGN * 256 * 4).to_string()),
-            ("CROWS", crows.to_string()),
             ("AVIEW", view("a", "la", self.a)),
             ("BVIEW", view("b", "lb", self.b)),
             ("PREP", join(prep)),
@@ -368,8 +371,9 @@ impl SplitK {
             ("TYPES", list(&|_| ty_c.to_string())),
             ("RESULTS", list(&|i| format!("%res_{i}"))),
             ("YIELDS", list(&|i| name(i, steps))),
-            ("LOAD", join(load)),
-            ("STORE", join(store)),
+            ("PROLOGUE", format!("{pro_load}\n{pro_store}")),
+            ("PREFETCH", pre_load),
+            ("STAGE", pre_store),
             ("BODY", join(body)),
             ("EPILOGUE", join(epilogue)),
         ]
@@ -400,17 +404,19 @@ fn pos(inner_fast: bool, p: &str, u: usize, rows: &str, cols: &str) -> String {
     }
 }
 
-/// The stores of loaded quad `%{p}x_{u}` (8 halves as 4 words) into row
-/// `%{p}r_{u}`, columns from `%{p}c_{u}`, of the f16 tile `tile`.
-fn unpacked_stores(p: &str, u: usize, tile: &str, ty: &str) -> String {
+/// The stores of loaded quad `%{x}x_{u}` (8 halves as 4 words; `x` is
+/// the operand's letter and stage) into row `%{p}r_{u}`, columns from
+/// `%{p}c_{u}`, of the f16 tile `tile` of type `ty`.
+fn unpacked_stores(x: &str, p: &str, u: usize, (tile, ty): (&str, &str)) -> String {
+    let v = format!("%{}x{}_{u}", &x[..1], &x[1..]);
     (0..4)
         .map(|q| {
             format!(
-                "    %{p}w_{u}_{q} = vector.extract %{p}x_{u}, %l{q} : vector<4xu32> -> u32
-    %{p}f_{u}_{q} = vector.unpackf16 %{p}w_{u}_{q} : u32 -> vector<2xf32>
-    %{p}h_{u}_{q} = scalar.truncf %{p}f_{u}_{q} : vector<2xf32> -> vector<2xf16>
-    %{p}cq_{u}_{q} = index.add %{p}c_{u}, %ce{q} : index
-    vector.store %{p}h_{u}_{q}, {tile}[%{p}r_{u}, %{p}cq_{u}_{q}] : vector<2xf16>, {ty}"
+                "    %{x}w_{u}_{q} = vector.extract {v}, %l{q} : vector<4xu32> -> u32
+    %{x}f_{u}_{q} = vector.unpackf16 %{x}w_{u}_{q} : u32 -> vector<2xf32>
+    %{x}h_{u}_{q} = scalar.truncf %{x}f_{u}_{q} : vector<2xf32> -> vector<2xf16>
+    %{x}cq_{u}_{q} = index.add %{p}c_{u}, %ce{q} : index
+    vector.store %{x}h_{u}_{q}, {tile}[%{p}r_{u}, %{x}cq_{u}_{q}] : vector<2xf16>, {ty}"
             )
         })
         .collect::<Vec<_>>()

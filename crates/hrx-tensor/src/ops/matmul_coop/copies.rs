@@ -7,9 +7,11 @@
 //! A wide copy gives every work item a fixed column group (8 halves) and a
 //! fixed set of tile rows, so all address arithmetic that involves a
 //! division happens once before the k loop; per k step a work item adds one
-//! word offset per operand. Only the fragments' loads read the tiles, and
-//! they always do through f16 views (NVIDIA's compiler rejects f16
-//! fragments loaded through u32 views).
+//! word offset per operand. Each work item stores its four words in an
+//! order rotated by its position (see `Rotation`) so that a subgroup's
+//! halfword stores into the tile meet no bank conflicts. Only the
+//! fragments' loads read the tiles, and they always do through f16 views
+//! (NVIDIA's compiler rejects f16 fragments loaded through u32 views).
 
 use super::CoopTiles;
 
@@ -75,8 +77,33 @@ struct Wide {
     cols: usize,
     /// The tile's view type.
     tile: String,
+    /// Halves per tile row (the padded row length).
+    pitch: usize,
     threads: usize,
+    /// Invocations per subgroup (the work items that store together).
+    sg: usize,
 }
+
+/// Which rotation a work item applies to the four words of a 16-byte copy
+/// when it stores them. The tile is f16, so every word becomes separate
+/// halfword stores; without a rotation, store `j` of all lanes of a
+/// subgroup hits word `j` of each lane's group, and groups whose start
+/// words agree modulo the bank count collide (4-way for the 128 x 64 tile
+/// of A). Rotating word `j` to `(j + s) % 4` with `s` differing across the
+/// colliding lanes spreads each store over distinct banks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rotation {
+    /// Store word `j` in store `j`.
+    None,
+    /// `s` is the lane's quarter of 8 consecutive work items (each quarter
+    /// covers all banks once where 8 groups fill a 128-byte span).
+    Quarter,
+    /// `s` is the lane's tile row modulo 4.
+    Row,
+}
+
+/// Shared-memory banks of 4 bytes (NVIDIA, AMD and most others).
+const BANKS: usize = 32;
 
 impl Wide {
     fn per_row(&self) -> usize {
@@ -86,6 +113,50 @@ impl Wide {
     fn fits(&self) -> bool {
         self.cols.is_multiple_of(8) && self.threads.is_multiple_of(self.per_row())
     }
+    /// `s` of work item `tid` under `rot`.
+    fn shift(&self, rot: Rotation, tid: usize) -> usize {
+        match rot {
+            Rotation::None => 0,
+            Rotation::Quarter => (tid / 8) % 4,
+            Rotation::Row => (tid / self.per_row()) % 4,
+        }
+    }
+
+    /// The worst bank conflict (distinct words one bank serves in one
+    /// store) of a subgroup's stores under `rot`. Later copies of a work
+    /// item only add the same row offset to every lane, so the first copy
+    /// stands for all.
+    fn conflict(&self, rot: Rotation) -> usize {
+        let words_per_row = self.pitch / 2;
+        let sg = self.sg.clamp(1, self.threads);
+        let mut worst = 1;
+        for first in (0..self.threads).step_by(sg) {
+            for j in 0..4 {
+                let mut banks = vec![Vec::new(); BANKS];
+                for tid in first..(first + sg).min(self.threads) {
+                    let row = tid / self.per_row();
+                    let group = tid % self.per_row();
+                    let e = (j + self.shift(rot, tid)) % 4;
+                    let word = row * words_per_row + group * 4 + e;
+                    let bank = &mut banks[word % BANKS];
+                    if !bank.contains(&word) {
+                        bank.push(word);
+                    }
+                }
+                worst = worst.max(banks.iter().map(Vec::len).max().unwrap_or(1));
+            }
+        }
+        worst
+    }
+
+    /// The rotation with the fewest conflicts (none where none is needed).
+    fn rotation(&self) -> Rotation {
+        [Rotation::None, Rotation::Quarter, Rotation::Row]
+            .into_iter()
+            .min_by_key(|r| self.conflict(*r))
+            .unwrap_or(Rotation::None)
+    }
+
     /// Copies per work item (the last may lie past the tile).
     fn count(&self) -> usize {
         (self.rows * self.per_row()).div_ceil(self.threads)
@@ -110,13 +181,42 @@ impl Wide {
             self.per_row(),
             self.rows
         );
-        for j in 0..4 {
-            l += &format!(
-                "  %w{x}_dc{j} = index.constant {} : index
+        let rot = self.rotation();
+        if rot == Rotation::None {
+            for j in 0..4 {
+                l += &format!(
+                    "  %w{x}_dc{j} = index.constant {} : index
   %w{x}_cw{j} = index.add %w{x}_col, %w{x}_dc{j} : index
 ",
-                2 * j
+                    2 * j
+                );
+            }
+        } else {
+            // Store j writes word (j + s) % 4 of the copy: its column here,
+            // its value picked by `store` from the two bits of s.
+            let s0 = if rot == Rotation::Quarter {
+                format!("  %w{x}_s0 = index.div %tid, %c8 : index\n")
+            } else {
+                format!("  %w{x}_s0 = index.add %w{x}_rb, %c0 : index\n")
+            };
+            l += &s0;
+            l += &format!(
+                "  %w{x}_s = index.rem %w{x}_s0, %c4 : index
+  %w{x}_s1 = index.rem %w{x}_s, %c2 : index
+  %w{x}_rot1 = index.cmp uge, %w{x}_s1, %c1 : index
+  %w{x}_rot2 = index.cmp uge, %w{x}_s, %c2 : index
+"
             );
+            for j in 0..4 {
+                l += &format!(
+                    "  %w{x}_dj{j} = index.constant {j} : index
+  %w{x}_ej{j} = index.add %w{x}_s, %w{x}_dj{j} : index
+  %w{x}_e{j} = index.rem %w{x}_ej{j}, %c4 : index
+  %w{x}_dc{j} = index.mul %w{x}_e{j}, %c2 : index
+  %w{x}_cw{j} = index.add %w{x}_col, %w{x}_dc{j} : index
+"
+                );
+            }
         }
         for i in 0..self.count() {
             l += &format!(
@@ -167,12 +267,39 @@ impl Wide {
         let x = self.name;
         let tile = &self.tile;
         let mut l = String::new();
+        let rotated = self.rotation() != Rotation::None;
         for i in 0..self.count() {
             let mut body = String::new();
             for j in 0..4 {
                 body += &format!(
-                    "      %y{x}{s}_{i}_{j} = vector.extract %x{x}{s}_{i}, %cq{j} : vector<4xu32> -> u32
-      %f{x}{s}_{i}_{j} = vector.unpackf16 %y{x}{s}_{i}_{j} : u32 -> vector<2xf32>
+                    "      %u{x}{s}_{i}_{j} = vector.extract %x{x}{s}_{i}, %cq{j} : vector<4xu32> -> u32\n"
+                );
+            }
+            // Word (j + s) % 4 by two conditional rotations (by 1, by 2).
+            for j in 0..4 {
+                body += &if rotated {
+                    format!(
+                        "      %v{x}{s}_{i}_{j} = scalar.select %w{x}_rot1, %u{x}{s}_{i}_{}, %u{x}{s}_{i}_{j} : u32\n",
+                        (j + 1) % 4
+                    )
+                } else {
+                    String::new()
+                };
+            }
+            for j in 0..4 {
+                body += &if rotated {
+                    format!(
+                        "      %y{x}{s}_{i}_{j} = scalar.select %w{x}_rot2, %v{x}{s}_{i}_{}, %v{x}{s}_{i}_{j} : u32\n",
+                        (j + 2) % 4
+                    )
+                } else {
+                    String::new()
+                };
+            }
+            let word = if rotated { "y" } else { "u" };
+            for j in 0..4 {
+                body += &format!(
+                    "      %f{x}{s}_{i}_{j} = vector.unpackf16 %{word}{x}{s}_{i}_{j} : u32 -> vector<2xf32>
       %h{x}{s}_{i}_{j} = scalar.truncf %f{x}{s}_{i}_{j} : vector<2xf32> -> vector<2xf16>
       vector.store %h{x}{s}_{i}_{j}, %t{x}[%w{x}_r{i}, %w{x}_cw{j}] : vector<2xf16>, {tile}
 "
@@ -195,7 +322,9 @@ impl CoopTiles {
             rows: self.bm,
             cols: self.bk,
             tile: self.tile_a(),
+            pitch: self.pa(),
             threads: self.threads(),
+            sg: self.sg,
         }
     }
     fn wide_b(&self) -> Wide {
@@ -204,7 +333,9 @@ impl CoopTiles {
             rows: self.bk,
             cols: self.bn,
             tile: self.tile_b(),
+            pitch: self.pb(),
             threads: self.threads(),
+            sg: self.sg,
         }
     }
 
@@ -420,7 +551,7 @@ fn pos(fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::coop_tiles;
-    use super::{CoopLayout, WideCheck};
+    use super::{CoopLayout, Rotation, WideCheck};
     use hrx_core::Target;
     use hrx_loom::{Compiler, Specialization};
 
@@ -448,6 +579,26 @@ mod tests {
                     .unwrap_or_else(|e| panic!("m={m} {layout:?}: {e}"));
             }
         }
+    }
+
+    /// The wide copies' halfword stores of every Hopper tiling reach
+    /// distinct banks within a subgroup (the rotation is needed for the
+    /// 128 x 64 tile of A, 4-way conflicted without it).
+    #[test]
+    fn wide_stores_are_free_of_bank_conflicts_on_hopper() {
+        let target = Target::hopper();
+        for m in [16, 32, 64, 4096] {
+            let tiles = coop_tiles(&target, m).unwrap();
+            for wide in [tiles.wide_a(), tiles.wide_b()] {
+                if wide.fits() {
+                    let rot = wide.rotation();
+                    assert_eq!(wide.conflict(rot), 1, "m={m} {} {rot:?}", wide.name);
+                }
+            }
+        }
+        let big = coop_tiles(&target, 4096).unwrap().wide_a();
+        assert_eq!(big.conflict(Rotation::None), 4);
+        assert_eq!(big.rotation(), Rotation::Quarter);
     }
 
     #[test]
