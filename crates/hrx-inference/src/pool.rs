@@ -29,6 +29,10 @@ pub(crate) struct Slot {
     upload: Mutex<Option<Arc<Transfer>>>,
     download: Mutex<Option<Arc<Transfer>>>,
     copy_in: Mutex<Option<Arc<CopyIn>>>,
+    /// The input upload and the slot's graph recorded as one command
+    /// buffer (`None` inside when nothing needs copying), created with the
+    /// upload staging: one submission per `submit_host` instead of two.
+    upload_then_run: Mutex<Option<Arc<Option<ExecutableGraph>>>>,
 }
 
 /// Device-to-device input feeding for [`ModelSlot::submit`]: a copy batch
@@ -57,6 +61,7 @@ impl Slot {
             upload: Mutex::new(None),
             download: Mutex::new(None),
             copy_in: Mutex::new(None),
+            upload_then_run: Mutex::new(None),
         }
     }
 
@@ -69,6 +74,21 @@ impl Slot {
     pub(crate) fn upload(&self, context: &ModelContext) -> Result<Arc<Transfer>> {
         cached_init(&self.upload, || {
             Transfer::prepare(context, &self.inputs, Direction::Upload).map(Arc::new)
+        })
+    }
+
+    /// The upload and the slot's graph as one prepared graph, created on
+    /// first use; `None` inside when the inputs need no copies.
+    pub(crate) fn upload_then_run(
+        &self,
+        context: &ModelContext,
+    ) -> Result<Arc<Option<ExecutableGraph>>> {
+        cached_init(&self.upload_then_run, || {
+            let upload = self.upload(context)?;
+            Ok(Arc::new(match upload.copy_graph(context.runtime())? {
+                Some(copies) => Some(self.graph.with_prologue(copies)?),
+                None => None,
+            }))
         })
     }
 
@@ -105,6 +125,13 @@ impl Slot {
         }
         if let Some(copy_in) = &*self.copy_in.lock().unwrap_or_else(|e| e.into_inner()) {
             copy_in.batch.usable()?;
+        }
+        let combined = self
+            .upload_then_run
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(graph)) = combined.as_deref() {
+            graph.usable()?;
         }
         Ok(())
     }

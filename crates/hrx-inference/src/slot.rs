@@ -58,18 +58,25 @@ impl ModelSlot {
         self,
         mut write: impl FnMut(usize, &mut [u8]) -> Result<()>,
     ) -> Result<Inference> {
-        let upload = self.lease.slot().upload(&self.lease.pool().context)?;
+        let context = &self.lease.pool().context;
+        let upload = self.lease.slot().upload(context)?;
+        let combined = self.lease.slot().upload_then_run(context)?;
         for (index, host) in upload.buffers.iter().enumerate() {
             match host {
                 Some(host) => write(index, &mut host.map_write()?)?,
                 None => write(index, &mut [])?,
             }
         }
-        let uploaded = upload.submit_after(&[])?;
-        if let Some(completion) = &uploaded {
-            self.lease.record(completion);
+        match combined.as_ref() {
+            // The upload and the model in one submission.
+            Some(graph) => {
+                let completion = graph.submit_after(&[])?;
+                self.lease.record(&completion);
+                Ok(Inference::new(self.lease, completion))
+            }
+            // Every input is host-visible or empty: nothing to copy.
+            None => self.execute(&[]),
         }
-        self.execute(uploaded.as_slice())
     }
 
     /// Copy device inputs into this slot's fixed addresses and queue the

@@ -2,7 +2,7 @@
 
 use crate::ModelContext;
 use hrx_core::Result;
-use hrx_runtime::{BufferView, Completion, ExecutableGraph, MemoryPlacement};
+use hrx_runtime::{BufferView, Completion, ExecutableGraph, Graph, MemoryPlacement, Runtime};
 use hrx_tensor::DeviceTensor;
 
 /// Which way a [`Transfer`] moves bytes.
@@ -23,6 +23,9 @@ pub(crate) struct Transfer {
     pub(crate) buffers: Vec<Option<BufferView>>,
     /// The copies, or `None` when every tensor is host-visible or empty.
     graph: Option<ExecutableGraph>,
+    /// The same copies as `(destination, source)` pairs, to record them
+    /// again in front of another graph.
+    copies: Vec<(BufferView, BufferView)>,
 }
 
 impl Transfer {
@@ -33,7 +36,7 @@ impl Transfer {
         direction: Direction,
     ) -> Result<Self> {
         let runtime = context.runtime();
-        let mut graph = runtime.graph();
+        let mut copies = Vec::new();
         let mut buffers = Vec::with_capacity(tensors.len());
         for tensor in tensors {
             let Some(device) = tensor.binding() else {
@@ -47,18 +50,28 @@ impl Transfer {
             let host = runtime
                 .allocate(device.len(), MemoryPlacement::HostVisible)?
                 .view();
-            match direction {
-                Direction::Upload => graph.copy(device, host.clone())?,
-                Direction::Download => graph.copy(host.clone(), device)?,
-            }
+            copies.push(match direction {
+                Direction::Upload => (device, host.clone()),
+                Direction::Download => (host.clone(), device),
+            });
             buffers.push(Some(host));
         }
-        let graph = if graph.is_empty() {
-            None
-        } else {
-            Some(graph.prepare()?)
+        // Uploads are recorded in front of the slot's graph instead
+        // (`Slot::upload_then_run`); downloads run on their own.
+        let graph = match (direction, copy_graph(runtime, &copies)?) {
+            (Direction::Download, Some(graph)) => Some(graph.prepare()?),
+            _ => None,
         };
-        Ok(Transfer { buffers, graph })
+        Ok(Transfer {
+            buffers,
+            graph,
+            copies,
+        })
+    }
+
+    /// The copies recorded into a new graph, or `None` when there are none.
+    pub(crate) fn copy_graph(&self, runtime: &Runtime) -> Result<Option<Graph>> {
+        copy_graph(runtime, &self.copies)
     }
 
     /// Queue the copies after `dependencies`; `None` when there is nothing
@@ -74,4 +87,15 @@ impl Transfer {
     pub(crate) fn usable(&self) -> Result<()> {
         self.graph.as_ref().map_or(Ok(()), ExecutableGraph::usable)
     }
+}
+
+fn copy_graph(runtime: &Runtime, copies: &[(BufferView, BufferView)]) -> Result<Option<Graph>> {
+    if copies.is_empty() {
+        return Ok(None);
+    }
+    let mut graph = runtime.graph();
+    for (destination, source) in copies {
+        graph.copy(destination.clone(), source.clone())?;
+    }
+    Ok(Some(graph))
 }

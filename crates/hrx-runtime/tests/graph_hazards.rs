@@ -188,3 +188,40 @@ fn transfers_and_dispatches_share_one_hazard_model() {
     assert_eq!(read(&c.view()), expected);
     assert_eq!(read(&b.view()), vec![0; N]);
 }
+
+#[test]
+fn a_prologue_runs_first_with_barriers_only_where_it_meets_the_graph() {
+    let rt = runtime();
+    let map = map_kernel(&rt);
+    let staging = upload(&rt, &input());
+    let (x, y, unrelated) = (
+        upload(&rt, &[0; N]),
+        upload(&rt, &[0; N]),
+        upload(&rt, &[0; N]),
+    );
+    let mut model = rt.graph();
+    model
+        .dispatch(&map, &[x.view(), y.view()], &[], groups())
+        .unwrap();
+    let model = model.prepare().unwrap();
+    let mut prologue = rt.graph();
+    prologue.copy(unrelated.view(), staging.view()).unwrap();
+    prologue.copy(x.view(), staging.view()).unwrap();
+    let combined = model.with_prologue(prologue).unwrap();
+    // One barrier, before the dispatch, serving only the copy into x.
+    assert_eq!(combined.barriers().len(), 1);
+    assert_eq!(combined.barriers()[0].before(), 2);
+    assert_eq!(
+        combined.barriers()[0].edges(),
+        &[edge(1, 2, Hazard::ReadAfterWrite)]
+    );
+    combined.submit().unwrap().wait().unwrap();
+    let expected: Vec<u32> = input().into_iter().map(f).collect();
+    assert_eq!(read(&y.view()), expected);
+    assert_eq!(read(&unrelated.view()), input());
+    // The original graph is unchanged and still runs on its own.
+    assert!(model.barriers().is_empty());
+    // A prologue of another domain is refused.
+    let other = runtime();
+    assert!(model.with_prologue(other.graph()).is_err());
+}

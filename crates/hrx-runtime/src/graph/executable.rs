@@ -2,6 +2,7 @@
 //! allocating, ordered on the device.
 
 use super::{
+    Graph,
     hazard::{self, Barrier},
     op::{Op, OpPlan},
     record,
@@ -28,6 +29,8 @@ use std::{
 /// and allocates nothing.
 pub struct ExecutableGraph {
     runtime: Runtime,
+    /// The recorded operations, shared with the in-flight keep-alive.
+    ops: Arc<[Op]>,
     barriers: Vec<Barrier>,
     health: Arc<Health>,
     state: Mutex<State>,
@@ -53,7 +56,7 @@ struct Ready {
 /// references (views, kernels).
 struct Prepared {
     _commands: CommandBuffer,
-    _ops: Vec<Op>,
+    _ops: Arc<[Op]>,
     _copy_kernel: Option<GpuKernel>,
 }
 
@@ -112,8 +115,10 @@ fn empty_ready(gpu: &Arc<Gpu>) -> Result<Arc<Ready>> {
 
 impl ExecutableGraph {
     pub(super) fn prepare(runtime: Runtime, ops: Vec<Op>) -> Result<ExecutableGraph> {
+        let ops: Arc<[Op]> = ops.into();
         let mut graph = ExecutableGraph {
             runtime,
+            ops: ops.clone(),
             barriers: Vec::new(),
             health: Arc::new(Health::default()),
             state: Mutex::new(State {
@@ -149,6 +154,38 @@ impl ExecutableGraph {
             .unwrap_or_else(|e| e.into_inner())
             .ready = Some(Arc::new(ready));
         Ok(graph)
+    }
+
+    /// A new executable graph running `prologue`'s operations and then
+    /// this graph's, recorded as one command buffer: one submission where
+    /// there would be two, with hazards derived across both so that a
+    /// barrier sits only where the prologue meets this graph's accesses.
+    /// Serving folds a request's input upload into the model's graph this
+    /// way. This graph is unchanged; the two do not order against each
+    /// other.
+    ///
+    /// ```no_run
+    /// # fn main() -> hrx_core::Result<()> {
+    /// # use hrx_runtime::{MemoryPlacement, Runtime};
+    /// let runtime = Runtime::new()?;
+    /// let (staging, input) = (
+    ///     runtime.allocate(64, MemoryPlacement::HostVisible)?,
+    ///     runtime.allocate(64, MemoryPlacement::GpuLocal)?,
+    /// );
+    /// let mut model = runtime.graph();
+    /// model.fill(input.view(), 1)?; // stands in for the model's dispatches
+    /// let model = model.prepare()?;
+    /// let mut upload = runtime.graph();
+    /// upload.copy(input.view(), staging.view())?;
+    /// let upload_then_model = model.with_prologue(upload)?;
+    /// upload_then_model.submit()?.wait()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_prologue(&self, prologue: Graph) -> Result<ExecutableGraph> {
+        prologue.validate_runtime(&self.runtime)?;
+        let mut ops = prologue.ops;
+        ops.extend(self.ops.iter().cloned());
+        ExecutableGraph::prepare(self.runtime.clone(), ops)
     }
 
     /// Queue the graph after its own previous submission.

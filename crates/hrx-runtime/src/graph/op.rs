@@ -5,6 +5,7 @@ use crate::{BufferView, Gpu, GpuKernel, builtin};
 use ash::vk;
 
 /// One recorded operation; holds its views and kernel alive.
+#[derive(Clone)]
 pub(crate) enum Op {
     /// `dst <- src`, equal lengths, no overlap.
     Copy { dst: BufferView, src: BufferView },
