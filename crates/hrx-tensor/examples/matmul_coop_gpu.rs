@@ -65,6 +65,12 @@ fn main() -> hrx_core::Result<()> {
         // Tensor-core kernel, row-major operands, partial tiles.
         (130, 136, 72, false, false, None),
         (200, 520, 264, false, false, Some(UnaryOp::Relu)),
+        // The wide 128 x 256 tensor-core tiling (enough workgroups at batch
+        // 3), partial tiles in m, n and k: 16-byte copies of both operands,
+        // of A only, and element copies of both.
+        (1300, 2104, 296, false, false, Some(UnaryOp::Gelu)),
+        (1290, 2056, 264, false, true, None),
+        (1300, 2100, 300, true, true, Some(UnaryOp::Silu)),
         // Decode kernel: 16-byte loads, 4-byte words, several row tiles.
         (5, 264, 300, false, false, Some(UnaryOp::Gelu)),
         (3, 130, 77, true, false, None),

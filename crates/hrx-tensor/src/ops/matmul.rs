@@ -17,7 +17,7 @@ use hrx_runtime::Graph;
 
 /// The tensor-core tiling lives with its kernel; kernel choices elsewhere
 /// ask it through here.
-pub(crate) use super::matmul_coop::coop_tiles;
+pub(crate) use super::matmul_coop::coop_tiles_for;
 
 /// Options of [`Ops::matmul`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -377,7 +377,7 @@ fn choose(
     b: &BLayout,
 ) -> Choice {
     let coop = (input == DType::F16)
-        .then(|| coop_tiles(target, m))
+        .then(|| coop_tiles_for(target, m, n, batch))
         .flatten();
     let load = b_load(input, b);
     let decode =

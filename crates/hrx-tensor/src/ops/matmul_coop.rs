@@ -25,22 +25,9 @@ pub(crate) struct CoopTiles {
 /// The cooperative-matrix tiling for `target` and `m` rows, or `None` when
 /// the target lacks a 16x16x16 f16 -> f32 shape, has a variable subgroup
 /// size (the kernel maps subgroups to fragments), or the tiles do not fit.
+/// Never the wide tiling: this is the one for a matmul of unknown `n`.
 pub(crate) fn coop_tiles(target: &Target, m: usize) -> Option<CoopTiles> {
-    let shape = CooperativeMatrixShape {
-        m: 16,
-        n: 16,
-        k: 16,
-        input: ScalarKind::F16,
-        accumulator: ScalarKind::F32,
-    };
-    let sg = target.subgroup_size_max as usize;
-    if !target.cooperative_matrix.contains(&shape)
-        || target.subgroup_size_min != target.subgroup_size_max
-        || !(target.shader_f16 && target.storage_16bit)
-        || sg == 0
-    {
-        return None;
-    }
+    let sg = coop_subgroup(target)?;
     // Small m (decode): narrow tiles so more workgroups share the stream
     // of B; large m: 128 x 128 tiles, 8 subgroups of 4 x 2 fragments, 64
     // deep where workgroup memory allows (half the barriers of 32).
@@ -55,23 +42,112 @@ pub(crate) fn coop_tiles(target: &Target, m: usize) -> Option<CoopTiles> {
     candidates
         .into_iter()
         .filter(|(fits_m, _)| *fits_m)
-        .map(|(_, [bm, bn, bk, sgm, sgn])| CoopTiles {
+        .map(|(_, dims)| CoopTiles::new(dims, sg))
+        .find(|t| t.fits(target))
+}
+
+/// The 128 x 256 x 32 tiling: 8 subgroups of 4 x 4 fragments, so a k step
+/// loads 8 fragments for 16 products where the 128 x 128 tiling loads 6
+/// for 8 (16 accumulators take 128 of a lane's registers on NVIDIA).
+const WIDE_TILES: [usize; 5] = [128, 256, 32, 2, 4];
+
+/// Workgroups of the wide tiling below which it leaves too many compute
+/// units idle (about two waves of a 132-SM H200 at one workgroup each).
+const WIDE_MIN_WORKGROUPS: usize = 256;
+
+/// The cooperative-matrix tiling for a `batch` of `m x n` outputs: the
+/// wide one where its workgroups are many, else `coop_tiles`'s. The
+/// environment variable `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` forces a tiling
+/// for large m (for tuning on a device; ignored unless it is valid and
+/// fits the target).
+pub(crate) fn coop_tiles_for(
+    target: &Target,
+    m: usize,
+    n: usize,
+    batch: usize,
+) -> Option<CoopTiles> {
+    let narrow = coop_tiles(target, m)?;
+    if m <= 64 {
+        return Some(narrow);
+    }
+    if let Some(forced) = forced_tiles().map(|dims| CoopTiles::new(dims, narrow.sg))
+        && forced.valid()
+        && forced.fits(target)
+    {
+        return Some(forced);
+    }
+    let wide = CoopTiles::new(WIDE_TILES, narrow.sg);
+    let workgroups = m.div_ceil(wide.bm) * n.div_ceil(wide.bn) * batch;
+    Some(if workgroups >= WIDE_MIN_WORKGROUPS && wide.fits(target) {
+        wide
+    } else {
+        narrow
+    })
+}
+
+/// `HRX_COOP_TILES`, read once.
+fn forced_tiles() -> Option<[usize; 5]> {
+    static FORCED: std::sync::OnceLock<Option<[usize; 5]>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let text = std::env::var("HRX_COOP_TILES").ok()?;
+        let dims: Vec<usize> = text
+            .split(',')
+            .map(|d| d.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        dims.try_into().ok()
+    })
+}
+
+/// The subgroup size the kernel runs with on `target`, or `None` when the
+/// target cannot run it.
+fn coop_subgroup(target: &Target) -> Option<usize> {
+    let shape = CooperativeMatrixShape {
+        m: 16,
+        n: 16,
+        k: 16,
+        input: ScalarKind::F16,
+        accumulator: ScalarKind::F32,
+    };
+    let sg = target.subgroup_size_max as usize;
+    (target.cooperative_matrix.contains(&shape)
+        && target.subgroup_size_min == target.subgroup_size_max
+        && target.shader_f16
+        && target.storage_16bit
+        && sg != 0)
+        .then_some(sg)
+}
+
+impl CoopTiles {
+    fn new([bm, bn, bk, sgm, sgn]: [usize; 5], sg: usize) -> Self {
+        CoopTiles {
             bm,
             bn,
             bk,
             sgm,
             sgn,
             sg,
-        })
-        .find(|t| {
-            (t.threads() as u32) <= target.max_workgroup_invocations
-                && (t.threads() as u32) <= target.max_workgroup_size[0]
-                && (t.a_bytes() + t.b_bytes() + t.c_bytes()) as u64
-                    <= u64::from(target.workgroup_memory_bytes)
-        })
-}
-
-impl CoopTiles {
+        }
+    }
+    /// Whether every subgroup gets whole fragments and the k step whole
+    /// 16-deep products, in sizes whose arithmetic cannot overflow (true
+    /// of every built-in tiling; checked for `HRX_COOP_TILES`).
+    fn valid(&self) -> bool {
+        (1..=32).contains(&self.sgm)
+            && (1..=32).contains(&self.sgn)
+            && (1..=256).contains(&self.bk)
+            && (1..=1024).contains(&self.bm)
+            && (1..=1024).contains(&self.bn)
+            && self.bm.is_multiple_of(16 * self.sgm)
+            && self.bn.is_multiple_of(16 * self.sgn)
+            && self.bk.is_multiple_of(16)
+    }
+    /// Whether the workgroup and its workgroup memory fit `target`.
+    fn fits(&self, target: &Target) -> bool {
+        (self.threads() as u32) <= target.max_workgroup_invocations
+            && (self.threads() as u32) <= target.max_workgroup_size[0]
+            && (self.a_bytes() + self.b_bytes() + self.c_bytes()) as u64
+                <= u64::from(target.workgroup_memory_bytes)
+    }
     fn threads(&self) -> usize {
         self.sgm * self.sgn * self.sg
     }
@@ -268,7 +344,7 @@ pub fn coop_matmul_source(
     m: usize,
     activation: Option<UnaryOp>,
 ) -> Option<String> {
-    let tiles = coop_tiles(target, m)?;
+    let tiles = coop_tiles_for(target, m, 4096, 1)?;
     let (act, result) = match activation {
         None => (String::new(), "%x"),
         Some(op) => (op.body("f32"), "%r"),

@@ -550,10 +550,25 @@ fn pos(fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::coop_tiles;
+    use super::super::{CoopTiles, coop_tiles, coop_tiles_for};
     use super::{CoopLayout, Rotation, WideCheck};
     use hrx_core::Target;
     use hrx_loom::{Compiler, Specialization};
+
+    /// Every tiling the H200 gets: decode, large m, and the wide tiling of
+    /// large m and n.
+    fn hopper_tilings() -> Vec<(String, CoopTiles)> {
+        let target = Target::hopper();
+        let mut all: Vec<(String, CoopTiles)> = [16, 32, 64, 4096]
+            .into_iter()
+            .map(|m| (format!("m={m}"), coop_tiles(&target, m).unwrap()))
+            .collect();
+        let wide = coop_tiles_for(&target, 8192, 8192, 1).unwrap();
+        assert_eq!((wide.bm, wide.bn, wide.bk), (128, 256, 32));
+        assert!(all.iter().all(|(_, t)| *t != wide));
+        all.push(("m=n=8192".into(), wide));
+        all
+    }
 
     /// Every mix of wide and element copies, both axis orders, and each
     /// tiling compiles for the H200 target (naga validates the module).
@@ -561,8 +576,7 @@ mod tests {
     fn every_copy_layout_compiles_for_hopper() {
         let target = Target::hopper();
         let compiler = Compiler::for_target(None, &target).unwrap();
-        for m in [16, 32, 64, 4096] {
-            let tiles = coop_tiles(&target, m).unwrap();
+        for (m, tiles) in hopper_tilings() {
             for bits in 0..16u8 {
                 let layout = CoopLayout {
                     a_k_fast: bits & 1 != 0,
@@ -576,7 +590,7 @@ mod tests {
                     .and_then(|module| {
                         module.compile_uncached(&Specialization::new("@matmul_coop"))
                     })
-                    .unwrap_or_else(|e| panic!("m={m} {layout:?}: {e}"));
+                    .unwrap_or_else(|e| panic!("{m} {layout:?}: {e}"));
             }
         }
     }
@@ -587,12 +601,11 @@ mod tests {
     #[test]
     fn wide_stores_are_free_of_bank_conflicts_on_hopper() {
         let target = Target::hopper();
-        for m in [16, 32, 64, 4096] {
-            let tiles = coop_tiles(&target, m).unwrap();
+        for (m, tiles) in hopper_tilings() {
             for wide in [tiles.wide_a(), tiles.wide_b()] {
                 if wide.fits() {
                     let rot = wide.rotation();
-                    assert_eq!(wide.conflict(rot), 1, "m={m} {} {rot:?}", wide.name);
+                    assert_eq!(wide.conflict(rot), 1, "{m} {} {rot:?}", wide.name);
                 }
             }
         }
