@@ -116,14 +116,26 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
     assert_eq!(name, "decode (16-byte loads)");
-    // The threshold here (no cooperative matrices): 64 rows still decode,
-    // 65 do not.
+    // The f16 threshold: 64 rows still decode without cooperative
+    // matrices; with them (the H200) the split-k kernel takes over above
+    // one 8-row tile. 65 rows never decode.
+    let coop = ops()
+        .runtime()
+        .gpu()
+        .unwrap()
+        .target()
+        .supports_cooperative_matrix();
     let a = input(DType::F16, &[64, 64], &[0.5; 4096], Placement::Contiguous);
     let bh = input(DType::F16, &[64, 32], &[0.25; 2048], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &bh, MatmulOptions::default())
         .unwrap();
-    assert_eq!(name, "decode (16-byte loads)");
+    let expected = if coop {
+        "cooperative matrix (split k)"
+    } else {
+        "decode (16-byte loads)"
+    };
+    assert_eq!(name, expected);
     let a = input(DType::F16, &[65, 64], &[0.5; 4160], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &bh, MatmulOptions::default())
