@@ -178,7 +178,6 @@ pub fn open_device_count() -> usize {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        OPEN_DEVICES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         // Nothing of this domain is alive any more except work still on the
         // device; drain it so no memory is freed under the device's feet.
         // SAFETY: the queue is not used concurrently (we hold its lock).
@@ -198,6 +197,10 @@ impl Drop for Gpu {
             self.timeline.destroy_semaphore();
             self.device.destroy_device(None);
         }
+        // Counted as open until it is destroyed: the last reference may go
+        // on the watcher thread, and a caller that sees zero may then end
+        // the process, which must not race the driver calls above.
+        OPEN_DEVICES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
