@@ -1,0 +1,100 @@
+use super::super::{CoopTiles, coop_tiles, coop_tiles_for};
+use super::rotation::Rotation;
+use super::{CoopLayout, WideCheck};
+use hrx_core::Target;
+use hrx_loom::{Compiler, Specialization};
+
+/// Every tiling the H200 gets: decode, large m, and the wide tiling of
+/// large m and n.
+fn hopper_tilings() -> Vec<(String, CoopTiles)> {
+    let target = Target::hopper();
+    let mut all: Vec<(String, CoopTiles)> = [16, 32, 64, 4096]
+        .into_iter()
+        .map(|m| (format!("m={m}"), coop_tiles(&target, m).unwrap()))
+        .collect();
+    let wide = coop_tiles_for(&target, 8192, 8192, 1).unwrap();
+    assert_eq!((wide.bm, wide.bn, wide.bk), (128, 256, 32));
+    assert!(all.iter().all(|(_, t)| *t != wide));
+    all.push(("m=n=8192".into(), wide));
+    all
+}
+
+/// Every mix of wide and element copies, both axis orders, and each
+/// tiling compiles for the H200 target (naga validates the module).
+#[test]
+fn every_copy_layout_compiles_for_hopper() {
+    let target = Target::hopper();
+    let compiler = Compiler::for_target(None, &target).unwrap();
+    for (m, tiles) in hopper_tilings() {
+        for bits in 0..16u8 {
+            let layout = CoopLayout {
+                a_k_fast: bits & 1 != 0,
+                b_n_fast: bits & 2 != 0,
+                wide_a: bits & 4 != 0,
+                wide_b: bits & 8 != 0,
+            };
+            let src = tiles.source(layout, String::new(), "%x");
+            compiler
+                .module(&src)
+                .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
+                .unwrap_or_else(|e| panic!("{m} {layout:?}: {e}"));
+        }
+    }
+}
+
+/// The wide copies' halfword stores of every Hopper tiling reach
+/// distinct banks within a subgroup (the rotation is needed for the
+/// 128 x 64 tile of A, 4-way conflicted without it).
+#[test]
+fn wide_stores_are_free_of_bank_conflicts_on_hopper() {
+    let target = Target::hopper();
+    for (m, tiles) in hopper_tilings() {
+        for wide in [tiles.wide_a(), tiles.wide_b()] {
+            if wide.fits() {
+                let rot = wide.rotation();
+                assert_eq!(wide.conflict(rot), 1, "{m} {} {rot:?}", wide.name);
+            }
+        }
+    }
+    let big = coop_tiles(&target, 4096).unwrap().wide_a();
+    assert_eq!(big.conflict(Rotation::None), 4);
+    assert_eq!(big.rotation(), Rotation::Quarter);
+}
+
+#[test]
+fn wide_copies_need_aligned_contiguous_rows() {
+    let ok = || WideCheck {
+        fast_stride: 1,
+        row_stride: 4096,
+        batch_stride: 0,
+        extent: 4096,
+        offset: 8,
+        binding_offset: 256,
+    };
+    assert!(ok().holds());
+    for bad in [
+        WideCheck {
+            fast_stride: 4096,
+            ..ok()
+        },
+        WideCheck {
+            row_stride: 4100,
+            ..ok()
+        },
+        WideCheck {
+            batch_stride: 12,
+            ..ok()
+        },
+        WideCheck {
+            extent: 4092,
+            ..ok()
+        },
+        WideCheck { offset: 4, ..ok() },
+        WideCheck {
+            binding_offset: 8,
+            ..ok()
+        },
+    ] {
+        assert!(!bad.holds());
+    }
+}

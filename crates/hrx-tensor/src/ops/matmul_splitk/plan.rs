@@ -1,0 +1,308 @@
+//! Planning a split-k matmul: whether the kernel applies, its shape
+//! (built in or forced by `HRX_SPLITK` for tuning) and how many splits of
+//! k it takes.
+
+use super::{BN, COL_FRAGS, SplitK, TileLoad, tiles::Tile};
+use crate::DType;
+use crate::ops::matmul_gemv::{BLayout, BLoad, b_load};
+use hrx_core::Target;
+
+/// Most rows of A the kernel covers.
+const SPLITK_MAX_ROWS: usize = 64;
+/// Work items to aim for: about eight workgroups of 128 per SM on a
+/// 132-SM GPU, so each SM has enough loads of B in flight to cover DRAM
+/// latency.
+const WANT_THREADS: usize = 1024 * 128;
+/// The scratch (written and read back once) is at most B's bytes over
+/// this.
+const SCRATCH_SHARE: usize = 8;
+
+/// The kernel's shape apart from the matrix sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    /// Row groups: the subgroups are `groups x 4`, each multiplying
+    /// `mp / 16 / groups` row fragments by one column fragment.
+    groups: usize,
+    /// k rows staged per step.
+    bk: usize,
+    /// Splits of k; 0 picks them from the workgroups wanted.
+    splits: usize,
+    /// Whether the global loads of step t + 1 are issued before the
+    /// fragments of step t are multiplied.
+    prefetch: bool,
+}
+
+/// The built-in shape for `mp` padded rows: up to 32 rows four subgroups
+/// of all row fragments; 64 rows eight subgroups of two row fragments
+/// each (half the accumulators and staged copies per work item of four
+/// subgroups, so as many work items stay resident).
+fn shape_for(mp: usize) -> Shape {
+    Shape {
+        groups: if mp == 64 { 2 } else { 1 },
+        bk: 64,
+        splits: 0,
+        prefetch: true,
+    }
+}
+
+/// `HRX_SPLITK=groups,bk,splits,prefetch` (prefetch 0 or 1, splits 0 for
+/// automatic), read once: forces the shape for tuning on a device; ignored
+/// unless well-formed and valid for the matmul.
+fn forced_shape() -> Option<Shape> {
+    static FORCED: std::sync::OnceLock<Option<Shape>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let text = std::env::var("HRX_SPLITK").ok()?;
+        let v: Vec<usize> = text
+            .split(',')
+            .map(|d| d.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        let [groups, bk, splits, prefetch]: [usize; 4] = v.try_into().ok()?;
+        Some(Shape {
+            groups,
+            bk,
+            splits,
+            prefetch: prefetch != 0,
+        })
+    })
+}
+
+fn tile_load(layout: &BLayout) -> TileLoad {
+    match b_load(DType::F16, layout) {
+        BLoad::Quad16 => TileLoad::Quad,
+        _ => TileLoad::Scalar {
+            inner_fast: layout.n_stride == 1,
+        },
+    }
+}
+
+/// The split-k plan for `m x k` A (`a` describes it with k as its
+/// columns, i.e. `n` = k and `n_stride` the k stride) and `k x n` B over
+/// `batch`, or `None` when the kernel does not apply: no 16x16x16 f16 ->
+/// f32 shape or a variable subgroup size (`coop` false), more than 64 rows,
+/// no k, loads that do not divide evenly among the work items, or a
+/// scratch beyond 32-bit indices.
+pub(crate) fn splitk_plan(
+    target: &Target,
+    coop: bool,
+    dims: (usize, usize, usize, usize),
+    a: &BLayout,
+    b: &BLayout,
+) -> Option<SplitK> {
+    let mp = dims.0.div_ceil(16) * 16;
+    forced_shape()
+        .and_then(|shape| plan_with(target, coop, dims, (a, b), shape))
+        .or_else(|| plan_with(target, coop, dims, (a, b), shape_for(mp)))
+}
+
+fn plan_with(
+    target: &Target,
+    coop: bool,
+    (m, n, k, batch): (usize, usize, usize, usize),
+    (a, b): (&BLayout, &BLayout),
+    shape: Shape,
+) -> Option<SplitK> {
+    let sg = target.subgroup_size_max as usize;
+    if !coop || m == 0 || m > SPLITK_MAX_ROWS || k == 0 || n == 0 || batch == 0 || sg == 0 {
+        return None;
+    }
+    let Shape {
+        groups, bk, splits, ..
+    } = shape;
+    let mp = m.div_ceil(16) * 16;
+    if groups == 0 || !(mp / 16).is_multiple_of(groups) || bk == 0 || !bk.is_multiple_of(16) {
+        return None;
+    }
+    let mut plan = SplitK {
+        mp,
+        splits: 1,
+        ks: bk,
+        npad: n.div_ceil(BN) * BN,
+        sg,
+        groups,
+        bk,
+        prefetch: shape.prefetch,
+        a: tile_load(a),
+        b: tile_load(b),
+    };
+    let threads = plan.threads();
+    let fits = threads as u32 <= target.max_workgroup_invocations
+        && threads as u32 <= target.max_workgroup_size[0]
+        && plan.shared_bytes() as u64 <= u64::from(target.workgroup_memory_bytes);
+    if !plan.tile_a().fits() || !plan.tile_b().fits() || !fits {
+        return None;
+    }
+    let steps = k.div_ceil(bk);
+    let slabs = (plan.npad / BN) * batch;
+    let wanted = if splits > 0 {
+        splits
+    } else {
+        // Enough splits for the wanted work items, the scratch at most a
+        // share of B's bytes.
+        let want = (WANT_THREADS / threads).div_ceil(slabs);
+        let cap = (k * n * 2 / SCRATCH_SHARE / (mp * plan.npad * 4)).max(1);
+        want.min(cap)
+    };
+    let per_split = steps.div_ceil(wanted.clamp(1, steps));
+    plan.splits = steps.div_ceil(per_split);
+    plan.ks = per_split * bk;
+    let scratch = batch
+        .checked_mul(plan.splits)?
+        .checked_mul(mp)?
+        .checked_mul(plan.npad)?;
+    u32::try_from(scratch).ok()?;
+    Some(plan)
+}
+
+impl SplitK {
+    pub(super) fn threads(&self) -> usize {
+        self.groups * COL_FRAGS * self.sg
+    }
+
+    pub(super) fn tile_a(&self) -> Tile {
+        Tile {
+            name: "a",
+            rows: self.mp,
+            cols: self.bk,
+            load: self.a,
+            threads: self.threads(),
+            sg: self.sg,
+        }
+    }
+
+    pub(super) fn tile_b(&self) -> Tile {
+        Tile {
+            name: "b",
+            rows: self.bk,
+            cols: BN,
+            load: self.b,
+            threads: self.threads(),
+            sg: self.sg,
+        }
+    }
+
+    /// Workgroup memory: the A and B tiles (rows padded by 8 halves).
+    fn shared_bytes(&self) -> usize {
+        (self.mp * (self.bk + 8) + self.bk * (BN + 8)) * 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(k_stride: usize, n_stride: usize, n: usize) -> BLayout {
+        BLayout {
+            k_stride,
+            n_stride,
+            batch_stride: 0,
+            offset: 0,
+            binding_offset: 0,
+            n,
+        }
+    }
+
+    fn plan(m: usize, n: usize, k: usize, batch: usize) -> Option<SplitK> {
+        splitk_plan(
+            &Target::hopper(),
+            true,
+            (m, n, k, batch),
+            &layout(k, 1, k),
+            &layout(n, 1, n),
+        )
+    }
+
+    #[test]
+    fn decode_shapes_get_many_workgroups_and_a_small_scratch() {
+        for (m, splits, groups) in [(16, 16, 1), (32, 8, 1), (64, 4, 2)] {
+            let p = plan(m, 4096, 4096, 1).unwrap();
+            assert_eq!((p.mp, p.splits, p.npad), (m, splits, 4096), "m={m}");
+            assert_eq!((p.groups, p.threads()), (groups, 128 * groups), "m={m}");
+            assert_eq!(p.ks * p.splits, 4096);
+            assert!(64 * p.splits * p.threads() >= 512 * 128);
+            assert!(p.splits * p.mp * p.npad * 4 <= 4096 * 4096 * 2 / 8);
+            assert_eq!((p.a, p.b), (TileLoad::Quad, TileLoad::Quad));
+        }
+    }
+
+    #[test]
+    fn partial_shapes_cover_k_and_n() {
+        let p = plan(24, 520, 1000, 3).unwrap();
+        assert_eq!((p.mp, p.npad), (32, 576));
+        assert!(p.ks.is_multiple_of(p.bk) && p.ks * p.splits >= 1000);
+        assert!(p.ks * (p.splits - 1) < 1000);
+        // A single step of k still gets one split.
+        let p = plan(9, 16, 1, 1).unwrap();
+        assert_eq!((p.splits, p.ks), (1, p.bk));
+    }
+
+    #[test]
+    fn layouts_pick_the_loads() {
+        let t = Target::hopper();
+        // Transposed B (k contiguous), odd n: element loads along k.
+        let p = splitk_plan(
+            &t,
+            true,
+            (20, 33, 50, 1),
+            &layout(50, 1, 50),
+            &layout(1, 50, 33),
+        )
+        .unwrap();
+        assert_eq!(p.a, TileLoad::Scalar { inner_fast: true });
+        assert_eq!(p.b, TileLoad::Scalar { inner_fast: false });
+    }
+
+    /// Every shape the tuning override can pick (row groups, step depth,
+    /// pipelining) with both load kinds compiles for the H200 target
+    /// (naga validates each module; tests/matmul_splitk.rs runs spirv-val
+    /// on the built-in shapes).
+    #[test]
+    fn every_shape_compiles_for_hopper() {
+        let t = Target::hopper();
+        let compiler = hrx_loom::Compiler::for_target(None, &t).unwrap();
+        let (quad, odd, tr) = (
+            layout(4096, 1, 4096),
+            layout(4095, 1, 4095),
+            layout(1, 4096, 4096),
+        );
+        let mut compiled = 0;
+        for m in [16, 32, 48, 64] {
+            for groups in [1, 2, 4] {
+                for bk in [32, 64, 128] {
+                    for prefetch in [false, true] {
+                        let shape = Shape {
+                            groups,
+                            bk,
+                            splits: 0,
+                            prefetch,
+                        };
+                        for (a, b) in [(&quad, &quad), (&odd, &tr)] {
+                            let Some(p) = plan_with(&t, true, (m, 4096, 4096, 1), (a, b), shape)
+                            else {
+                                continue;
+                            };
+                            compiler
+                                .module(&p.key().source())
+                                .and_then(|module| {
+                                    module.compile_uncached(&hrx_loom::Specialization::new(
+                                        "@matmul_splitk",
+                                    ))
+                                })
+                                .unwrap_or_else(|e| panic!("m={m} {shape:?} {:?}: {e}", p.a));
+                            compiled += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(compiled >= 40, "{compiled}");
+    }
+
+    #[test]
+    fn refused_where_it_does_not_apply() {
+        let t = Target::hopper();
+        let l = layout(64, 1, 64);
+        assert!(splitk_plan(&t, false, (16, 64, 64, 1), &l, &l).is_none());
+        assert!(splitk_plan(&t, true, (65, 64, 64, 1), &l, &l).is_none());
+        assert!(splitk_plan(&t, true, (16, 64, 0, 1), &l, &l).is_none());
+    }
+}
