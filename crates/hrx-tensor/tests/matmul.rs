@@ -4,28 +4,12 @@
 
 mod common;
 
-use common::{cases::unary_ref, *};
+use common::{cases::unary_ref, matmul::stored, *};
 use hrx_tensor::{
     DType, Ops, TensorDesc,
     ops::{MatmulOptions, UnaryOp},
 };
 use proptest::prelude::*;
-
-/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
-fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
-    if !transpose {
-        return values.to_vec();
-    }
-    let mut out = vec![0.0; values.len()];
-    for b in 0..batch {
-        for i in 0..rows {
-            for j in 0..cols {
-                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
-            }
-        }
-    }
-    out
-}
 
 fn dim() -> impl Strategy<Value = usize> {
     prop_oneof![1 => Just(0usize), 2 => Just(1usize), 6 => 2usize..40]

@@ -9,33 +9,17 @@
 
 mod common;
 
-use common::{cases::unary_ref, *};
+use common::{
+    cases::unary_ref,
+    matmul::{f16_round, stored, validate_if_installed},
+    *,
+};
 use hrx_core::Target;
 use hrx_tensor::{
     DType, Ops, TensorDesc,
     ops::{MatmulOptions, UnaryOp, decode_matmul_source},
 };
 use proptest::prelude::*;
-
-fn f16_round(v: f64) -> f64 {
-    half::f16::from_f64(v).to_f64()
-}
-
-/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
-fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
-    if !transpose {
-        return values.to_vec();
-    }
-    let mut out = vec![0.0; values.len()];
-    for b in 0..batch {
-        for i in 0..rows {
-            for j in 0..cols {
-                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
-            }
-        }
-    }
-    out
-}
 
 fn n_dim() -> impl Strategy<Value = usize> {
     // Multiples of 8 and 4 (quads), even (words), odd (elements).
@@ -162,27 +146,10 @@ fn decode_kernel_compiles_for_hopper() {
                     module.compile_uncached(&hrx_loom::Specialization::new("@matmul_gemv"))
                 })
                 .unwrap_or_else(|e| panic!("{dtype} transposed {transpose_b}: {e}"));
-            spirv_val(&artifact.spirv_bytes(), &format!("{dtype}-{transpose_b}"));
+            validate_if_installed(
+                &format!("decode-{dtype}-{transpose_b}"),
+                &artifact.spirv_bytes(),
+            );
         }
-    }
-}
-
-/// Validate with `spirv-val` when it is installed (CI installs it).
-fn spirv_val(bytes: &[u8], label: &str) {
-    let path = std::env::temp_dir().join(format!("hrx-decode-{}-{label}.spv", std::process::id()));
-    std::fs::write(&path, bytes).unwrap();
-    let out = std::process::Command::new("spirv-val")
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output();
-    let _ = std::fs::remove_file(&path);
-    match out {
-        Ok(out) => assert!(
-            out.status.success(),
-            "{label}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(_) => eprintln!("note: no spirv-val; skipping validation"),
     }
 }

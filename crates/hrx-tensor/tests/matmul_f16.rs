@@ -8,7 +8,11 @@
 
 mod common;
 
-use common::{cases::unary_ref, *};
+use common::{
+    cases::unary_ref,
+    matmul::{f16_round, stored, validate_modern},
+    *,
+};
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
 use hrx_tensor::{
@@ -16,26 +20,6 @@ use hrx_tensor::{
     ops::{MatmulOptions, UnaryOp, coop_matmul_source},
 };
 use proptest::prelude::*;
-
-fn f16_round(v: f64) -> f64 {
-    half::f16::from_f64(v).to_f64()
-}
-
-/// Values of a `[.., rows, cols]` tensor stored transposed when asked.
-fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
-    if !transpose {
-        return values.to_vec();
-    }
-    let mut out = vec![0.0; values.len()];
-    for b in 0..batch {
-        for i in 0..rows {
-            for j in 0..cols {
-                out[b * rows * cols + j * rows + i] = values[b * rows * cols + i * cols + j];
-            }
-        }
-    }
-    out
-}
 
 fn dim() -> impl Strategy<Value = usize> {
     prop_oneof![2 => Just(1usize), 6 => 2usize..40]
@@ -116,20 +100,6 @@ fn coop_kernel_only_where_the_target_has_the_shape() {
     assert!(coop_matmul_source(&odd, 64, None).is_none());
 }
 
-/// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):
-/// `HRX_SPIRV_VAL`, else the one on PATH.
-fn modern_spirv_val() -> Option<String> {
-    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
-    let out = std::process::Command::new(&exe)
-        .arg("--version")
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    ((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4)).then_some(exe)
-}
-
 #[test]
 fn coop_kernel_compiles_for_hopper_and_validates() {
     let compiler = Compiler::for_target(None, &Target::hopper()).unwrap();
@@ -145,32 +115,6 @@ fn coop_kernel_compiles_for_hopper_and_validates() {
             .module(&src)
             .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
             .unwrap_or_else(|e| panic!("m={m}: {e}"));
-        let Some(exe) = modern_spirv_val() else {
-            assert!(
-                std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
-                "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
-            );
-            eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping validation");
-            continue;
-        };
-        let path = std::env::temp_dir().join(format!("hrx-coop-mm-{}-{m}.spv", std::process::id()));
-        let bytes: Vec<u8> = artifact
-            .spirv()
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        std::fs::write(&path, bytes).unwrap();
-        let out = std::process::Command::new(&exe)
-            .args(["--target-env", "vulkan1.3"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert!(
-            out.status.success(),
-            "m={m}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        validate_modern(&format!("coop-m{m}"), &artifact.spirv_bytes());
     }
 }

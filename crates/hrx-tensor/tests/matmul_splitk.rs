@@ -5,49 +5,12 @@
 //! `matmul_coop_gpu` example runs it on the H200. Its reduction kernel is
 //! plain loom and runs on lavapipe in the crate's unit tests.
 
+mod common;
+
+use common::matmul::validate_modern;
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
 use hrx_tensor::ops::{UnaryOp, coop_splitk_source};
-
-/// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):
-/// `HRX_SPIRV_VAL`, else the one on PATH.
-fn modern_spirv_val() -> Option<String> {
-    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
-    let out = std::process::Command::new(&exe)
-        .arg("--version")
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    ((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4)).then_some(exe)
-}
-
-fn validate(name: &str, spirv: &[u32]) {
-    let Some(exe) = modern_spirv_val() else {
-        assert!(
-            std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
-            "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
-        );
-        eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping validation");
-        return;
-    };
-    let path = std::env::temp_dir().join(format!("hrx-splitk-{}-{name}.spv", std::process::id()));
-    let bytes: Vec<u8> = spirv.iter().flat_map(|w| w.to_le_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
-    let out = std::process::Command::new(&exe)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        out.status.success(),
-        "{name}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn splitk_kernels_compile_for_hopper_and_validate() {
@@ -61,7 +24,10 @@ fn splitk_kernels_compile_for_hopper_and_validate() {
                     .module(&src)
                     .and_then(|module| module.compile_uncached(&Specialization::new(symbol)))
                     .unwrap_or_else(|e| panic!("m={m} quad={quad} {symbol}: {e}"));
-                validate(&format!("{m}-{quad}-{}", &symbol[1..]), artifact.spirv());
+                validate_modern(
+                    &format!("splitk-{m}-{quad}-{}", &symbol[1..]),
+                    &artifact.spirv_bytes(),
+                );
             }
         }
     }

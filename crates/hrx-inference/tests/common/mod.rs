@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../hrx-runtime/tests/common/gate.rs"]
 pub mod gate;
 
 use hrx_core::Result;
@@ -202,8 +203,12 @@ pub fn binding(tensor: &DeviceTensor) -> Result<hrx_runtime::BufferView> {
 }
 
 /// A completion that stays pending for about 150 ms (see `gate`).
+/// Its storage is host-visible, so calling this never queues a zero-fill,
+/// and an armed injected fault lands on its one submission.
 pub fn slow(context: &ModelContext) -> Completion {
-    gate::slow(context)
+    gate::slow_graph(context.runtime())
+        .submit()
+        .expect("submit")
 }
 
 /// A `[n]` u32 tensor holding `words`, produced only after `after`: a

@@ -7,8 +7,9 @@
 //! dispatches is calibrated once per process against the live device, on
 //! a private runtime (no test's injected fault or queue is touched).
 
-use super::kernel;
-use hrx_runtime::{Access, ExecutableGraph, MemoryPlacement, Runtime};
+use hrx_runtime::{
+    Access, BindingContract, ExecutableGraph, GpuKernel, KernelContract, MemoryPlacement, Runtime,
+};
 use std::{
     sync::OnceLock,
     time::{Duration, Instant},
@@ -55,7 +56,7 @@ fn chain(runtime: &Runtime, total: u64) -> ExecutableGraph {
     let out = runtime
         .allocate(256, MemoryPlacement::HostVisible)
         .expect("allocate");
-    let kernel = kernel(runtime, SPIN, &[Access::ReadWrite], 256, 4, [64, 1, 1]);
+    let kernel = spin_kernel(runtime);
     let dispatches = total.div_ceil(ROUNDS_PER_DISPATCH).max(1);
     let rounds = u32::try_from(total.div_ceil(dispatches)).expect("rounds");
     let mut graph = runtime.graph();
@@ -66,6 +67,23 @@ fn chain(runtime: &Runtime, total: u64) -> ExecutableGraph {
             .expect("dispatch");
     }
     graph.prepare().expect("prepare")
+}
+
+/// The spin kernel, from the including test crate's WGSL helper
+/// (`super::spirv`: this file is shared by hrx-runtime's and
+/// hrx-inference's tests).
+fn spin_kernel(runtime: &Runtime) -> GpuKernel {
+    let contract = KernelContract {
+        entry_point: "main".into(),
+        bindings: vec![BindingContract {
+            min_bytes: 256,
+            alignment: 4,
+            access: Access::ReadWrite,
+        }],
+        push_constant_bytes: 4,
+        workgroup_size: [64, 1, 1],
+    };
+    GpuKernel::new(runtime, &super::spirv(SPIN), contract).expect("spin kernel")
 }
 
 /// Total spin rounds that take about [`TARGET`] on this process's device.

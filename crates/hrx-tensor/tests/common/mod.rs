@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod matmul;
 
 use hrx_runtime::{Graph, Runtime};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
