@@ -28,7 +28,8 @@ pub struct Binding {
     /// static extent and offset; `None` when any extent is dynamic.
     pub min_bytes: Option<u64>,
     /// Size of the array element the binding is declared with (4 for f32,
-    /// 16 for a buffer declared as `array<vec4<f32>>`, 2 for f16).
+    /// 16 for a buffer declared as `array<vec4<f32>>`, 2 for f16, 8 for
+    /// `array<vec4<f16>>`).
     pub element_bytes: u32,
     /// Alignment the bound range's offset must have, in bytes.
     pub alignment: u32,

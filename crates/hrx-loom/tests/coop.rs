@@ -6,7 +6,6 @@ mod common;
 
 use hrx_core::{Diagnostic, Error, Target};
 use hrx_loom::{Compiler, Specialization};
-use std::process::Command;
 
 const TILE: &str = include_str!("coop/tile.loom");
 
@@ -46,47 +45,6 @@ fn assert_diag(d: &Diagnostic, code: &str, message: &str) {
     );
 }
 
-/// A `spirv-val` that knows `SPV_KHR_cooperative_matrix` (SPIRV-Tools
-/// 2023.4 or newer): `HRX_SPIRV_VAL` if set, else the one on PATH.
-fn modern_spirv_val() -> Option<String> {
-    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
-    let out = Command::new(&exe).arg("--version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().find_map(|w| w.strip_prefix("v"))?;
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (year, minor) = (parts.next()?, parts.next().unwrap_or(0));
-    ((year, minor) >= (2023, 4)).then_some(exe)
-}
-
-/// Validate with a modern spirv-val for Vulkan 1.3; skipped (with a note)
-/// when none is installed: Debian 12's SPIRV-Tools 2023.1 predates the
-/// extension and rejects every cooperative-matrix opcode.
-fn spirv_val_coop(label: &str, words: &[u32]) {
-    let Some(exe) = modern_spirv_val() else {
-        assert!(
-            std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
-            "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
-        );
-        eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping {label}");
-        return;
-    };
-    let path = common::temp_path("coop").with_extension("spv");
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
-    let out = Command::new(&exe)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        out.status.success(),
-        "{exe} rejected {label}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `OpCapability CooperativeMatrixKHR` and the extension name are in the
 /// module (checked without any external validator).
 fn declares_coop(words: &[u32]) -> bool {
@@ -104,7 +62,7 @@ fn declares_coop(words: &[u32]) -> bool {
 fn tile_kernel_lowers_for_hopper_and_validates() {
     let artifact = compile(TILE, &Target::hopper()).unwrap();
     assert!(declares_coop(artifact.spirv()));
-    spirv_val_coop("coop_tile", artifact.spirv());
+    common::spirv_val_coop("coop_tile", artifact.spirv());
     let bindings = artifact.bindings();
     assert_eq!(bindings.len(), 3);
     assert_eq!(bindings[0].element_bytes, 2);

@@ -4,7 +4,7 @@
 //! elsewhere) and f32, each checked against an f64 reference on sampled
 //! elements, then timed; every line names the kernel that ran.
 //!
-//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick | --decode]`
+//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick | --decode | --big]`
 //! prints one line per case and exits non-zero on a wrong result.
 
 use hrx_runtime::Runtime;
@@ -45,6 +45,8 @@ fn main() -> hrx_core::Result<()> {
     // `--decode`: only the timed decode shapes (for CPU devices, where
     // 8192^3 takes minutes).
     let decode_only = std::env::args().any(|a| a == "--decode");
+    // `--big`: only the timed f16 8192^3 (for tuning runs).
+    let big_only = std::env::args().any(|a| a == "--big");
     let runtime = Runtime::new()?;
     let target = runtime.gpu()?.target().clone();
     let ops = Ops::new(&runtime);
@@ -71,6 +73,8 @@ fn main() -> hrx_core::Result<()> {
         (1300, 2104, 296, false, false, Some(UnaryOp::Gelu)),
         (1290, 2056, 264, false, true, None),
         (1300, 2100, 300, true, true, Some(UnaryOp::Silu)),
+        // k a multiple of 4 but not of 8: A copied element by element.
+        (260, 1028, 100, false, false, Some(UnaryOp::Relu)),
         // Decode kernel: 16-byte loads, 4-byte words, several row tiles.
         (5, 264, 300, false, false, Some(UnaryOp::Gelu)),
         (3, 130, 77, true, false, None),
@@ -135,6 +139,9 @@ fn main() -> hrx_core::Result<()> {
                 timed: true,
             });
         }
+    }
+    if big_only {
+        cases.retain(|c| c.timed && c.m == 8192 && c.dtype == DType::F16);
     }
     let mut failed = false;
     for c in &cases {

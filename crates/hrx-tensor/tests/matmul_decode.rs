@@ -102,7 +102,7 @@ fn decode_kernel_is_chosen_for_few_rows() {
     assert_eq!(name, "decode (16-byte loads)");
     // The f16 threshold: 64 rows still decode without cooperative
     // matrices; with them (the H200) the split-k kernel takes over above
-    // one 8-row tile. 65 rows never decode.
+    // 4 rows. 65 rows never decode.
     let coop = ops()
         .runtime()
         .gpu()

@@ -224,16 +224,21 @@ impl Lowerer<'_> {
         span: Span,
     ) -> R<(H, H)> {
         let (v, g) = self.view(view, span)?;
-        if !matches!(g.layout, Layout::Scalar(_)) || g.atomic {
-            return Err(self.bug(
-                span,
-                "cooperative access to a buffer not declared as scalars",
-            ));
+        if matches!(g.layout, Layout::Words) || g.atomic {
+            return Err(self.bug(span, "cooperative access to a buffer of words or atomics"));
         }
         let Some(&stride) = v.inner_dims.last() else {
             return Err(self.bug(span, "cooperative access through a 1-D view"));
         };
         let index = self.linear(&v, indices, span)?;
+        if let Layout::Vec4(_) = g.layout {
+            // The plan proved the index and the row length multiples of
+            // 4; the stride counts the array's elements, 4-vectors.
+            let two = self.lit_u32(2);
+            let q = self.binary(B::ShiftRight, index, two);
+            let stride = self.binary(B::ShiftRight, stride, two);
+            return Ok((self.at(g, q), stride));
+        }
         Ok((self.at(g, index), stride))
     }
 

@@ -2,10 +2,14 @@
 //!
 //! The rule (documented in the loom reference):
 //! - A buffer viewed with one element type is an array of that type.
-//! - If every access to it is a 4-lane `vector.load`/`vector.store` of a
-//!   32-bit type through 1-D views, at an element index provably a multiple
-//!   of 4 and a byte offset provably a multiple of 16, it is declared as an
-//!   array of 4-vectors, so each access is one 16-byte load or store.
+//! - If it is accessed through 4-lane `vector.load`/`vector.store` of a
+//!   32- or 16-bit type, and every access (vector or cooperative matrix)
+//!   is at an element index provably a multiple of 4, through views whose
+//!   rows (the last dimension, for views of 2 or more) are provably a
+//!   multiple of 4 long, at a byte offset provably a multiple of the
+//!   vector's size, it is declared as an array of 4-vectors: each vector
+//!   access is one 16-byte (8-byte for f16) load or store, and cooperative
+//!   matrices are loaded from it with the stride counted in 4-vectors.
 //! - A buffer viewed with several 32-bit element types is an array of `u32`
 //!   words, and every access bitcasts.
 //! - A buffer with atomic accesses is an array of `atomic<T>` and must be
@@ -59,7 +63,8 @@ struct Facts {
     atomic: bool,
     /// Whether every access so far qualifies for the vec4 layout.
     vec4_ok: bool,
-    accessed: bool,
+    /// Whether some access is a 4-lane vector (the reason to pick vec4).
+    vectored: bool,
     extent: Option<Option<u64>>,
     /// The first cooperative matrix access (needs a scalar layout).
     coop: Option<crate::front::span::Span>,
@@ -159,9 +164,18 @@ impl Plan {
                         ..Facts::default()
                     });
                     f.elems.push((view.elem, op.span));
-                    let aligned = view.dims.len() == 1
-                        && view.elem.bytes() == 4
-                        && tzof(&tz, byte_offset) >= 4;
+                    // Rows of a multiple of 4 elements keep an element
+                    // index's alignment in the linear index.
+                    let rows_aligned = match view.dims.as_slice() {
+                        [_] => true,
+                        [.., Dim::Static(n)] => n.trailing_zeros() >= 2,
+                        [.., Dim::Dynamic(v)] => tzof(&tz, v) >= 2,
+                        [] => false,
+                    };
+                    let vector_bytes = 4 * view.elem.bytes();
+                    let aligned = rows_aligned
+                        && matches!(view.elem.bytes(), 2 | 4)
+                        && tzof(&tz, byte_offset) >= vector_bytes.trailing_zeros();
                     f.vec4_ok &= aligned;
                     let extent = static_extent(view, known(*byte_offset));
                     f.extent = Some(match f.extent {
@@ -172,13 +186,13 @@ impl Plan {
                 OpKind::ViewLoad { view, .. } | OpKind::ViewStore { view, .. } => {
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
                         f.vec4_ok = false;
-                        f.accessed = true;
                     }
                 }
-                OpKind::CoopLoad { view, .. } | OpKind::CoopStore { view, .. } => {
+                OpKind::CoopLoad { view, indices, .. }
+                | OpKind::CoopStore { view, indices, .. } => {
+                    let idx_ok = indices.last().is_some_and(|i| tzof(&tz, i) >= 2);
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
-                        f.vec4_ok = false;
-                        f.accessed = true;
+                        f.vec4_ok &= idx_ok;
                         f.coop.get_or_insert(op.span);
                     }
                 }
@@ -186,7 +200,6 @@ impl Plan {
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
                         f.vec4_ok = false;
                         f.atomic = true;
-                        f.accessed = true;
                     }
                 }
                 OpKind::VectorLoad { view, indices }
@@ -197,11 +210,11 @@ impl Plan {
                         _ => None,
                     };
                     let four = matches!(lanes, Some(Type::Vector { len: 4, .. }));
-                    let idx_ok = indices.len() == 1 && tzof(&tz, &indices[0]) >= 2;
-                    let one_d = view_of(*view).is_some_and(|v| v.dims.len() == 1);
+                    let idx_ok = indices.last().is_some_and(|i| tzof(&tz, i) >= 2);
+                    let rank_ok = view_of(*view).is_some_and(|v| v.dims.len() == indices.len());
                     if let Some(f) = buffer_of(*view).and_then(|b| facts.get_mut(&key(b))) {
-                        f.vec4_ok &= four && idx_ok && one_d;
-                        f.accessed = true;
+                        f.vec4_ok &= four && idx_ok && rank_ok;
+                        f.vectored = true;
                     }
                 }
                 _ => {}
@@ -214,7 +227,7 @@ impl Plan {
             };
             let mixed = f.elems.iter().find(|(e, _)| *e != first);
             let layout = match mixed {
-                None if f.vec4_ok && f.accessed && !f.atomic => Layout::Vec4(first),
+                None if f.vec4_ok && f.vectored && !f.atomic => Layout::Vec4(first),
                 None => Layout::Scalar(first),
                 Some(&(other, span)) => {
                     let all_words = f.elems.iter().all(|(e, _)| e.bytes() == 4);
