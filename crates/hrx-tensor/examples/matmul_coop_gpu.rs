@@ -53,7 +53,7 @@ fn main() -> hrx_core::Result<()> {
     println!(
         "device: {}; cooperative f16 kernel: {}",
         target.name,
-        coop_matmul_source(&target, 4096, None).is_some()
+        coop_matmul_source(&target, 4096, false, None).is_some()
     );
     let plain = MatmulOptions::default();
     let mut cases = vec![];
@@ -86,6 +86,13 @@ fn main() -> hrx_core::Result<()> {
         (40, 201, 300, true, true, Some(UnaryOp::Silu)),
         (64, 4096, 512, false, false, None),
         (9, 72, 4100, false, true, Some(UnaryOp::Relu)),
+        // B contiguous along k (transposed) and aligned: staged n-major
+        // with 16-byte copies, fragments loaded column-major (split-k with
+        // partial column slabs and many splits, then the tensor-core kernel
+        // with partial tiles).
+        (9, 72, 4104, false, true, Some(UnaryOp::Relu)),
+        (33, 1000, 520, false, true, Some(UnaryOp::Silu)),
+        (300, 600, 136, false, true, Some(UnaryOp::Gelu)),
     ] {
         for dtype in [DType::F16, DType::F32] {
             cases.push(Case {
@@ -124,7 +131,8 @@ fn main() -> hrx_core::Result<()> {
                 timed: true,
             });
         }
-        for dtype in [DType::F16, DType::F32] {
+        let big = [(DType::F16, false), (DType::F16, true), (DType::F32, false)];
+        for (dtype, transpose_b) in big {
             if decode_only {
                 break;
             }
@@ -134,7 +142,10 @@ fn main() -> hrx_core::Result<()> {
                 m: 8192,
                 n: 8192,
                 k: 8192,
-                options: plain,
+                options: MatmulOptions {
+                    transpose_b,
+                    ..plain
+                },
                 bias: false,
                 timed: true,
             });

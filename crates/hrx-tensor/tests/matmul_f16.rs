@@ -94,27 +94,34 @@ fn mixed_dtypes_are_refused() {
 
 #[test]
 fn coop_kernel_only_where_the_target_has_the_shape() {
-    assert!(coop_matmul_source(&Target::lavapipe(), 64, None).is_none());
+    assert!(coop_matmul_source(&Target::lavapipe(), 64, false, None).is_none());
     let mut odd = Target::hopper();
     odd.subgroup_size_min = 16;
-    assert!(coop_matmul_source(&odd, 64, None).is_none());
+    assert!(coop_matmul_source(&odd, 64, false, None).is_none());
 }
 
 #[test]
 fn coop_kernel_compiles_for_hopper_and_validates() {
     let compiler = Compiler::for_target(None, &Target::hopper()).unwrap();
-    // Every tiling (decode and large m), with and without an epilogue.
+    // Every tiling (decode and large m), with and without an epilogue, B
+    // row-major or transposed (staged n-major, fragments column-major).
     for (m, act) in [
         (1, None),
         (20, Some(UnaryOp::Gelu)),
         (64, None),
         (4096, Some(UnaryOp::Silu)),
     ] {
-        let src = coop_matmul_source(&Target::hopper(), m, act).unwrap();
-        let artifact = compiler
-            .module(&src)
-            .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
-            .unwrap_or_else(|e| panic!("m={m}: {e}"));
-        validate_modern(&format!("coop-m{m}"), &artifact.spirv_bytes());
+        for transposed_b in [false, true] {
+            let src = coop_matmul_source(&Target::hopper(), m, transposed_b, act).unwrap();
+            assert_eq!(src.contains("coop.load<col_major>"), transposed_b);
+            let artifact = compiler
+                .module(&src)
+                .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
+                .unwrap_or_else(|e| panic!("m={m} transposed_b={transposed_b}: {e}"));
+            validate_modern(
+                &format!("coop-m{m}-t{transposed_b}"),
+                &artifact.spirv_bytes(),
+            );
+        }
     }
 }

@@ -10,22 +10,38 @@ mod common;
 use common::matmul::validate_modern;
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
-use hrx_tensor::ops::{UnaryOp, coop_splitk_source};
+use hrx_tensor::ops::{SplitKOperands, UnaryOp, coop_splitk_source};
 
 #[test]
 fn splitk_kernels_compile_for_hopper_and_validate() {
     let compiler = Compiler::for_target(None, &Target::hopper()).unwrap();
     for m in [9, 16, 24, 32, 48, 64] {
-        for quad in [true, false] {
+        for operands in [
+            SplitKOperands::Wide,
+            SplitKOperands::TransposedB,
+            SplitKOperands::Elements,
+        ] {
             let act = (m == 24).then_some(UnaryOp::Gelu);
-            let (main, reduce) = coop_splitk_source(&Target::hopper(), m, quad, act).unwrap();
+            let (main, reduce) = coop_splitk_source(&Target::hopper(), m, operands, act).unwrap();
+            // A transposed B is staged n-major and read column-major, not
+            // element by element.
+            assert_eq!(
+                main.contains("coop.load<col_major>"),
+                operands == SplitKOperands::TransposedB,
+                "m={m} {operands:?}"
+            );
+            assert_eq!(
+                main.contains("view.load %bv"),
+                operands == SplitKOperands::Elements,
+                "m={m} {operands:?}"
+            );
             for (src, symbol) in [(main, "@matmul_splitk"), (reduce, "@matmul_splitk_reduce")] {
                 let artifact = compiler
                     .module(&src)
                     .and_then(|module| module.compile_uncached(&Specialization::new(symbol)))
-                    .unwrap_or_else(|e| panic!("m={m} quad={quad} {symbol}: {e}"));
+                    .unwrap_or_else(|e| panic!("m={m} {operands:?} {symbol}: {e}"));
                 validate_modern(
-                    &format!("splitk-{m}-{quad}-{}", &symbol[1..]),
+                    &format!("splitk-{m}-{operands:?}-{}", &symbol[1..]),
                     &artifact.spirv_bytes(),
                 );
             }
@@ -35,6 +51,6 @@ fn splitk_kernels_compile_for_hopper_and_validate() {
 
 #[test]
 fn splitk_only_where_the_target_has_the_shape() {
-    assert!(coop_splitk_source(&Target::lavapipe(), 16, true, None).is_none());
-    assert!(coop_splitk_source(&Target::hopper(), 65, true, None).is_none());
+    assert!(coop_splitk_source(&Target::lavapipe(), 16, SplitKOperands::Wide, None).is_none());
+    assert!(coop_splitk_source(&Target::hopper(), 65, SplitKOperands::Wide, None).is_none());
 }

@@ -224,11 +224,19 @@ impl Ops {
                     offset: kb.offset,
                     binding_offset: kb.view.offset() as u64,
                 };
+                // B contiguous along k instead (transposed).
+                let wide_bt = WideCheck {
+                    fast_stride: mb.row_stride,
+                    row_stride: mb.col_stride,
+                    extent: k,
+                    ..wide_b
+                };
                 let layout = CoopLayout {
                     a_k_fast: ma.col_stride == 1,
                     b_n_fast: mb.col_stride == 1,
                     wide_a: wide_a.holds(),
                     wide_b: wide_b.holds(),
+                    wide_bt: wide_bt.holds(),
                 };
                 tiles.key(layout, act, result)
             }

@@ -162,17 +162,25 @@ impl CoopTiles {
     fn pb(&self) -> usize {
         self.bn + 8
     }
+    /// Row length of the n-major tile of a B contiguous along k.
+    fn pbt(&self) -> usize {
+        self.bk + 8
+    }
     fn tile_a(&self) -> String {
         format!("view<{}x{}xf16>", self.bm, self.pa())
     }
     fn tile_b(&self) -> String {
         format!("view<{}x{}xf16>", self.bk, self.pb())
     }
+    fn tile_bt(&self) -> String {
+        format!("view<{}x{}xf16>", self.bn, self.pbt())
+    }
     fn a_bytes(&self) -> usize {
         self.bm * self.pa() * 2
     }
+    /// Bytes of B's tile: room for either layout (k-major or n-major).
     fn b_bytes(&self) -> usize {
-        self.bk * self.pb() * 2
+        (self.bk * self.pb()).max(self.bn * self.pbt()) * 2
     }
     fn c_bytes(&self) -> usize {
         self.sgm * self.sgn * 256 * 4
@@ -251,10 +259,17 @@ impl CoopTiles {
                 );
             }
             for j in 0..wn {
-                body += &format!(
-                    "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : {} -> coopmat<16x16xf16, b>\n",
-                    self.tile_b()
-                );
+                body += &if layout.wide_bt {
+                    format!(
+                        "    %fb_{s}_{j} = coop.load<col_major> %tb[%fco_{j}, %ko_{s}] : {} -> coopmat<16x16xf16, b>\n",
+                        self.tile_bt()
+                    )
+                } else {
+                    format!(
+                        "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : {} -> coopmat<16x16xf16, b>\n",
+                        self.tile_b()
+                    )
+                };
             }
             for (i, j) in &frags {
                 body += &format!(
@@ -314,7 +329,14 @@ impl CoopTiles {
             ("FM", (self.bm / self.sgm).to_string()),
             ("FN", (self.bn / self.sgn).to_string()),
             ("PA", self.pa().to_string()),
-            ("PB", self.pb().to_string()),
+            (
+                "TB",
+                if layout.wide_bt {
+                    self.tile_bt()
+                } else {
+                    self.tile_b()
+                },
+            ),
             ("A_ELEMS", (self.bm * self.bk).to_string()),
             ("B_ELEMS", (self.bk * self.bn).to_string()),
             ("A_BYTES", self.a_bytes().to_string()),
@@ -338,12 +360,14 @@ impl CoopTiles {
 }
 
 /// The cooperative-matrix matmul kernel's loom source for `target` (for
-/// offline compilation and SPIR-V checks), with row-major operands whose
-/// rows allow 16-byte copies, or `None` when the target has no suitable
+/// offline compilation and SPIR-V checks), with A row-major and B
+/// row-major or, with `transposed_b`, contiguous along k, every row
+/// aligned for 16-byte copies; `None` when the target has no suitable
 /// shape.
 pub fn coop_matmul_source(
     target: &Target,
     m: usize,
+    transposed_b: bool,
     activation: Option<UnaryOp>,
 ) -> Option<String> {
     let tiles = coop_tiles_for(target, m, 4096, 1)?;
@@ -353,9 +377,10 @@ pub fn coop_matmul_source(
     };
     let layout = CoopLayout {
         a_k_fast: true,
-        b_n_fast: true,
+        b_n_fast: !transposed_b,
         wide_a: true,
-        wide_b: true,
+        wide_b: !transposed_b,
+        wide_bt: transposed_b,
     };
     Some(tiles.source(layout, act, result))
 }

@@ -34,6 +34,10 @@ const COL_FRAGS: usize = BN / 16;
 pub(crate) enum TileLoad {
     /// 16-byte loads of 8 consecutive f16 along the tile's inner axis.
     Quad,
+    /// B only, contiguous along k (a transposed B, as linear layers store
+    /// weights): its tile is staged n-major, `BN x BK`, with 16-byte loads
+    /// along k, and its fragments are loaded column-major from there.
+    QuadAlongK,
     /// One f16 per load; `inner_fast` when consecutive work items should
     /// take consecutive elements of the tile's inner axis (the operand is
     /// contiguous along it).
@@ -139,30 +143,40 @@ impl Ops {
     }
 }
 
-/// The split-k kernel's loom source for `target` and `m` rows with every
-/// operand aligned for 16-byte loads (`quad`) or read element by element,
-/// and its reduction's source for `activation` (for offline compilation
-/// and SPIR-V checks); `None` where the kernel does not apply.
+/// How the operands of [`coop_splitk_source`]'s kernel are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitKOperands {
+    /// A and B row-major and aligned: 16-byte loads of both.
+    Wide,
+    /// B transposed (contiguous along k, as linear layers store weights):
+    /// 16-byte loads of both, B's tile staged n-major.
+    TransposedB,
+    /// A of odd length along k, B with no contiguous axis: element loads.
+    Elements,
+}
+
+/// The split-k kernel's loom source for `target`, `m` rows and operands
+/// laid out as `operands`, and its reduction's source for `activation`
+/// (for offline compilation and SPIR-V checks); `None` where the kernel
+/// does not apply.
 pub fn coop_splitk_source(
     target: &Target,
     m: usize,
-    quad: bool,
+    operands: SplitKOperands,
     activation: Option<super::UnaryOp>,
 ) -> Option<(String, String)> {
-    // Without `quad`: A contiguous along k but of odd length (element
-    // loads, consecutive along k), B transposed (element loads along k).
-    let layout = |n_stride: usize, n: usize| BLayout {
-        k_stride: 4096,
+    let layout = |k_stride: usize, n_stride: usize, n: usize| BLayout {
+        k_stride,
         n_stride,
         batch_stride: 0,
         offset: 0,
         binding_offset: 0,
         n,
     };
-    let (a, b) = if quad {
-        (layout(1, 4096), layout(1, 4096))
-    } else {
-        (layout(1, 4095), layout(4096, 4096))
+    let (a, b) = match operands {
+        SplitKOperands::Wide => (layout(4096, 1, 4096), layout(4096, 1, 4096)),
+        SplitKOperands::TransposedB => (layout(4096, 1, 4096), layout(1, 4096, 4096)),
+        SplitKOperands::Elements => (layout(4096, 1, 4095), layout(4096, 4096, 4096)),
     };
     let coop = super::matmul_coop::coop_tiles(target, m.max(1)).is_some();
     let plan = splitk_plan(target, coop, (m, 4096, 4096, 1), &a, &b)?;

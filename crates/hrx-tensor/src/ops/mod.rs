@@ -33,7 +33,7 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
 pub use matmul::{MatmulOptions, decode_matmul_source};
 pub use matmul_coop::coop_matmul_source;
-pub use matmul_splitk::coop_splitk_source;
+pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use reduce::Reduction;
 
 use crate::{DeviceTensor, TensorDesc};

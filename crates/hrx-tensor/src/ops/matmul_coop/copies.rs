@@ -38,9 +38,11 @@ impl CoopTiles {
     /// `layout` with the wide copies this tiling cannot map to fixed
     /// column groups turned off.
     pub(super) fn usable(&self, layout: CoopLayout) -> CoopLayout {
+        let wide_b = layout.wide_b && self.wide_b().fits();
         CoopLayout {
             wide_a: layout.wide_a && self.wide_a().fits(),
-            wide_b: layout.wide_b && self.wide_b().fits(),
+            wide_b,
+            wide_bt: layout.wide_bt && !wide_b && self.wide_bt().fits(),
             ..layout
         }
     }
@@ -73,6 +75,8 @@ impl CoopTiles {
         }
         if layout.wide_b {
             self.wide_b_copies(&mut c);
+        } else if layout.wide_bt {
+            self.wide_bt_copies(&mut c);
         } else {
             c.views += "  %bv = buffer.view %b[%zero] : buffer -> view<[%lb]xf16>\n";
             c.prologue += &self.scalar_b(layout.b_n_fast, "%k0");

@@ -10,26 +10,16 @@ impl SplitK {
     /// quad index of the row's start `%ap_{u}`, elements the element index
     /// `%apr_{u}`.
     pub(super) fn setup_a(&self) -> String {
-        let quad = self.a == TileLoad::Quad;
-        let mut l = String::new();
-        if quad {
-            l += "  %samq = index.div %sam, %cq : index\n  %baseaq = index.div %basea, %cq : index\n";
+        if self.a == TileLoad::Quad {
+            return rows_along_k("a", self.tile_a().slots(), "%c0", "%m", "%sam", "%basea");
         }
+        let mut l = String::new();
         for u in 0..self.tile_a().slots() {
-            l += &if quad {
-                format!(
-                    "  %aokr_{u} = index.cmp ult, %a_r{u}, %m : index
-  %ap0_{u} = index.madd %a_r{u}, %samq, %baseaq : index
-  %ap_{u} = index.add %ap0_{u}, %a_g : index
-"
-                )
-            } else {
-                format!(
-                    "  %aokr_{u} = index.cmp ult, %ar_{u}, %m : index
+            l += &format!(
+                "  %aokr_{u} = index.cmp ult, %ar_{u}, %m : index
   %apr_{u} = index.madd %ar_{u}, %sam, %basea : index
 "
-                )
-            };
+            );
         }
         l
     }
@@ -39,7 +29,10 @@ impl SplitK {
     /// elements the column's element index `%bpc_{u}`.
     pub(super) fn setup_b(&self) -> String {
         let mut l = String::new();
-        if self.b == TileLoad::Quad {
+        if self.b == TileLoad::QuadAlongK {
+            // Tile rows are columns of B (`%col0 + r`), quads run along k.
+            l += &rows_along_k("b", self.tile_b().slots(), "%col0", "%n", "%sbn", "%baseb");
+        } else if self.b == TileLoad::Quad {
             l += "  %sbkq = index.div %sbk, %cq : index
   %b_gc = index.add %col0, %b_col : index
   %bokc = index.cmp ult, %b_gc, %n : index
@@ -67,27 +60,12 @@ impl SplitK {
     pub(super) fn fetch(&self, s: &str, k0: &str) -> String {
         let mut l = String::new();
         if self.a == TileLoad::Quad {
-            l += &format!(
-                "    %agk{s} = index.add {k0}, %a_col : index
-    %aokk{s} = index.cmp ult, %agk{s}, %kend : index
-    %akq{s} = index.div {k0}, %cq : index
-"
-            );
+            l += &fetch_along_k("a", self.tile_a().slots(), s, k0);
         }
         for u in 0..self.tile_a().slots() {
             l += &match self.a {
-                TileLoad::Quad => format!(
-                    "    %aok{s}_{u} = scalar.andi %aokr_{u}, %aokk{s} : i1
-    %ax{s}_{u} = scf.if %aok{s}_{u} -> (vector<4xu32>) {{
-      %aq{s}_{u} = index.add %ap_{u}, %akq{s} : index
-      %aw{s}_{u} = index.mul %aq{s}_{u}, %c4 : index
-      %av{s}_{u} = vector.load %av[%aw{s}_{u}] : view<[%law]xu32> -> vector<4xu32>
-      scf.yield %av{s}_{u} : vector<4xu32>
-    }} else {{
-      scf.yield %uz4 : vector<4xu32>
-    }}
-"
-                ),
+                // A is never staged transposed (k is its tile's inner axis).
+                TileLoad::Quad | TileLoad::QuadAlongK => String::new(),
                 TileLoad::Scalar { .. } => format!(
                     "    %agk{s}_{u} = index.add {k0}, %ac_{u} : index
     %aokk{s}_{u} = index.cmp ult, %agk{s}_{u}, %kend : index
@@ -103,11 +81,14 @@ impl SplitK {
                 ),
             };
         }
-        if self.b == TileLoad::Quad {
-            l += &format!("    %bkw{s} = index.mul {k0}, %sbkq : index\n");
+        match self.b {
+            TileLoad::Quad => l += &format!("    %bkw{s} = index.mul {k0}, %sbkq : index\n"),
+            TileLoad::QuadAlongK => l += &fetch_along_k("b", self.tile_b().slots(), s, k0),
+            TileLoad::Scalar { .. } => {}
         }
         for u in 0..self.tile_b().slots() {
             l += &match self.b {
+                TileLoad::QuadAlongK => String::new(),
                 TileLoad::Quad => format!(
                     "    %bgk{s}_{u} = index.add {k0}, %b_r{u} : index
     %bokk{s}_{u} = index.cmp ult, %bgk{s}_{u}, %kend : index
@@ -139,4 +120,58 @@ impl SplitK {
         }
         l
     }
+}
+
+/// Addressing of an operand staged as rows along k with 16-byte loads (A,
+/// or a transposed B): copy `u`'s row is `first + %{x}_r{u}`, inside when
+/// below `bound`; `%{x}p_{u}` is the quad index of that row's start plus
+/// the work item's column group.
+fn rows_along_k(
+    x: &str,
+    slots: usize,
+    first: &str,
+    bound: &str,
+    stride: &str,
+    base: &str,
+) -> String {
+    let mut l = format!(
+        "  %{x}rsq = index.div {stride}, %cq : index\n  %{x}baseq = index.div {base}, %cq : index\n"
+    );
+    for u in 0..slots {
+        l += &format!(
+            "  %{x}gr_{u} = index.add {first}, %{x}_r{u} : index
+  %{x}okr_{u} = index.cmp ult, %{x}gr_{u}, {bound} : index
+  %{x}p0_{u} = index.madd %{x}gr_{u}, %{x}rsq, %{x}baseq : index
+  %{x}p_{u} = index.add %{x}p0_{u}, %{x}_g : index
+"
+        );
+    }
+    l
+}
+
+/// The 16-byte loads along k at `k0` of an operand set up by
+/// `rows_along_k`, into `%{x}x{s}_{u}` (zero outside the matrix and past
+/// the split).
+fn fetch_along_k(x: &str, slots: usize, s: &str, k0: &str) -> String {
+    let mut l = format!(
+        "    %{x}gk{s} = index.add {k0}, %{x}_col : index
+    %{x}okk{s} = index.cmp ult, %{x}gk{s}, %kend : index
+    %{x}kq{s} = index.div {k0}, %cq : index
+"
+    );
+    for u in 0..slots {
+        l += &format!(
+            "    %{x}ok{s}_{u} = scalar.andi %{x}okr_{u}, %{x}okk{s} : i1
+    %{x}x{s}_{u} = scf.if %{x}ok{s}_{u} -> (vector<4xu32>) {{
+      %{x}q{s}_{u} = index.add %{x}p_{u}, %{x}kq{s} : index
+      %{x}w{s}_{u} = index.mul %{x}q{s}_{u}, %c4 : index
+      %{x}v{s}_{u} = vector.load %{x}v[%{x}w{s}_{u}] : view<[%l{x}w]xu32> -> vector<4xu32>
+      scf.yield %{x}v{s}_{u} : vector<4xu32>
+    }} else {{
+      scf.yield %uz4 : vector<4xu32>
+    }}
+"
+        );
+    }
+    l
 }

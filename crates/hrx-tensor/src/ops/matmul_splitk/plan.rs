@@ -75,6 +75,25 @@ fn tile_load(layout: &BLayout) -> TileLoad {
     }
 }
 
+/// B's load: as `tile_load`, or 16-byte loads along k where B is
+/// contiguous along k (checked as the transposed matrix would be).
+fn tile_load_b(layout: &BLayout, k: usize) -> TileLoad {
+    let along_k = BLayout {
+        k_stride: layout.n_stride,
+        n_stride: layout.k_stride,
+        batch_stride: layout.batch_stride,
+        offset: layout.offset,
+        binding_offset: layout.binding_offset,
+        n: k,
+    };
+    match tile_load(layout) {
+        TileLoad::Scalar { .. } if b_load(DType::F16, &along_k) == BLoad::Quad16 => {
+            TileLoad::QuadAlongK
+        }
+        other => other,
+    }
+}
+
 /// The split-k plan for `m x k` A (`a` describes it with k as its
 /// columns, i.e. `n` = k and `n_stride` the k stride) and `k x n` B over
 /// `batch`, or `None` when the kernel does not apply: no 16x16x16 f16 ->
@@ -122,7 +141,7 @@ fn plan_with(
         bk,
         prefetch: shape.prefetch,
         a: tile_load(a),
-        b: tile_load(b),
+        b: tile_load_b(b, k),
     };
     let threads = plan.threads();
     let fits = threads as u32 <= target.max_workgroup_invocations
@@ -169,20 +188,26 @@ impl SplitK {
         }
     }
 
+    /// B's tile: `BK x BN`, or `BN x BK` when copied along k.
     pub(super) fn tile_b(&self) -> Tile {
+        let (rows, cols, load) = match self.b {
+            TileLoad::QuadAlongK => (BN, self.bk, TileLoad::Quad),
+            other => (self.bk, BN, other),
+        };
         Tile {
             name: "b",
-            rows: self.bk,
-            cols: BN,
-            load: self.b,
+            rows,
+            cols,
+            load,
             threads: self.threads(),
             sg: self.sg,
         }
     }
 
     /// Workgroup memory: the A and B tiles (rows padded by 8 halves).
-    fn shared_bytes(&self) -> usize {
-        (self.mp * (self.bk + 8) + self.bk * (BN + 8)) * 2
+    pub(super) fn shared_bytes(&self) -> usize {
+        let b = self.tile_b();
+        (self.mp * (self.bk + 8) + b.rows * (b.cols + 8)) * 2
     }
 }
 

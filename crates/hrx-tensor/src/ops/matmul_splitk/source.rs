@@ -15,7 +15,7 @@ impl SplitK {
         // Row fragments per subgroup.
         let mf = mp / 16 / self.groups;
         let view = |name: &str, len: &str, load: TileLoad| match load {
-            TileLoad::Quad => format!(
+            TileLoad::Quad | TileLoad::QuadAlongK => format!(
                 "  %{name}_two = index.constant 2 : index
   %{len}w = index.div %{len}, %{name}_two : index
   %{name}v = buffer.view %{name}[%zero] : buffer -> view<[%{len}w]xu32>"
@@ -70,9 +70,15 @@ impl SplitK {
         let ksteps = bk / 16;
         let mut body = vec![];
         for s in 0..ksteps {
+            // An n-major tile holds B's fragments column by column.
+            let fb = if self.b == TileLoad::QuadAlongK {
+                format!("coop.load<col_major> %tb[%fco_0, %ko_{s}]")
+            } else {
+                format!("coop.load<row_major> %tb[%ko_{s}, %fco_0]")
+            };
             body.push(format!(
                 "    %ko_{s} = index.constant {} : index
-    %fb_{s} = coop.load<row_major> %tb[%ko_{s}, %fco_0] : {ty_b} -> coopmat<16x16xf16, b>",
+    %fb_{s} = {fb} : {ty_b} -> coopmat<16x16xf16, b>",
                 16 * s
             ));
             for &i in &frags {
@@ -133,7 +139,7 @@ impl SplitK {
             ("THREADS", threads.to_string()),
             ("FNC", "16".into()),
             ("A_BYTES", (mp * (bk + 8) * 2).to_string()),
-            ("B_BYTES", (bk * (BN + 8) * 2).to_string()),
+            ("B_BYTES", (tb.rows * (tb.cols + 8) * 2).to_string()),
             ("TA", ty_a),
             ("TB", ty_b),
             ("AVIEW", view("a", "la", self.a)),

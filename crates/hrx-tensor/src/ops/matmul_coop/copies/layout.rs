@@ -13,6 +13,11 @@ pub(crate) struct CoopLayout {
     pub(crate) wide_a: bool,
     /// B is copied as 16-byte groups of 8 halves along n.
     pub(crate) wide_b: bool,
+    /// B is contiguous along k (transposed, as linear layers store
+    /// weights) and copied as 16-byte groups along k into an n-major
+    /// tile, whose fragments are loaded column-major. Only without
+    /// `wide_b`.
+    pub(crate) wide_bt: bool,
 }
 
 /// What a wide copy needs of one operand: its contiguous axis has stride

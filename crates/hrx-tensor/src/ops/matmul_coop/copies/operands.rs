@@ -16,6 +16,19 @@ impl CoopTiles {
             sg: self.sg,
         }
     }
+    /// B staged n-major (`BN x BK`, rows padded like A's) for a B that is
+    /// contiguous along k.
+    pub(super) fn wide_bt(&self) -> Wide {
+        Wide {
+            name: "b",
+            rows: self.bn,
+            cols: self.bk,
+            tile: self.tile_bt(),
+            pitch: self.pbt(),
+            threads: self.threads(),
+            sg: self.sg,
+        }
+    }
     pub(super) fn wide_b(&self) -> Wide {
         Wide {
             name: "b",
@@ -28,52 +41,64 @@ impl CoopTiles {
         }
     }
 
-    /// A: tile rows are rows of A (`%row0 + r`), groups run along k. The
-    /// word index of copy `i` at k step `t` is its word at k = 0 plus
-    /// `t * BK / 2`.
+    /// A: tile rows are rows of A (`%row0 + r`), groups run along k.
     pub(super) fn wide_a_copies(&self, c: &mut Copies) {
-        let wa = self.wide_a();
+        self.rows_along_k(c, &self.wide_a(), ["%row0", "%m", "%sam", "%basea"]);
+    }
+
+    /// A transposed B (contiguous along k): tile rows are columns of B
+    /// (`%col0 + r`), groups run along k, as for A.
+    pub(super) fn wide_bt_copies(&self, c: &mut Copies) {
+        self.rows_along_k(c, &self.wide_bt(), ["%col0", "%n", "%sbn", "%baseb"]);
+    }
+
+    /// Wide copies of an operand staged as rows along k: tile row `r` is
+    /// row `first + r` of the operand (inside when below `bound`, `stride`
+    /// elements apart from `base`). The word index of copy `i` at k step
+    /// `t` is its word at k = 0 plus `t * BK / 2`.
+    fn rows_along_k(&self, c: &mut Copies, w: &Wide, [first, bound, stride, base]: [&str; 4]) {
+        let x = w.name;
         c.views += &format!(
-            "  %law = index.div %la, %c2 : index
-  %av = buffer.view %a[%zero] : buffer -> view<[%law]xu32>
-  %wa_kw = index.constant {} : index
+            "  %l{x}w = index.div %l{x}, %c2 : index
+  %{x}v = buffer.view %{x}[%zero] : buffer -> view<[%l{x}w]xu32>
+  %w{x}_kw = index.constant {} : index
 ",
             self.bk / 2
         );
-        c.setup += &wa.setup();
+        c.setup += &w.setup();
         let mut okt = Vec::new();
-        for i in 0..wa.count() {
-            let (lines, ok) = wa.inside(i, &format!("%wa_okt{i}"), &format!("%wa_okr{i}"));
+        for i in 0..w.count() {
+            let (lines, ok) = w.inside(i, &format!("%w{x}_okt{i}"), &format!("%w{x}_okr{i}"));
             okt.push(ok);
             c.setup += &format!(
-                "  %wa_gr{i} = index.add %row0, %wa_r{i} : index
-  %wa_okr{i} = index.cmp ult, %wa_gr{i}, %m : index
-{lines}  %wa_p{i} = index.madd %wa_gr{i}, %sam, %basea : index
-  %wa_h{i} = index.add %wa_p{i}, %wa_col : index
-  %wa_q{i} = index.div %wa_h{i}, %c8 : index
-  %wa_w{i} = index.mul %wa_q{i}, %c4 : index
+                "  %w{x}_gr{i} = index.add {first}, %w{x}_r{i} : index
+  %w{x}_okr{i} = index.cmp ult, %w{x}_gr{i}, {bound} : index
+{lines}  %w{x}_p{i} = index.madd %w{x}_gr{i}, {stride}, {base} : index
+  %w{x}_h{i} = index.add %w{x}_p{i}, %w{x}_col : index
+  %w{x}_q{i} = index.div %w{x}_h{i}, %c8 : index
+  %w{x}_w{i} = index.mul %w{x}_q{i}, %c4 : index
 "
             );
         }
         let fetch = |s: &str, k0: &str, step: &str| {
             let mut l = format!(
-                "    %xa{s}_gk = index.add {k0}, %wa_col : index
-    %xa{s}_okk = index.cmp ult, %xa{s}_gk, %k : index
-    %xa{s}_kw = index.mul {step}, %wa_kw : index
+                "    %x{x}{s}_gk = index.add {k0}, %w{x}_col : index
+    %x{x}{s}_okk = index.cmp ult, %x{x}{s}_gk, %k : index
+    %x{x}{s}_kw = index.mul {step}, %w{x}_kw : index
 "
             );
             for (i, ok) in okt.iter().enumerate() {
                 l += &format!(
-                    "    %xa{s}_ok{i} = scalar.andi {ok}, %xa{s}_okk : i1
-    %xa{s}_w{i} = index.add %wa_w{i}, %xa{s}_kw : index
+                    "    %x{x}{s}_ok{i} = scalar.andi {ok}, %x{x}{s}_okk : i1
+    %x{x}{s}_w{i} = index.add %w{x}_w{i}, %x{x}{s}_kw : index
 "
                 );
             }
-            l + &wa.fetch(s, |i| format!("%xa{s}_w{i}"))
+            l + &w.fetch(s, |i| format!("%x{x}{s}_w{i}"))
         };
-        c.prologue += &(fetch("p", "%k0", "%c0") + &wa.store("p"));
+        c.prologue += &(fetch("p", "%k0", "%c0") + &w.store("p"));
         c.prefetch += &fetch("l", "%kn", "%t1");
-        c.stage += &wa.store("l");
+        c.stage += &w.store("l");
     }
 
     /// B: tile rows are k (`%k0 + r`), groups run along n. One k step

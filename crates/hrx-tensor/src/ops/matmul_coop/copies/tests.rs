@@ -19,21 +19,29 @@ fn hopper_tilings() -> Vec<(String, CoopTiles)> {
     all
 }
 
-/// Every mix of wide and element copies, both axis orders, and each
-/// tiling compiles for the H200 target (naga validates the module).
+/// Every mix of wide and element copies (B wide along n or, transposed,
+/// along k), both axis orders, and each tiling compiles for the H200
+/// target (naga validates the module).
 #[test]
 fn every_copy_layout_compiles_for_hopper() {
     let target = Target::hopper();
     let compiler = Compiler::for_target(None, &target).unwrap();
     for (m, tiles) in hopper_tilings() {
-        for bits in 0..16u8 {
-            let layout = CoopLayout {
+        for bits in 0..32u8 {
+            let layout = tiles.usable(CoopLayout {
                 a_k_fast: bits & 1 != 0,
                 b_n_fast: bits & 2 != 0,
                 wide_a: bits & 4 != 0,
                 wide_b: bits & 8 != 0,
-            };
+                wide_bt: bits & 16 != 0,
+            });
             let src = tiles.source(layout, String::new(), "%x");
+            // Only an n-major tile of B is read column-major.
+            assert_eq!(
+                src.contains("coop.load<col_major>"),
+                layout.wide_bt,
+                "{m} {layout:?}"
+            );
             compiler
                 .module(&src)
                 .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
@@ -96,5 +104,28 @@ fn wide_copies_need_aligned_contiguous_rows() {
         },
     ] {
         assert!(!bad.holds());
+    }
+}
+
+/// A B wide along n wins over the transposed copy, which every tiling can
+/// otherwise take.
+#[test]
+fn transposed_b_copies_only_without_wide_b() {
+    for (m, tiles) in hopper_tilings() {
+        let both = CoopLayout {
+            a_k_fast: true,
+            b_n_fast: true,
+            wide_a: true,
+            wide_b: true,
+            wide_bt: true,
+        };
+        assert!(!tiles.usable(both).wide_bt, "{m}");
+        let transposed = CoopLayout {
+            b_n_fast: false,
+            wide_b: false,
+            ..both
+        };
+        assert!(tiles.usable(transposed).wide_bt, "{m}");
+        assert!(tiles.wide_bt().fits(), "{m}");
     }
 }
