@@ -170,22 +170,40 @@ impl Gpu {
 static OPEN_DEVICES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many runtime devices are open in this process right now. A device
-/// closes when the last runtime clone, buffer, kernel, graph and in-flight
-/// submission of its domain is gone.
+/// is destroyed when the last runtime clone, buffer, view, kernel and graph
+/// of its domain is gone, on the thread that drops it, before that drop
+/// returns (in-flight work is waited for when the last runtime handle goes).
 pub fn open_device_count() -> usize {
     OPEN_DEVICES.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+impl Gpu {
+    /// Wait for everything queued on the device, stop the watcher thread
+    /// and release what the finished work kept alive, all on the calling
+    /// thread. Called when the domain's last runtime handle goes (see
+    /// `Domain`'s drop), so that the work's last references to the device
+    /// are dropped here and never on the watcher, which the process would
+    /// not wait for at exit. Nothing can be queued afterwards: submitting
+    /// needs a runtime handle.
+    pub(crate) fn close(&self) {
+        {
+            let _queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the queue is not used concurrently (we hold its lock).
+            // A lost device returns at once, which is all we need: its work
+            // will not touch memory any more.
+            unsafe {
+                let _ = self.device.device_wait_idle();
+            }
+        }
+        self.timeline.close();
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
-        // Nothing of this domain is alive any more except work still on the
-        // device; drain it so no memory is freed under the device's feet.
-        // SAFETY: the queue is not used concurrently (we hold its lock).
-        let _queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        unsafe {
-            let _ = self.device.device_wait_idle();
-        }
-        self.timeline.shut_down();
+        // Normally closed already by the domain; a no-op on an idle device
+        // then. Drained again so no memory is freed under the device's feet.
+        self.close();
         let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the device is idle, the watcher no longer touches it, and
         // every object below was created from this device and is unused.
@@ -197,9 +215,8 @@ impl Drop for Gpu {
             self.timeline.destroy_semaphore();
             self.device.destroy_device(None);
         }
-        // Counted as open until it is destroyed: the last reference may go
-        // on the watcher thread, and a caller that sees zero may then end
-        // the process, which must not race the driver calls above.
+        // Counted as open until it is destroyed: a caller that sees zero
+        // may end the process, which must not race the driver calls above.
         OPEN_DEVICES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

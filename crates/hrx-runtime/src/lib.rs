@@ -25,6 +25,12 @@
 //!   waits on the host. Failure propagates to dependent work; failure takes
 //!   precedence over cancellation; a lost device fails everything pending
 //!   with [`Error::DeviceLost`].
+//! - **Lifetime.** Runtime clones, buffers, graphs and copy batches hold
+//!   their domain; dropping the last of them waits for the domain's queued
+//!   work and releases it on the dropping thread, and the device is
+//!   destroyed by whoever drops its last handle (views and kernels keep the
+//!   device, not the domain), before that drop returns: never by the
+//!   watcher thread, whose driver calls could otherwise race process exit.
 //! - **The caller's job.** Do not submit work that touches memory while the
 //!   host holds a write mapping of it; declare accesses truthfully in kernel
 //!   contracts (a kernel that writes a binding declared read-only races).

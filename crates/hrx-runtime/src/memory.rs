@@ -439,6 +439,10 @@ impl DerefMut for MappedWrite<'_> {
 #[derive(Clone)]
 pub struct Buffer {
     pub(crate) allocation: Arc<Allocation>,
+    /// A buffer counts as a handle of its domain: dropping the domain's
+    /// last handle waits for its work (see `Domain`'s drop). Only buffers,
+    /// never views, hold it, because views are kept by in-flight work.
+    pub(crate) _runtime: crate::Runtime,
 }
 
 impl std::fmt::Debug for Buffer {

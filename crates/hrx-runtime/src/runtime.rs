@@ -21,6 +21,11 @@ static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
 /// Everything that crosses an API (views, kernels, graphs, completions) is
 /// checked against its domain before any work is queued.
 ///
+/// Buffers, graphs and copy batches hold the domain too. Dropping its last
+/// handle blocks until the work queued on the device has finished, then
+/// releases that work's resources on the dropping thread (and destroys the
+/// device there unless views or kernels still hold it).
+///
 /// ```no_run
 /// use hrx_runtime::{MemoryPlacement, Runtime};
 /// let runtime = Runtime::new()?;
@@ -38,6 +43,19 @@ struct Domain {
     options: RuntimeOptions,
     gpu: OnceLock<Arc<Gpu>>,
     opening: Mutex<()>,
+}
+
+impl Drop for Domain {
+    /// The last runtime handle of the domain is going (buffers, graphs and
+    /// copy batches hold one too): wait for the domain's work and release
+    /// what it kept alive on this thread, so that the device is destroyed
+    /// here or by whoever drops the last view or kernel, never by the
+    /// watcher thread, whose driver calls could race process exit.
+    fn drop(&mut self) {
+        if let Some(gpu) = self.gpu.get() {
+            gpu.close();
+        }
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -114,6 +132,7 @@ impl Runtime {
         let gpu = self.gpu_arc()?;
         Ok(Buffer {
             allocation: Allocation::new(gpu, bytes, placement)?,
+            _runtime: self.clone(),
         })
     }
 

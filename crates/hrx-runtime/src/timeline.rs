@@ -395,6 +395,30 @@ impl Timeline {
         }
     }
 
+    /// Stop the watcher, then retire on the calling thread everything in
+    /// flight, releasing what it kept alive here. The device must be idle
+    /// (or lost): whatever the counter does not cover then never ran, so
+    /// it fails with [`Error::DeviceLost`] and is released as well. Every
+    /// registered waker is woken, as nothing will resolve later.
+    pub(crate) fn close(&self) {
+        self.shut_down();
+        self.poll();
+        let (left, wakers) = {
+            let mut schedule = self.lock();
+            (
+                std::mem::take(&mut schedule.in_flight),
+                std::mem::take(&mut schedule.wakers),
+            )
+        };
+        for entry in &left {
+            entry.state.resolve_with(Err(Error::DeviceLost(
+                "the device was closed before the work finished".into(),
+            )));
+        }
+        drop(left);
+        wakers.into_iter().for_each(|(_, waker)| waker.wake());
+    }
+
     /// Destroy the semaphore; called by the device's destructor once idle.
     ///
     /// # Safety

@@ -1,11 +1,39 @@
 //! A domain's device closes once nothing of the domain is left, even after
-//! submissions nobody waited for (the watcher releases them).
+//! submissions nobody waited for: dropping the last runtime handle waits
+//! for them and destroys the device on the dropping thread, before the drop
+//! returns, never on the watcher thread (whose driver calls could race the
+//! process's exit).
 
-use hrx_runtime::{MemoryPlacement, Runtime, open_device_count};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::gate::slow_graph;
+use hrx_runtime::{
+    Buffer, BufferView, Completion, ExecutableGraph, MemoryPlacement, Runtime, open_device_count,
+};
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests count the process's open devices: one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    // Calibrate the gate first: it opens (and closes) a device of its own.
+    common::gate::calibrated_rounds();
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Watcher threads alive in this process (Linux names them in /proc).
+fn watcher_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("hrx-watcher"))
+        .count()
+}
 
 #[test]
 fn devices_close_when_their_domain_is_gone() {
+    let _serial = serial();
     assert_eq!(open_device_count(), 0);
     {
         let runtime = Runtime::new().unwrap();
@@ -24,9 +52,123 @@ fn devices_close_when_their_domain_is_gone() {
         drop(graph.submit().unwrap());
         assert_eq!(open_device_count(), 1);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while open_device_count() != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(open_device_count(), 0, "the device outlived its handles");
+}
+
+/// A domain with a chain of work queued behind a gate: the gate holds the
+/// device for about 150 ms, and `rest` submissions follow it in order.
+struct Busy {
+    runtime: Runtime,
+    buffers: Vec<Buffer>,
+    graphs: Vec<ExecutableGraph>,
+    /// The chain's last completion; it does not keep the device open.
+    last: Completion,
+}
+
+fn busy(rest: usize) -> Busy {
+    let runtime = Runtime::new().unwrap();
+    let a = runtime
+        .allocate(1 << 16, MemoryPlacement::GpuLocal)
+        .unwrap();
+    let b = runtime
+        .allocate(1 << 16, MemoryPlacement::HostVisible)
+        .unwrap();
+    let gate = slow_graph(&runtime);
+    let mut work = runtime.graph();
+    work.fill(a.view(), 7).unwrap();
+    work.copy(b.view(), a.view()).unwrap();
+    let work = work.prepare().unwrap();
+    let mut last = gate.submit().unwrap();
+    for _ in 0..rest {
+        last = work.submit_after(&[last]).unwrap();
     }
-    assert_eq!(open_device_count(), 0, "the device leaked");
+    assert!(!last.is_complete(), "the gate finished at once");
+    Busy {
+        runtime,
+        buffers: vec![a, b],
+        graphs: vec![gate, work],
+        last,
+    }
+}
+
+#[test]
+fn dropping_the_last_handle_waits_for_work_and_destroys_the_device() {
+    let _serial = serial();
+    assert_eq!(open_device_count(), 0);
+    let Busy {
+        runtime,
+        buffers,
+        graphs,
+        last,
+    } = busy(3);
+    assert_eq!(watcher_threads(), 1);
+    drop(runtime);
+    drop(graphs);
+    assert_eq!(open_device_count(), 1, "buffers still hold the domain");
+    assert!(!last.is_complete(), "the gate finished before the drop");
+    // The last handle: its drop waits for the chain and destroys the device.
+    drop(buffers);
+    assert_eq!(
+        open_device_count(),
+        0,
+        "the device outlived its last handle"
+    );
+    assert_eq!(watcher_threads(), 0, "the watcher thread was not joined");
+    assert!(matches!(last.result(), Some(Ok(()))));
+    assert!(last.wait().is_ok());
+}
+
+#[test]
+fn a_view_kept_past_its_domain_closes_the_device_when_dropped() {
+    let _serial = serial();
+    assert_eq!(open_device_count(), 0);
+    let busy = busy(2);
+    let view: BufferView = busy.buffers[1].view();
+    let last = busy.last.clone();
+    drop(busy);
+    // The domain is gone: its work finished and the watcher stopped, but
+    // the view still holds the memory and so the device.
+    assert!(matches!(last.result(), Some(Ok(()))));
+    assert_eq!(watcher_threads(), 0, "the watcher thread was not joined");
+    assert_eq!(open_device_count(), 1);
+    let words = view.map_read().unwrap();
+    assert!(words.chunks_exact(4).all(|w| w == 7u32.to_le_bytes()));
+    drop(words);
+    drop(view);
+    assert_eq!(open_device_count(), 0, "the device outlived its last view");
+}
+
+#[test]
+fn dropping_domains_with_work_in_flight_never_leaves_a_device_open() {
+    let _serial = serial();
+    assert_eq!(open_device_count(), 0);
+    for round in 0..20 {
+        let Busy {
+            runtime,
+            buffers,
+            graphs,
+            last,
+        } = busy(1 + round % 4);
+        // Vary which handle goes last: each must wait for the work.
+        match round % 3 {
+            0 => {
+                drop(buffers);
+                drop(graphs);
+                drop(runtime);
+            }
+            1 => {
+                drop(runtime);
+                drop(buffers);
+                drop(graphs);
+            }
+            _ => {
+                drop(graphs);
+                drop(runtime);
+                drop(buffers);
+            }
+        }
+        assert_eq!(open_device_count(), 0, "round {round}: device left open");
+        assert_eq!(watcher_threads(), 0, "round {round}: watcher left running");
+        assert!(matches!(last.result(), Some(Ok(()))), "round {round}");
+    }
 }
