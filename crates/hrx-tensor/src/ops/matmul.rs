@@ -5,6 +5,7 @@ use super::{
     Ops, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     matmul_coop::{CoopLayout, CoopTiles, WideCheck},
+    matmul_dot::{dot_applies, dot_key},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
     matmul_tiled::tiled_key,
@@ -207,6 +208,7 @@ impl Ops {
                 );
             }
             Choice::Decode(load) => gemv_key(&target, input, load, m, act, result),
+            Choice::Dot => dot_key(&target, m, act, result),
             Choice::Coop(tiles) => {
                 let wide_a = WideCheck {
                     fast_stride: ma.col_stride,
@@ -273,7 +275,8 @@ impl Ops {
 
     /// Which kernel [`Ops::record_matmul`] runs for these operands on this
     /// device: `"decode (16-byte loads)"`, `"decode (4-byte words)"`,
-    /// `"decode (elements)"`, `"cooperative matrix (split k)"`,
+    /// `"decode (elements)"`, `"decode (rows of a transposed B)"`,
+    /// `"cooperative matrix (split k)"`,
     /// `"cooperative matrix"` or `"tiled"`.
     pub fn matmul_kernel(
         &self,
@@ -322,6 +325,7 @@ impl Ops {
                 Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
                 Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
                 Choice::Decode(BLoad::Scalar) => "decode (elements)",
+                Choice::Dot => "decode (rows of a transposed B)",
                 Choice::Coop(_) => "cooperative matrix",
                 Choice::Tiled => "tiled",
             },
@@ -367,14 +371,16 @@ fn batch_layout(
 /// The kernel family for one matmul.
 enum Choice {
     Decode(BLoad),
+    Dot,
     SplitK(SplitK),
     Coop(CoopTiles),
     Tiled,
 }
 
-/// Few rows run on the decode kernel, which streams B once per 8 rows;
-/// where tensor cores exist they take B layouts the decode kernel could
-/// only read element by element, and every larger m: up to 64 rows on the
+/// Few rows run on the decode kernel, which streams B once per 8 rows, or,
+/// for a B contiguous along k (transposed), on the dot kernel; where
+/// tensor cores exist they take B layouts the decode kernels could only
+/// read element by element, and every larger m: up to 64 rows on the
 /// split-k kernel (more workgroups than column tiles alone give), above on
 /// the tiled cooperative-matrix kernel.
 fn choose(
@@ -388,9 +394,11 @@ fn choose(
         .then(|| coop_tiles_for(target, m, n, batch))
         .flatten();
     let load = b_load(input, b);
-    let decode =
-        k > 0 && m <= gemv_max_rows(coop.is_some()) && (coop.is_none() || load != BLoad::Scalar);
+    let few = k > 0 && m <= gemv_max_rows(coop.is_some());
+    let dot = few && load != BLoad::Quad16 && dot_applies(input, k, a, b);
+    let decode = few && (coop.is_none() || load != BLoad::Scalar);
     match coop {
+        _ if dot => Choice::Dot,
         _ if decode => Choice::Decode(load),
         Some(tiles) => splitk_plan(target, true, (m, n, k, batch), a, b)
             .map_or(Choice::Coop(tiles), Choice::SplitK),

@@ -19,6 +19,7 @@ mod gather;
 mod indexing;
 mod matmul;
 mod matmul_coop;
+mod matmul_dot;
 mod matmul_gemv;
 mod matmul_splitk;
 mod matmul_tiled;
@@ -33,6 +34,7 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
 pub use matmul::{MatmulOptions, decode_matmul_source};
 pub use matmul_coop::coop_matmul_source;
+pub use matmul_dot::dot_matmul_source;
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use reduce::Reduction;
 

@@ -1,0 +1,127 @@
+//! The decode kernel for a B contiguous along k (given transposed, as
+//! linear layers store weights) against an f64 reference: f16 inputs, k a
+//! multiple of 8 (16-byte loads of A and B rows), any n (partial column
+//! groups), m up to the decode threshold (several row tiles where it
+//! exceeds 8), batches with broadcasting, bias and activation. Tolerance:
+//! products of f16 values are exact in f32, only the sums round: atol
+//! 2e-3 + rtol 2e-3 for |values| <= 1 and k <= 512.
+
+mod common;
+
+use common::{
+    cases::unary_ref,
+    matmul::{f16_round, stored, validate_if_installed},
+    *,
+};
+use hrx_core::Target;
+use hrx_tensor::{
+    DType, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp, dot_matmul_source},
+};
+use proptest::prelude::*;
+
+const DOT: &str = "decode (rows of a transposed B)";
+
+/// The rows the dot kernel takes on this device (the decode threshold).
+fn max_rows() -> usize {
+    let coop = ops()
+        .runtime()
+        .gpu()
+        .unwrap()
+        .target()
+        .supports_cooperative_matrix();
+    if coop { 4 } else { 64 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn dot_matmul_matches_reference(
+        m in prop_oneof![4 => 1usize..=8, 1 => 9usize..=40],
+        n in prop_oneof![1usize..=3, 4usize..=80, Just(129usize)],
+        q in prop_oneof![3 => 1usize..=16, 1 => 17usize..=64],
+        batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3])],
+        seed in any::<u64>(),
+    ) {
+        let k = 8 * q;
+        let mut rng = Gen::new(seed);
+        let options = MatmulOptions {
+            transpose_a: false,
+            transpose_b: true,
+            activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
+        };
+        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
+        let nb: usize = batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(f16_round).collect();
+        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(f16_round).collect();
+        let vbias = values(&mut rng, n, -1.0, 1.0);
+        let with_bias = rng.below(2) == 0;
+        let mut sa = batch.clone();
+        sa.extend([m, k]);
+        let mut sb = b_batch.clone();
+        sb.extend([n, k]);
+        let a = input(DType::F16, &sa, &stored(&va, nb, m, k, false), Placement::Contiguous);
+        let b = input(DType::F16, &sb, &stored(&vb, nbb, k, n, true), Placement::Contiguous);
+        let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
+        let bias = with_bias.then_some(&bias);
+        let kernel = ops().matmul_kernel(&a, &b, options).unwrap();
+        if m <= max_rows() {
+            prop_assert_eq!(kernel, DOT);
+        }
+        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
+        let mut inputs = vec![&a, &b];
+        inputs.extend(bias);
+        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
+            ops().record_matmul(g, &a, &b, bias, options, out)
+        }).unwrap();
+        let mut want = Vec::new();
+        for bi in 0..nb {
+            let bb = if b_batch.is_empty() { 0 } else { bi };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s: f64 = (0..k).map(|p| va[bi * m * k + i * k + p] * vb[bb * k * n + p * n + j]).sum();
+                    if with_bias { s += vbias[j]; }
+                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
+                }
+            }
+        }
+        assert_close(&got, &want, 2e-3, 2e-3, &format!("dot matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} on {kernel}"));
+    }
+}
+
+/// Rows of A or B that are not whole aligned quads go to another kernel
+/// (and stay right: see matmul_decode.rs); f32 never takes this one.
+#[test]
+fn dot_kernel_needs_aligned_f16_rows() {
+    let pick = |dtype: DType, k: usize, placement: Placement| {
+        let a = input(dtype, &[2, k], &vec![0.5; 2 * k], Placement::Contiguous);
+        let b = input(dtype, &[24, k], &vec![0.25; 24 * k], placement);
+        let options = MatmulOptions {
+            transpose_b: true,
+            ..MatmulOptions::default()
+        };
+        ops().matmul_kernel(&a, &b, options).unwrap()
+    };
+    assert_eq!(pick(DType::F16, 64, Placement::Contiguous), DOT);
+    assert_ne!(pick(DType::F16, 60, Placement::Contiguous), DOT);
+    assert_ne!(pick(DType::F16, 64, Placement::Padded), DOT);
+    assert_ne!(pick(DType::F32, 64, Placement::Contiguous), DOT);
+}
+
+/// The H200's shape (subgroups of 32) compiles for every row tile.
+#[test]
+fn dot_kernel_compiles_for_hopper() {
+    let compiler = hrx_loom::Compiler::for_target(None, &Target::hopper()).unwrap();
+    for m in [1, 3, 4, 8] {
+        let src = dot_matmul_source(&Target::hopper(), m, Some(UnaryOp::Gelu));
+        let artifact = compiler
+            .module(&src)
+            .and_then(|module| {
+                module.compile_uncached(&hrx_loom::Specialization::new("@matmul_dot"))
+            })
+            .unwrap_or_else(|e| panic!("m={m}: {e}"));
+        validate_if_installed(&format!("dot-{m}"), &artifact.spirv_bytes());
+    }
+}
