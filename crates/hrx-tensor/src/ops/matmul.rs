@@ -5,7 +5,7 @@ use super::{
     Ops, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     matmul_coop::{CoopLayout, CoopTiles, WideCheck},
-    matmul_dot::{dot_applies, dot_key},
+    matmul_dot::{dot_applies, dot_key, dot_max_rows},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
     matmul_tiled::tiled_key,
@@ -395,7 +395,10 @@ fn choose(
         .flatten();
     let load = b_load(input, b);
     let few = k > 0 && m <= gemv_max_rows(coop.is_some());
-    let dot = few && load != BLoad::Quad16 && dot_applies(input, k, a, b);
+    let dot = few
+        && m <= dot_max_rows(coop.is_some())
+        && load != BLoad::Quad16
+        && dot_applies(input, k, a, b);
     let decode = few && (coop.is_none() || load != BLoad::Scalar);
     match coop {
         _ if dot => Choice::Dot,

@@ -19,6 +19,15 @@ const MAX_ROWS: usize = 8;
 /// Loads of B each lane has in flight per k step.
 const UNROLL: usize = 4;
 
+/// The largest m the dot kernel is chosen for. Each B quad meets one A
+/// quad per row, so its loads grow with m: on the H200 (k = n = 4096) it
+/// took 23 / 35 / 62 us for 1 / 2 / 4 rows, where the split-k kernel
+/// takes about 58 us for any m up to 16. Without cooperative matrices it
+/// replaces element-by-element decode loads up to the decode threshold.
+pub(crate) fn dot_max_rows(coop: bool) -> usize {
+    if coop { 2 } else { 64 }
+}
+
 /// Whether the dot kernel can run: f16 inputs, A and B both contiguous
 /// along k with every quad of 8 halves aligned (`a` and `b` as
 /// `Ops::record_matmul` describes them: A with k as its columns, B with
