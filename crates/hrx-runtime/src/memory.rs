@@ -106,6 +106,10 @@ pub(crate) struct Allocation {
     /// Timeline values of the last submission writing / touching this memory.
     last_write: AtomicU64,
     last_use: AtomicU64,
+    /// Timeline value of the device fill that zeroes this memory (0 when
+    /// it was zeroed through the mapping): every submission using it waits
+    /// for that value on the device.
+    zeroed_at: AtomicU64,
     /// Host mappings: many readers or one writer at a time.
     host: RwLock<()>,
 }
@@ -205,14 +209,17 @@ impl Allocation {
             device_local,
             last_write: AtomicU64::new(0),
             last_use: AtomicU64::new(0),
+            zeroed_at: AtomicU64::new(0),
             host: RwLock::new(()),
         });
         allocation.zero()?;
         Ok(allocation)
     }
 
-    /// Zero-fill: through the mapping when there is one, else on the device
-    /// (a one-off fill that this call waits for; allocation is a cold path).
+    /// Zero-fill: through the mapping when there is one, else a device fill
+    /// queued now and not waited for. The host cannot touch such memory,
+    /// and every submission that uses it waits for the fill on the device
+    /// (see `zeroed_at`), so allocating never waits behind queued work.
     fn zero(self: &Arc<Self>) -> Result<()> {
         if let Some(pointer) = self.mapped {
             // SAFETY: the mapping covers `len` bytes and nobody else can
@@ -242,7 +249,7 @@ impl Allocation {
             allocation: self.clone(),
             writes: true,
         }];
-        gpu.submit(crate::submit::Submission {
+        let fill = gpu.submit(crate::submit::Submission {
             command_buffer: raw,
             after: &[],
             previous: None,
@@ -250,8 +257,19 @@ impl Allocation {
             keep_alive: &keep,
             health: &Arc::new(Health::default()),
             injectable: false,
-        })?
-        .wait()
+        })?;
+        // A fill that could not even be queued fails the allocation.
+        match fill.pending_value() {
+            Some(value) => self.zeroed_at.store(value, Ordering::Release),
+            None => fill.result().unwrap_or(Ok(()))?,
+        }
+        Ok(())
+    }
+
+    /// The timeline value a submission using this memory must wait for
+    /// (its zero-fill), or 0.
+    pub(crate) fn zeroed_at(&self) -> u64 {
+        self.zeroed_at.load(Ordering::Acquire)
     }
 
     pub(crate) fn id(&self) -> u64 {

@@ -84,6 +84,11 @@ impl Gpu {
                 }
             }
         }
+        // Fresh device-local memory is zeroed by a fill queued at
+        // allocation: wait for it on the device.
+        for used in work.uses {
+            wait_value = wait_value.max(used.allocation.zeroed_at());
+        }
         let state = self.timeline.new_state();
         for dependency in work.after {
             if dependency.pending_value().is_some() {
