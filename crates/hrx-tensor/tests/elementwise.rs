@@ -1,7 +1,15 @@
 //! Elementwise operators against f64 references: broadcasting, strided
 //! and unaligned inputs, size-1 and empty axes, partial workgroups.
-//! Tolerances: f32 atol 1e-6 + rtol 1e-5 (transcendentals 2e-6 + 2e-5,
-//! pow 1e-4 relative); f16 (tests/f16.rs) atol 2e-3..4e-3 + rtol 4e-3.
+//! Tolerances (random cases, here and in tests/f16.rs): per element, the
+//! worst-case error of the kernel's formula in the dtype's arithmetic
+//! (common/bounds.rs): add, sub and mul within 1 ULP (2^-23 |r| in f32),
+//! div 2.5 ULP, max, min, neg, abs and relu exact, exp 3 + 2|x|
+//! ULP, log 3 ULP or 2^-21 absolute near 1, pow through exp(y log|x|),
+//! sigmoid, silu and both GELUs through their formulas (cancellation in
+//! `1 + tanh` counted absolutely). Measured on lavapipe over every f16
+//! input in range and millions of f32 inputs per op: errors reach at most
+//! 0.7 of these bounds (f32 exp near 0.05: 2.1 of its 3.1 ULP).
+//! The fixed cases below keep their own tolerances.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! Copies, permutes, concatenation and padding against host references
-//! (exact: data movement only).
+//! (exact: data movement only). Random shapes stay within 2^24 elements:
+//! four long axes (up to 65M elements) would exceed the 128 MiB one
+//! binding reaches on lavapipe, where the copy rightly refuses them with
+//! an error (about one CI run in 2500 drew such a shape).
 
 mod common;
 
@@ -12,7 +15,8 @@ proptest! {
 
     #[test]
     fn permute_and_concat_match_reference(
-        shape in prop::collection::vec(prop_oneof![1 => Just(0usize), 2 => Just(1usize), 5 => 2usize..7, 1 => 70usize..90], 1..5),
+        shape in prop::collection::vec(prop_oneof![1 => Just(0usize), 2 => Just(1usize), 5 => 2usize..7, 1 => 70usize..90], 1..5)
+            .prop_filter("fits one lavapipe binding", |s| s.iter().product::<usize>() <= 1 << 24),
         seed in any::<u64>(),
     ) {
         let mut rng = Gen::new(seed);

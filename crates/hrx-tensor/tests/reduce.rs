@@ -17,7 +17,11 @@ proptest! {
 
     #[test]
     fn reductions_match_reference(
-        shape in prop::collection::vec(prop_oneof![1 => Just(0usize), 2 => Just(1usize), 5 => 2usize..9, 1 => 300usize..400], 1..4),
+        // At most 2^24 elements: three long axes would exceed lavapipe's
+        // 128 MiB storage-binding limit, which the operator reports as an
+        // error rather than a result to compare.
+        shape in prop::collection::vec(prop_oneof![1 => Just(0usize), 2 => Just(1usize), 5 => 2usize..9, 1 => 300usize..400], 1..4)
+            .prop_filter("at most 2^24 elements", |s| s.iter().product::<usize>() <= 1 << 24),
         seed in any::<u64>(),
     ) {
         let mut rng = Gen::new(seed);

@@ -1,7 +1,8 @@
 //! Elementwise cases shared by the f32 and f16 test binaries: f64
-//! references and one random case per call.
+//! references and one random case per call, checked element by element
+//! against the error bounds of `bounds` (computed in the case's dtype).
 
-use super::*;
+use super::{bounds::*, *};
 use hrx_tensor::{
     DType, TensorDesc,
     ops::{BinaryOp, UnaryOp},
@@ -160,16 +161,22 @@ pub fn check_binary(shape: &[usize], seed: u64, f16: bool) {
                 )
             })
             .collect();
-        let (atol, rtol) = match (dtype, op) {
-            (DType::F16, _) => (2e-3, 4e-3),
-            (_, BinaryOp::Pow) => (1e-6, 1e-4),
-            _ => (1e-6, 1e-5),
-        };
-        assert_close(
+        let precision = Precision::of(dtype);
+        let tol: Vec<f64> = (0..n)
+            .map(|i| {
+                let index = unravel(i, &out_shape);
+                binary_bound(
+                    op,
+                    va[ravel_broadcast(&index, &sa)],
+                    vb[ravel_broadcast(&index, &sb)],
+                    &precision,
+                )
+            })
+            .collect();
+        assert_within(
             &got,
             &want,
-            atol,
-            rtol,
+            &tol,
             &format!("{op:?} {dtype} {sa:?}({pa:?}) {sb:?}({pb:?})"),
         );
     }
@@ -198,16 +205,12 @@ pub fn check_unary(shape: &[usize], seed: u64, f16: bool) {
         )
         .unwrap();
         let want: Vec<f64> = v.iter().map(|&x| unary_ref(op, x)).collect();
-        let (atol, rtol) = if dtype == DType::F16 {
-            (4e-3, 4e-3)
-        } else {
-            (2e-6, 2e-5)
-        };
-        assert_close(
+        let precision = Precision::of(dtype);
+        let tol: Vec<f64> = v.iter().map(|&x| unary_bound(op, x, &precision)).collect();
+        assert_within(
             &got,
             &want,
-            atol,
-            rtol,
+            &tol,
             &format!("{op:?} {dtype} {shape:?} ({placement:?})"),
         );
     }

@@ -1,7 +1,9 @@
 //! Helpers shared by the matmul test binaries: transposed storage, f16
-//! rounding of reference inputs, and `spirv-val` runs on kernels compiled
-//! for targets lavapipe cannot execute.
+//! rounding of reference inputs, error bounds, and `spirv-val` runs on
+//! kernels compiled for targets lavapipe cannot execute.
 
+use super::bounds::{Precision, U32, unary_bound};
+use hrx_tensor::{DType, ops::UnaryOp};
 use std::process::{Command, Output};
 
 /// Values of a `[.., rows, cols]` tensor stored transposed when asked.
@@ -24,6 +26,47 @@ pub fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose:
 /// kernel reads.
 pub fn f16_round(v: f64) -> f64 {
     half::f16::from_f64(v).to_f64()
+}
+
+/// `v` as the nearest f32 would hold it.
+pub fn f32_round(v: f64) -> f64 {
+    (v as f32) as f64
+}
+
+/// The unit roundoff of a matmul kernel's f32 accumulation: 2^-24, or
+/// 2^-23 on cooperative-matrix kernels (the H200's), whose tensor cores
+/// may truncate instead of rounding to nearest.
+pub fn accumulation_roundoff(kernel: &str) -> f64 {
+    if kernel.starts_with("cooperative matrix") {
+        2.0 * U32
+    } else {
+        U32
+    }
+}
+
+/// Bound on `|kernel - reference|` for one output `act(s)`, `s` the exact
+/// sum of `k` products plus a bias and `abs_sum` the sum of the terms'
+/// magnitudes, accumulated in f32 with unit roundoff `u`. In any order
+/// (tiles, split k, subgroup trees) each term passes through at most k
+/// additions and one product rounding (none for f16 inputs, whose
+/// products are exact), so `s` is off by at most `(k + 2) u abs_sum`. The
+/// activation moves that error by at most its slope (relu 1, silu 1.1,
+/// gelu 1.13) and adds its own f32 error (common/bounds.rs). A missed or
+/// doubled product of typical size (|a b| ~ 0.25 for values in [-1, 1])
+/// moves `s` by more than the bound for any k the tests draw.
+pub fn matmul_bound(u: f64, k: usize, abs_sum: f64, s: f64, activation: Option<UnaryOp>) -> f64 {
+    let ds = (k as f64 + 2.0) * u * abs_sum;
+    match activation {
+        None => ds,
+        Some(op) => {
+            let slope = match op {
+                UnaryOp::Gelu => 1.13,
+                UnaryOp::Silu => 1.1,
+                _ => 1.0,
+            };
+            slope * ds + unary_bound(op, s, &Precision::of(DType::F32))
+        }
+    }
 }
 
 /// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):

@@ -1,9 +1,10 @@
 //! Shared helpers for operator tests: random inputs in several layouts,
 //! poisoned outputs, running a recorded operator, comparing with an f64
-//! reference.
+//! reference (within error bounds, see `bounds`).
 
 #![allow(dead_code)]
 
+pub mod bounds;
 pub mod cases;
 pub mod matmul;
 
