@@ -11,8 +11,7 @@ mod common;
 
 use common::{
     bounds::{U32, assert_within},
-    cases::unary_ref,
-    matmul::{f32_round, matmul_bound, stored},
+    matmul::{f32_round, reference, stored},
     *,
 };
 use hrx_tensor::{
@@ -72,20 +71,13 @@ proptest! {
         let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
             ops().record_matmul(g, &a, &b, bias, options, out)
         }).unwrap();
-        let (mut want, mut tol) = (Vec::new(), Vec::new());
-        for bi in 0..nb {
-            let bb = if b_batch.is_empty() { 0 } else { bi };
-            for i in 0..m {
-                for j in 0..n {
-                    let terms = (0..k).map(|q| va[bi * m * k + i * k + q] * vb[bb * k * n + q * n + j]);
-                    let bias_term = if with_bias { vbias[j] } else { 0.0 };
-                    let s: f64 = terms.clone().sum::<f64>() + bias_term;
-                    let abs_sum: f64 = terms.map(f64::abs).sum::<f64>() + bias_term.abs();
-                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
-                    tol.push(matmul_bound(U32, k, abs_sum, s, options.activation));
-                }
-            }
-        }
+        let (want, tol) = reference(
+            (&va, &vb, with_bias.then_some(&vbias[..])),
+            (nb, !b_batch.is_empty()),
+            (m, k, n),
+            options.activation,
+            U32,
+        );
         assert_within(&got, &want, &tol, &format!("matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {placement:?}"));
     }
 }

@@ -16,9 +16,8 @@ mod common;
 
 use common::{
     bounds::assert_within,
-    cases::unary_ref,
     matmul::{
-        accumulation_roundoff, f16_round, f32_round, matmul_bound, stored, validate_if_installed,
+        accumulation_roundoff, f16_round, f32_round, reference, stored, validate_if_installed,
     },
     *,
 };
@@ -85,20 +84,13 @@ proptest! {
         }).unwrap();
         let kernel = ops().matmul_kernel(&a, &b, options).unwrap();
         let u = accumulation_roundoff(kernel);
-        let (mut want, mut tol) = (Vec::new(), Vec::new());
-        for bi in 0..nb {
-            let bb = if b_batch.is_empty() { 0 } else { bi };
-            for i in 0..m {
-                for j in 0..n {
-                    let terms = (0..k).map(|q| va[bi * m * k + i * k + q] * vb[bb * k * n + q * n + j]);
-                    let bias_term = if with_bias { vbias[j] } else { 0.0 };
-                    let s: f64 = terms.clone().sum::<f64>() + bias_term;
-                    let abs_sum: f64 = terms.map(f64::abs).sum::<f64>() + bias_term.abs();
-                    want.push(options.activation.map_or(s, |op| unary_ref(op, s)));
-                    tol.push(matmul_bound(u, k, abs_sum, s, options.activation));
-                }
-            }
-        }
+        let (want, tol) = reference(
+            (&va, &vb, with_bias.then_some(&vbias[..])),
+            (nb, !b_batch.is_empty()),
+            (m, k, n),
+            options.activation,
+            u,
+        );
         assert_within(&got, &want, &tol, &format!("{dtype} decode matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {pb:?} on {kernel}"));
     }
 }

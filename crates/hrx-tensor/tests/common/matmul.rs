@@ -69,6 +69,33 @@ pub fn matmul_bound(u: f64, k: usize, abs_sum: f64, s: f64, activation: Option<U
     }
 }
 
+/// The f64 reference of `act(A @ B + bias)` for `batch` row-major `m x k`
+/// A and `k x n` B (one B for every entry unless `b_batched`), and each
+/// element's error bound ([`matmul_bound`] with unit roundoff `u`).
+pub fn reference(
+    (a, b, bias): (&[f64], &[f64], Option<&[f64]>),
+    (batch, b_batched): (usize, bool),
+    (m, k, n): (usize, usize, usize),
+    activation: Option<UnaryOp>,
+    u: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut want, mut tol) = (Vec::new(), Vec::new());
+    for bi in 0..batch {
+        let bb = if b_batched { bi } else { 0 };
+        for i in 0..m {
+            for j in 0..n {
+                let terms = (0..k).map(|q| a[bi * m * k + i * k + q] * b[bb * k * n + q * n + j]);
+                let bias_term = bias.map_or(0.0, |v| v[j]);
+                let s: f64 = terms.clone().sum::<f64>() + bias_term;
+                let abs_sum: f64 = terms.map(f64::abs).sum::<f64>() + bias_term.abs();
+                want.push(activation.map_or(s, |op| super::cases::unary_ref(op, s)));
+                tol.push(matmul_bound(u, k, abs_sum, s, activation));
+            }
+        }
+    }
+    (want, tol)
+}
+
 /// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):
 /// `HRX_SPIRV_VAL`, else the one on PATH.
 pub fn modern_spirv_val() -> Option<String> {
