@@ -398,7 +398,7 @@ fn choose(
     let dot = few
         && m <= dot_max_rows(coop.is_some())
         && load != BLoad::Quad16
-        && dot_applies(input, k, a, b);
+        && dot_applies(target, input, k, a, b);
     let decode = few && (coop.is_none() || load != BLoad::Scalar);
     match coop {
         _ if dot => Choice::Dot,

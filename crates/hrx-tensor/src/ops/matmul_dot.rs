@@ -28,11 +28,17 @@ pub(crate) fn dot_max_rows(coop: bool) -> usize {
     if coop { 2 } else { 64 }
 }
 
-/// Whether the dot kernel can run: f16 inputs, A and B both contiguous
-/// along k with every quad of 8 halves aligned (`a` and `b` as
-/// `Ops::record_matmul` describes them: A with k as its columns, B with
-/// n as its columns).
-pub(crate) fn dot_applies(input: DType, k: usize, a: &BLayout, b: &BLayout) -> bool {
+/// Whether the dot kernel can run: subgroup reductions on `target`, f16
+/// inputs, A and B both contiguous along k with every quad of 8 halves
+/// aligned (`a` and `b` as `Ops::record_matmul` describes them: A with k
+/// as its columns, B with n as its columns).
+pub(crate) fn dot_applies(
+    target: &Target,
+    input: DType,
+    k: usize,
+    a: &BLayout,
+    b: &BLayout,
+) -> bool {
     let b_along_k = BLayout {
         k_stride: b.n_stride,
         n_stride: b.k_stride,
@@ -41,7 +47,8 @@ pub(crate) fn dot_applies(input: DType, k: usize, a: &BLayout, b: &BLayout) -> b
         binding_offset: b.binding_offset,
         n: k,
     };
-    input == DType::F16
+    target.subgroup_ops.arithmetic
+        && input == DType::F16
         && k > 0
         && b_load(input, a) == BLoad::Quad16
         && b_load(input, &b_along_k) == BLoad::Quad16
