@@ -126,11 +126,13 @@ fn shape(target: &Target, load: BLoad, mt: usize) -> Shape {
     // rows; from 4 rows on (4 x 8 accumulators and up) a work item needs
     // more than the 128 registers that 512 of them may each use (NVIDIA:
     // 64 Ki per workgroup), so they get 256 and up to 255 registers
-    // rather than spilling the accumulators.
+    // rather than spilling the accumulators. On CPU devices 32: llvmpipe
+    // switches between a workgroup's invocations at every barrier, and
+    // 128 of them made `hrx demo` on lavapipe about 1.5x slower.
     let gpu_wg = if mt * load.width() <= 16 { 512 } else { 256 };
     let max_wg = (target.max_workgroup_invocations as usize)
         .min(target.max_workgroup_size[0] as usize)
-        .min(if cpu { 128 } else { gpu_wg });
+        .min(if cpu { 32 } else { gpu_wg });
     let sg = target.subgroup_size_max as usize;
     let fixed = target.subgroup_size_min == target.subgroup_size_max
         && sg.is_power_of_two()
