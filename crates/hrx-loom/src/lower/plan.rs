@@ -66,7 +66,7 @@ struct Facts {
     /// Whether some access is a 4-lane vector (the reason to pick vec4).
     vectored: bool,
     extent: Option<Option<u64>>,
-    /// The first cooperative matrix access (needs a scalar layout).
+    /// The first cooperative matrix access (refuses word and atomic layouts).
     coop: Option<crate::front::span::Span>,
 }
 
