@@ -112,17 +112,28 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .unwrap()
         .target()
         .supports_cooperative_matrix();
-    let a = input(DType::F16, &[64, 64], &[0.5; 4096], Placement::Contiguous);
     let bh = input(DType::F16, &[64, 32], &[0.25; 2048], Placement::Contiguous);
-    let name = ops()
-        .matmul_kernel(&a, &bh, MatmulOptions::default())
-        .unwrap();
-    let expected = if coop {
-        "cooperative matrix (split k)"
-    } else {
-        "decode (16-byte loads)"
-    };
-    assert_eq!(name, expected);
+    for (rows, coop_kernel) in [
+        (4, "decode (16-byte loads)"),
+        (5, "cooperative matrix (split k)"),
+        (64, "cooperative matrix (split k)"),
+    ] {
+        let a = input(
+            DType::F16,
+            &[rows, 64],
+            &vec![0.5; rows * 64],
+            Placement::Contiguous,
+        );
+        let name = ops()
+            .matmul_kernel(&a, &bh, MatmulOptions::default())
+            .unwrap();
+        let expected = if coop {
+            coop_kernel
+        } else {
+            "decode (16-byte loads)"
+        };
+        assert_eq!(name, expected, "{rows} rows");
+    }
     let a = input(DType::F16, &[65, 64], &[0.5; 4160], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &bh, MatmulOptions::default())

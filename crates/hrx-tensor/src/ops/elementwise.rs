@@ -74,6 +74,24 @@ pub enum UnaryOp {
     Silu,
 }
 
+impl UnaryOp {
+    /// Every unary operation, in declaration order.
+    pub const ALL: [UnaryOp; 12] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+    ];
+}
+
 impl BinaryOp {
     fn name(self) -> &'static str {
         match self {
@@ -560,27 +578,12 @@ impl Ops {
 mod tests {
     use super::*;
 
-    const UNARY_OPS: [UnaryOp; 12] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Silu,
-    ];
-
     /// Contiguous aligned f32 runs take the 4-wide kernels only when the
     /// body vectorizes; a compare slipping into GELU would silently send
     /// it to the strided kernel (index divisions per element).
     #[test]
     fn f32_bodies_have_vector_forms() {
-        for op in UNARY_OPS {
+        for op in UnaryOp::ALL {
             let wide = vectorize(&op.body("f32"));
             assert!(wide.is_some(), "{op:?} has no 4-wide form");
             assert!(!wide.unwrap().contains(": f32\n    %r"), "{op:?}");

@@ -4,7 +4,7 @@
 use super::{
     Ops, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
-    matmul_coop::{CoopLayout, CoopTiles, WideCheck},
+    matmul_coop::{CoopLayout, CoopTiles},
     matmul_dot::{dot_applies, dot_key, dot_max_rows},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
@@ -40,6 +40,21 @@ struct Matrix {
     cols: usize,
     row_stride: usize,
     col_stride: usize,
+}
+
+impl Matrix {
+    /// This matrix as the kernel choice sees it (rows along "k", columns
+    /// along "n"), with its batch stride and placement in its binding.
+    fn layout(&self, batch_stride: usize, (offset, binding_offset): (u64, u64)) -> BLayout {
+        BLayout {
+            k_stride: self.row_stride,
+            n_stride: self.col_stride,
+            batch_stride,
+            offset,
+            binding_offset,
+            n: self.cols,
+        }
+    }
 }
 
 fn matrix(desc: &TensorDesc, transpose: bool) -> Option<Matrix> {
@@ -173,22 +188,8 @@ impl Ops {
             None => (String::new(), "%x"),
             Some(op) => (op.body("f32"), "%r"),
         };
-        let b_layout = BLayout {
-            k_stride: mb.row_stride,
-            n_stride: mb.col_stride,
-            batch_stride: strides[1][0],
-            offset: kb.offset,
-            binding_offset: kb.view.offset() as u64,
-            n,
-        };
-        let a_layout = BLayout {
-            k_stride: ma.row_stride,
-            n_stride: ma.col_stride,
-            batch_stride: strides[0][0],
-            offset: ka.offset,
-            binding_offset: ka.view.offset() as u64,
-            n: k,
-        };
+        let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
+        let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);
         let key = match choose(&target, input, sizes, &a_layout, &b_layout) {
             Choice::SplitK(plan) => {
@@ -210,35 +211,16 @@ impl Ops {
             Choice::Decode(load) => gemv_key(&target, input, load, m, act, result),
             Choice::Dot => dot_key(&target, m, act, result),
             Choice::Coop(tiles) => {
-                let wide_a = WideCheck {
-                    fast_stride: ma.col_stride,
-                    row_stride: ma.row_stride,
-                    batch_stride: strides[0][0],
-                    extent: k,
-                    offset: ka.offset,
-                    binding_offset: ka.view.offset() as u64,
-                };
-                let wide_b = WideCheck {
-                    fast_stride: mb.col_stride,
-                    row_stride: mb.row_stride,
-                    batch_stride: strides[1][0],
-                    extent: n,
-                    offset: kb.offset,
-                    binding_offset: kb.view.offset() as u64,
-                };
-                // B contiguous along k instead (transposed).
-                let wide_bt = WideCheck {
-                    fast_stride: mb.row_stride,
-                    row_stride: mb.col_stride,
-                    extent: k,
-                    ..wide_b
-                };
+                // 16-byte copies need the same alignment as the decode
+                // kernel's 16-byte f16 loads, along each operand's rows (or,
+                // for B, along k when it is transposed).
+                let quads = |l: &BLayout| b_load(DType::F16, l) == BLoad::Quad16;
                 let layout = CoopLayout {
                     a_k_fast: ma.col_stride == 1,
                     b_n_fast: mb.col_stride == 1,
-                    wide_a: wide_a.holds(),
-                    wide_b: wide_b.holds(),
-                    wide_bt: wide_bt.holds(),
+                    wide_a: quads(&a_layout),
+                    wide_b: quads(&b_layout),
+                    wide_bt: quads(&b_layout.along_k(k)),
                 };
                 tiles.key(layout, act, result)
             }
@@ -300,24 +282,8 @@ impl Ops {
             let o = operand(t, &target, &operation)?;
             Ok((o.offset, o.view.offset() as u64))
         };
-        let (offset, binding_offset) = placed(b)?;
-        let (a_offset, a_binding_offset) = placed(a)?;
-        let a_layout = BLayout {
-            k_stride: ma.row_stride,
-            n_stride: ma.col_stride,
-            batch_stride: strides[0][0],
-            offset: a_offset,
-            binding_offset: a_binding_offset,
-            n: k,
-        };
-        let b_layout = BLayout {
-            k_stride: mb.row_stride,
-            n_stride: mb.col_stride,
-            batch_stride: strides[1][0],
-            offset,
-            binding_offset,
-            n,
-        };
+        let a_layout = ma.layout(strides[0][0], placed(a)?);
+        let b_layout = mb.layout(strides[1][0], placed(b)?);
         let sizes = (m, n, k, batch[0]);
         Ok(
             match choose(&target, a.desc().dtype(), sizes, &a_layout, &b_layout) {

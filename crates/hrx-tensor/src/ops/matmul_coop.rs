@@ -3,7 +3,7 @@
 
 mod copies;
 
-pub(crate) use copies::{CoopLayout, WideCheck};
+pub(crate) use copies::CoopLayout;
 
 use super::{UnaryOp, registry::KernelKey};
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};

@@ -39,19 +39,11 @@ pub(crate) fn dot_applies(
     a: &BLayout,
     b: &BLayout,
 ) -> bool {
-    let b_along_k = BLayout {
-        k_stride: b.n_stride,
-        n_stride: b.k_stride,
-        batch_stride: b.batch_stride,
-        offset: b.offset,
-        binding_offset: b.binding_offset,
-        n: k,
-    };
     target.subgroup_ops.arithmetic
         && input == DType::F16
         && k > 0
         && b_load(input, a) == BLoad::Quad16
-        && b_load(input, &b_along_k) == BLoad::Quad16
+        && b_load(input, &b.along_k(k)) == BLoad::Quad16
 }
 
 /// The kernel for `m` rows on `target`, with the activation lines `act`

@@ -73,6 +73,19 @@ pub(crate) struct BLayout {
     pub(crate) n: usize,
 }
 
+impl BLayout {
+    /// The same matrix seen transposed, `k` (its row count) as columns: a
+    /// B contiguous along k reads as contiguous rows.
+    pub(crate) fn along_k(&self, k: usize) -> BLayout {
+        BLayout {
+            k_stride: self.n_stride,
+            n_stride: self.k_stride,
+            n: k,
+            ..*self
+        }
+    }
+}
+
 /// The widest load B's layout allows.
 pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
     let candidates: &[BLoad] = if input == DType::F16 {

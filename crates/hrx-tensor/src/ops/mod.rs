@@ -27,6 +27,7 @@ mod movement;
 mod operand;
 mod reduce;
 mod registry;
+mod rotation;
 mod rows;
 
 pub use bridge::{contract_of, kernel_from_artifact};

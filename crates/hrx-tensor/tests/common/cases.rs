@@ -31,20 +31,7 @@ pub fn binary_ref(op: BinaryOp, x: f64, y: f64) -> f64 {
     }
 }
 
-pub const UNARY: [UnaryOp; 12] = [
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Relu,
-    UnaryOp::Gelu,
-    UnaryOp::GeluTanh,
-    UnaryOp::Silu,
-];
+pub const UNARY: [UnaryOp; 12] = UnaryOp::ALL;
 
 pub fn erf(x: f64) -> f64 {
     // Series / continued fraction free: integrate with Simpson (f64 is ample).

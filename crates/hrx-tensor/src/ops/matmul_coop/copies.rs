@@ -21,7 +21,7 @@ mod scalar;
 mod tests;
 mod wide;
 
-pub(crate) use layout::{CoopLayout, WideCheck};
+pub(crate) use layout::CoopLayout;
 
 use super::CoopTiles;
 

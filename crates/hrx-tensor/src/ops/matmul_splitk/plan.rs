@@ -78,16 +78,8 @@ fn tile_load(layout: &BLayout) -> TileLoad {
 /// B's load: as `tile_load`, or 16-byte loads along k where B is
 /// contiguous along k (checked as the transposed matrix would be).
 fn tile_load_b(layout: &BLayout, k: usize) -> TileLoad {
-    let along_k = BLayout {
-        k_stride: layout.n_stride,
-        n_stride: layout.k_stride,
-        batch_stride: layout.batch_stride,
-        offset: layout.offset,
-        binding_offset: layout.binding_offset,
-        n: k,
-    };
     match tile_load(layout) {
-        TileLoad::Scalar { .. } if b_load(DType::F16, &along_k) == BLoad::Quad16 => {
+        TileLoad::Scalar { .. } if b_load(DType::F16, &layout.along_k(k)) == BLoad::Quad16 => {
             TileLoad::QuadAlongK
         }
         other => other,

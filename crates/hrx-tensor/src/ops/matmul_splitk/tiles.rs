@@ -15,21 +15,8 @@
 //! views).
 
 use super::TileLoad;
-
-/// Shared-memory banks of 4 bytes (NVIDIA, AMD and most others).
-const BANKS: usize = 32;
-
-/// Which word of its quad a work item writes in store `j`: word
-/// `(j + s) % 4`, `s` chosen so that the lanes that would collide differ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Rotation {
-    /// `s` = 0.
-    None,
-    /// `s` is the work item's tile row modulo 4.
-    Row,
-    /// `s` is the work item's index divided by 8, modulo 4.
-    Group,
-}
+use crate::ops::rotation::QuadStores;
+pub(super) use crate::ops::rotation::Rotation;
 
 /// One operand's tile copy: `a` (rows of A by k) or `b` (k by columns of
 /// B), `rows x cols` halves with rows padded to `cols + 8`.
@@ -68,47 +55,28 @@ impl Tile {
                 || (self.cols.is_multiple_of(8) && self.threads.is_multiple_of(self.per_row())))
     }
 
-    fn shift(&self, rot: Rotation, tid: usize) -> usize {
-        match rot {
-            Rotation::None => 0,
-            Rotation::Row => (tid / self.per_row()) % 4,
-            Rotation::Group => (tid / 8) % 4,
+    fn stores(&self) -> QuadStores {
+        QuadStores {
+            per_row: self.per_row(),
+            pitch: self.cols + 8,
+            threads: self.threads,
+            sg: self.sg,
         }
     }
 
-    /// The worst number of distinct words one bank serves in one halfword
-    /// store of a subgroup under `rot` (later copies add the same row
-    /// offset to every lane, so the first stands for all).
+    /// The worst bank conflict of a subgroup's stores under `rot` (see
+    /// `ops::rotation`).
+    #[cfg(test)]
     pub(super) fn conflict(&self, rot: Rotation) -> usize {
-        let pitch_words = (self.cols + 8) / 2;
-        let sg = self.sg.clamp(1, self.threads);
-        let mut worst = 1;
-        for first in (0..self.threads).step_by(sg) {
-            for j in 0..4 {
-                let mut banks = vec![Vec::new(); BANKS];
-                for tid in first..(first + sg).min(self.threads) {
-                    let word = (tid / self.per_row()) * pitch_words
-                        + (tid % self.per_row()) * 4
-                        + (j + self.shift(rot, tid)) % 4;
-                    let bank: &mut Vec<usize> = &mut banks[word % BANKS];
-                    if !bank.contains(&word) {
-                        bank.push(word);
-                    }
-                }
-                worst = worst.max(banks.iter().map(Vec::len).max().unwrap_or(1));
-            }
-        }
-        worst
+        self.stores().conflict(rot)
     }
 
     /// The rotation with the fewest conflicts (none where none is needed).
     /// Both rotations give every copy of a work item the same `s` (the
     /// threads span a multiple of 4 rows and of 32 work items).
     pub(super) fn rotation(&self) -> Rotation {
-        [Rotation::None, Rotation::Row, Rotation::Group]
-            .into_iter()
-            .min_by_key(|r| self.conflict(*r))
-            .unwrap_or(Rotation::None)
+        self.stores()
+            .best([Rotation::None, Rotation::Row, Rotation::Group])
     }
 
     /// Per-work-item lines before the k loop: tile row `%{x}_r{u}` of copy

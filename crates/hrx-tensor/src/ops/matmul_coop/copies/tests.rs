@@ -1,6 +1,8 @@
 use super::super::{CoopTiles, coop_tiles, coop_tiles_for};
+use super::CoopLayout;
 use super::rotation::Rotation;
-use super::{CoopLayout, WideCheck};
+use crate::DType;
+use crate::ops::matmul_gemv::{BLayout, BLoad, b_load};
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
 
@@ -66,45 +68,54 @@ fn wide_stores_are_free_of_bank_conflicts_on_hopper() {
     }
     let big = coop_tiles(&target, 4096).unwrap().wide_a();
     assert_eq!(big.conflict(Rotation::None), 4);
-    assert_eq!(big.rotation(), Rotation::Quarter);
+    assert_eq!(big.rotation(), Rotation::Group);
 }
 
+/// A wide copy needs the decode kernel's 16-byte f16 alignment along the
+/// copied axis; a transposed B is checked along k.
 #[test]
 fn wide_copies_need_aligned_contiguous_rows() {
-    let ok = || WideCheck {
-        fast_stride: 1,
-        row_stride: 4096,
+    let ok = || BLayout {
+        k_stride: 4096,
+        n_stride: 1,
         batch_stride: 0,
-        extent: 4096,
         offset: 8,
         binding_offset: 256,
+        n: 4096,
     };
-    assert!(ok().holds());
+    let quads = |l: &BLayout| b_load(DType::F16, l) == BLoad::Quad16;
+    assert!(quads(&ok()));
     for bad in [
-        WideCheck {
-            fast_stride: 4096,
+        BLayout {
+            n_stride: 4096,
             ..ok()
         },
-        WideCheck {
-            row_stride: 4100,
+        BLayout {
+            k_stride: 4100,
             ..ok()
         },
-        WideCheck {
+        BLayout {
             batch_stride: 12,
             ..ok()
         },
-        WideCheck {
-            extent: 4092,
-            ..ok()
-        },
-        WideCheck { offset: 4, ..ok() },
-        WideCheck {
+        BLayout { n: 4092, ..ok() },
+        BLayout { offset: 4, ..ok() },
+        BLayout {
             binding_offset: 8,
             ..ok()
         },
     ] {
-        assert!(!bad.holds());
+        assert!(!quads(&bad));
     }
+    // [n, k] storage: contiguous along k, so wide along k only.
+    let transposed = BLayout {
+        k_stride: 1,
+        n_stride: 4096,
+        ..ok()
+    };
+    assert!(!quads(&transposed));
+    assert!(quads(&transposed.along_k(4096)));
+    assert!(!quads(&transposed.along_k(4092)));
 }
 
 /// A B wide along n wins over the transposed copy, which every tiling can

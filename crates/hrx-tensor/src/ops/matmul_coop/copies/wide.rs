@@ -65,7 +65,7 @@ impl Wide {
         } else {
             // Store j writes word (j + s) % 4 of the copy: its column here,
             // its value picked by `store` from the two bits of s.
-            let s0 = if rot == Rotation::Quarter {
+            let s0 = if rot == Rotation::Group {
                 format!("  %w{x}_s0 = index.div %tid, %c8 : index\n")
             } else {
                 format!("  %w{x}_s0 = index.add %w{x}_rb, %c0 : index\n")
