@@ -18,7 +18,7 @@
 //! - `--torch PATH` (or `HRX_BENCH_TORCH`): the PyTorch results; without
 //!   it, `tensor_ops.json` beside the output file if there (the script's
 //!   default), else the baseline is `null`;
-//! - `--only SUBSTRING`: run the cases whose key contains it;
+//! - `--only SUBSTRING[,SUBSTRING..]`: run the cases whose key contains one;
 //! - `HRX_BENCH_SAMPLES` (default 7, 3 when small), `HRX_BENCH_TARGET_MS`
 //!   (time per sample, default 50), `HRX_BENCH_OUT` (output path),
 //!   `HRX_DEVICE` (device, as for the runtime).
@@ -195,7 +195,11 @@ fn run() -> Result<(), String> {
     let ops = Ops::new(&runtime);
     let mut entries = Vec::new();
     for case in cases::cases(config.small) {
-        if config.only.as_ref().is_some_and(|o| !case.key.contains(o)) {
+        if config
+            .only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|part| case.key.contains(part)))
+        {
             continue;
         }
         eprintln!("bench_tensor: {}", case.name);

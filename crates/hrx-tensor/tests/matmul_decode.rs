@@ -23,7 +23,7 @@ use common::{
 };
 use hrx_core::Target;
 use hrx_tensor::{
-    DType, Ops, TensorDesc,
+    DType, DeviceTensor, Ops, TensorDesc,
     ops::{MatmulOptions, UnaryOp, decode_matmul_source},
 };
 use proptest::prelude::*;
@@ -144,6 +144,57 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
     assert_eq!(name, "tiled");
+}
+
+/// Split-k matmuls recorded into one graph share its scratch (one
+/// allocation for all, not one each) and still all come out right, so
+/// the hazards order them. Only devices with cooperative matrices (the
+/// H200) run split-k; elsewhere this checks nothing and says so.
+#[test]
+fn split_k_matmuls_of_one_graph_share_one_scratch() {
+    let runtime = hrx_runtime::Runtime::new().unwrap();
+    let ops = Ops::new(&runtime);
+    let (m, k, n) = (16, 512, 256);
+    let a = DeviceTensor::from_values(&runtime, DType::F16, vec![m, k], &vec![0.5; m * k]).unwrap();
+    let b =
+        DeviceTensor::from_values(&runtime, DType::F16, vec![k, n], &vec![0.25; k * n]).unwrap();
+    let kernel = ops.matmul_kernel(&a, &b, MatmulOptions::default()).unwrap();
+    if kernel != "cooperative matrix (split k)" {
+        eprintln!("no split-k on this device ({kernel}); nothing to check");
+        return;
+    }
+    let outs: Vec<DeviceTensor> = (0..8)
+        .map(|_| {
+            ops.output(TensorDesc::new(DType::F32, vec![m, n]).unwrap())
+                .unwrap()
+        })
+        .collect();
+    // A first recording makes what the registry caches (a zero bias).
+    ops.record_matmul(
+        &mut runtime.graph(),
+        &a,
+        &b,
+        None,
+        MatmulOptions::default(),
+        &outs[0],
+    )
+    .unwrap();
+    let before = runtime.memory_stats().live_allocations;
+    let mut graph = runtime.graph();
+    for out in &outs {
+        ops.record_matmul(&mut graph, &a, &b, None, MatmulOptions::default(), out)
+            .unwrap();
+    }
+    assert_eq!(runtime.memory_stats().live_allocations, before + 1);
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    for out in &outs {
+        let got = out.to_values().unwrap();
+        assert!(
+            got.iter().all(|&v| v == k as f64 * 0.125),
+            "{:?}",
+            &got[..8]
+        );
+    }
 }
 
 #[test]

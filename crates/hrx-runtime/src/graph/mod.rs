@@ -11,7 +11,7 @@ pub use executable::ExecutableGraph;
 pub use hazard::{Barrier, Edge, Hazard};
 pub use inspect::Operation;
 
-use crate::{BufferView, GpuKernel, Runtime};
+use crate::{BufferView, GpuKernel, MemoryPlacement, Runtime};
 use hrx_core::{Error, Result};
 use op::Op;
 
@@ -30,6 +30,8 @@ use op::Op;
 pub struct Graph {
     runtime: Runtime,
     ops: Vec<Op>,
+    /// Storage handed out by [`scratch`](Graph::scratch), smallest first.
+    scratch: Vec<BufferView>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -49,6 +51,7 @@ impl Graph {
         Graph {
             runtime,
             ops: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -78,6 +81,50 @@ impl Graph {
                 format!("the {what} view belongs to another runtime domain"),
             )
         }
+    }
+
+    /// Device-local storage of `bytes` for intermediate results that live
+    /// only between operations of this graph (a split-k matmul's partial
+    /// sums, say), shared by every scratch request of the graph.
+    ///
+    /// The view starts at its storage's first byte. A request reuses the
+    /// smallest storage already handed out that holds it, and allocates new
+    /// storage (zero-filled, like any allocation) only when none does, so a
+    /// graph of many such operations holds as much scratch as its largest
+    /// request, not their sum. Operations that use the same scratch are
+    /// ordered by the usual hazards: each waits for the one before it that
+    /// touched those bytes. Contents are unspecified on entry; an operation
+    /// must write what it reads. Each submission of the prepared graph
+    /// uses the same storage, as it does the graph's other buffers.
+    ///
+    /// ```
+    /// # fn main() -> hrx_core::Result<()> {
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let mut graph = runtime.graph();
+    /// let first = graph.scratch(4096)?;
+    /// let second = graph.scratch(1024)?;
+    /// assert_eq!((first.len(), second.len()), (4096, 1024));
+    /// assert!(first.overlaps(&second));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scratch(&mut self, bytes: usize) -> Result<BufferView> {
+        if bytes == 0 {
+            return fail("scratch", "a request of 0 bytes has no storage");
+        }
+        let storage = match self.scratch.iter().find(|s| s.len() >= bytes) {
+            Some(storage) => storage.clone(),
+            None => {
+                let storage = self
+                    .runtime
+                    .allocate(bytes, MemoryPlacement::GpuLocal)?
+                    .view();
+                let at = self.scratch.partition_point(|s| s.len() < bytes);
+                self.scratch.insert(at, storage.clone());
+                storage
+            }
+        };
+        storage.slice(0..bytes)
     }
 
     /// Copy `src` into `dst`. Both views must have equal lengths, belong to

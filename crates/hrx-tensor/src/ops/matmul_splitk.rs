@@ -17,10 +17,10 @@ use super::{
     matmul_gemv::BLayout,
     operand::{Operand, operand},
 };
-use crate::{DType, TensorDesc};
+use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
-use hrx_runtime::Graph;
+use hrx_runtime::{Completion, Graph};
 use reduce::reduce_key;
 
 /// Columns per workgroup: one 16-column fragment for each of the four
@@ -88,8 +88,10 @@ fn index(v: usize) -> ScalarValue {
 }
 
 impl Ops {
-    /// Record the split-k kernel into a scratch of partial sums, allocated
-    /// here and kept alive by `graph`, then the reduction into the output.
+    /// Record the split-k kernel into a scratch of partial sums (the
+    /// graph's scratch storage, shared with its other split-k matmuls,
+    /// which therefore run one after another), then the reduction into the
+    /// output.
     pub(crate) fn record_splitk(&self, graph: &mut Graph, call: SplitKCall<'_>) -> Result<()> {
         let SplitKCall {
             operation,
@@ -103,10 +105,14 @@ impl Ops {
             result,
         } = call;
         let target = self.registry.target()?;
-        let scratch = self.output(TensorDesc::new(
-            DType::F32,
-            vec![batch * plan.splits * plan.mp * plan.npad],
-        )?)?;
+        let desc = TensorDesc::new(DType::F32, vec![batch * plan.splits * plan.mp * plan.npad])?;
+        let storage = graph.scratch(desc.bytes())?;
+        let scratch = DeviceTensor::from_parts(
+            self.runtime().clone(),
+            desc,
+            Some(storage),
+            Completion::ready(),
+        )?;
         let kw = operand(&scratch, &target, operation)?;
         if kw.offset != 0 {
             return Err(Error::Message(format!(
