@@ -17,6 +17,8 @@
 //!   read-after-write, write-after-read and write-after-write edges at
 //!   byte-range granularity, inserts a barrier only where an edge exists,
 //!   and records the command buffer once. Replays allocate nothing.
+//!   Intermediate results can live in the graph's shared scratch
+//!   ([`Graph::scratch`]), ordered by those same hazards.
 //! - **Completions.** Every submission signals the next value of the
 //!   domain's timeline semaphore. A [`Completion`] observes one submission:
 //!   it can be waited on (spin, then block), polled, cancelled, or awaited
