@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::*;
+use common::{gate::Gate, *};
 use hrx_core::Error;
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, Fault, MemoryPlacement, RuntimeOptions};
@@ -107,14 +107,15 @@ fn upload_copies_the_source_before_returning() {
 #[test]
 fn copy_into_runs_after_both_producers() {
     let context = context();
-    // The destination's producer fills it after slow work; the copy must
+    let gate = Gate::new(context.runtime());
+    // The destination's producer fills it after gated work; the copy must
     // land after that fill, not be overwritten by it.
-    let gate = slow(&context);
-    let mut destination = produced_after(&context, &[7; 8], &gate);
-    // The source, too, is produced only after slow work.
-    let source = produced_after(&context, &[1, 2, 3], &slow(&context));
+    let mut destination = produced_after(&context, &[7; 8], &gate.submit().unwrap());
+    // The source, too, is produced only after gated work.
+    let source = produced_after(&context, &[1, 2, 3], &gate.submit().unwrap());
     assert!(!source.completion().is_complete());
     context.copy_into(&mut destination, 8, &source).unwrap();
+    gate.open();
     assert_eq!(
         read(&context, &destination).unwrap(),
         [7, 7, 1, 2, 3, 7, 7, 7]
@@ -205,13 +206,15 @@ fn concatenate_keeps_the_producers_of_empty_inputs() {
         .runtime()
         .inject_fault(Fault::FailNextExecution)
         .unwrap();
-    let failing = slow(&context);
+    let gate = Gate::new(context.runtime());
+    let failing = gate.submit().unwrap();
     let view = binding(&real).unwrap();
     let empty = context
         .tensor(words_desc(0), view.clone(), failing)
         .unwrap();
     assert!(empty.binding().is_none());
     let joined = context.concatenate(&[real.clone(), empty.clone()]).unwrap();
+    gate.open();
     assert!(matches!(
         joined.completion().wait(),
         Err(Error::Execution { .. })
@@ -220,10 +223,14 @@ fn concatenate_keeps_the_producers_of_empty_inputs() {
     assert!(context.concatenate(&[empty]).is_err());
     // Only empty inputs with pending producers: success is observable only
     // once they have completed.
-    let pending = slow(&context);
+    let gate = Gate::new(context.runtime());
+    let pending = gate.submit().unwrap();
     let empty = context
         .tensor(words_desc(0), view, pending.clone())
         .unwrap();
+    assert!(!pending.is_complete());
+    // Opened while the call below waits for the producer.
+    gate.open_soon();
     let joined = context.concatenate(&[empty]).unwrap();
     assert!(
         pending.is_complete(),
@@ -235,17 +242,20 @@ fn concatenate_keeps_the_producers_of_empty_inputs() {
 #[test]
 fn download_queues_without_waiting_on_the_host() {
     let context = context();
-    let gate = slow(&context);
-    let tensor = produced_after(&context, &[4, 5, 6], &gate);
+    let gate = Gate::new(context.runtime());
+    let tensor = produced_after(&context, &[4, 5, 6], &gate.submit().unwrap());
     let readback = context.download(&tensor).unwrap();
     assert!(
         !readback.completion().is_complete(),
         "download returned before its producer finished"
     );
+    gate.open();
     assert_eq!(words(&readback.wait().unwrap()), [4, 5, 6]);
-    // And as a future.
-    let tensor = produced_after(&context, &[8, 9], &slow(&context));
+    // And as a future, woken once the gate opens.
+    let gate = Gate::new(context.runtime());
+    let tensor = produced_after(&context, &[8, 9], &gate.submit().unwrap());
     let readback = context.download(&tensor).unwrap();
+    gate.open_soon();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::*;
+use common::{gate::Gate, *};
 use hrx_core::Error;
 use hrx_inference::{InferenceGraph, PreparedModel};
 use hrx_runtime::MemoryPlacement::{self, GpuLocal, HostVisible};
@@ -121,11 +121,12 @@ fn busy_when_every_slot_is_retained_or_running() {
     let context = context();
     let model = affine_model(&context, 2, N, GpuLocal);
     let held = model.try_acquire().unwrap();
-    // The second slot runs behind slow work; its handle is dropped.
-    let gate = slow(&context);
-    let x = produced_after(&context, &input(3), &gate);
+    // The second slot runs behind gated work; its handle is dropped.
+    let gate = Gate::new(context.runtime());
+    let busy = gate.submit().unwrap();
+    let x = produced_after(&context, &input(3), &busy);
     drop(model.submit(&[x]).unwrap());
-    assert!(!gate.is_complete());
+    assert!(!busy.is_complete());
     assert!(matches!(model.try_acquire(), Err(Error::Busy(_))));
     assert!(matches!(
         model.submit_host(&[&bytes(&input(1))]),
@@ -133,7 +134,8 @@ fn busy_when_every_slot_is_retained_or_running() {
     ));
     assert!(!model.is_idle());
     // Once drained, the running slot serves again; the held one stays held.
-    gate.wait().unwrap();
+    gate.open();
+    busy.wait().unwrap();
     let next = model.acquire_blocking().unwrap();
     assert!(matches!(model.try_acquire(), Err(Error::Busy(_))));
     drop((held, next));
@@ -166,14 +168,15 @@ fn retained_outputs_keep_their_slot() {
 fn outputs_feed_dependent_submissions_before_completion() {
     let context = context();
     let model = affine_model(&context, 2, N, GpuLocal);
-    let gate = slow(&context);
+    let gate = Gate::new(context.runtime());
     let first = model
-        .submit(&[produced_after(&context, &input(5), &gate)])
+        .submit(&[produced_after(&context, &input(5), &gate.submit().unwrap())])
         .unwrap();
     assert!(!first.completion().is_complete());
     let second = model.submit(first.outputs()).unwrap();
     assert!(!second.completion().is_complete());
     drop(first);
+    gate.open();
     let result = words(&second.download().unwrap().wait().unwrap()[0]);
     assert_eq!(result, affine_reference(&affine_reference(&input(5))));
 }
@@ -187,14 +190,16 @@ fn storage_read_by_later_work_keeps_its_slot_until_that_work_drains() {
         .unwrap()
         .wait()
         .unwrap();
-    // A copy out of the retained output, queued behind slow work.
-    let mut destination = produced_after(&context, &vec![0; N], &slow(&context));
+    // A copy out of the retained output, queued behind gated work.
+    let gate = Gate::new(context.runtime());
+    let mut destination = produced_after(&context, &vec![0; N], &gate.submit().unwrap());
     context.copy_into(&mut destination, 0, &outputs[0]).unwrap();
     drop(outputs);
     assert!(
         matches!(model.try_acquire(), Err(Error::Busy(_))),
         "the slot is reused only after the copy read its output"
     );
+    gate.open();
     assert_eq!(
         read(&context, &destination).unwrap(),
         affine_reference(&input(4))
@@ -217,8 +222,11 @@ fn device_submission_checks_inputs_and_orders_after_producers() {
         .unwrap();
     assert!(model.submit(&[foreign]).is_err());
     assert!(model.is_idle(), "rejected submissions release their slot");
-    let x = produced_after(&context, &input(6), &slow(&context));
-    let outputs = model.submit(&[x]).unwrap().wait().unwrap();
+    let gate = Gate::new(context.runtime());
+    let x = produced_after(&context, &input(6), &gate.submit().unwrap());
+    let inference = model.submit(&[x]).unwrap();
+    gate.open();
+    let outputs = inference.wait().unwrap();
     assert_eq!(
         read(&context, &outputs[0]).unwrap(),
         affine_reference(&input(6))
@@ -239,9 +247,11 @@ fn a_failed_input_fails_the_inference_but_not_the_slot() {
 fn cancellation_does_not_poison_a_slot() {
     let context = context();
     let model = affine_model(&context, 1, N, GpuLocal);
-    let x = produced_after(&context, &input(3), &slow(&context));
+    let gate = Gate::new(context.runtime());
+    let x = produced_after(&context, &input(3), &gate.submit().unwrap());
     let inference = model.submit(&[x]).unwrap();
     inference.completion().cancel();
+    gate.open();
     assert!(matches!(inference.wait(), Err(Error::Cancelled)));
     assert_eq!(run(&model, &input(4)), affine_reference(&input(4)));
     // A cancelled readback, too.
@@ -392,16 +402,22 @@ fn async_acquire_inference_and_readback() {
         assert!(!waiter.is_finished());
         drop(held);
         waiter.await.unwrap().unwrap();
-        // Woken by a draining slot.
-        let x = produced_after(&context, &input(2), &slow(&context));
-        let outputs = model.submit(&[x]).unwrap().await.unwrap();
+        // Woken by a finished inference.
+        let gate = Gate::new(context.runtime());
+        let x = produced_after(&context, &input(2), &gate.submit().unwrap());
+        let inference = model.submit(&[x]).unwrap();
+        gate.open_soon();
+        let outputs = inference.await.unwrap();
         assert_eq!(
             read(&context, &outputs[0]).unwrap(),
             affine_reference(&input(2))
         );
         drop(outputs);
-        let x = produced_after(&context, &input(3), &slow(&context));
+        // Woken by a draining slot.
+        let gate = Gate::new(context.runtime());
+        let x = produced_after(&context, &input(3), &gate.submit().unwrap());
         drop(model.submit(&[x]).unwrap());
+        gate.open_soon();
         let slot = model.acquire().await.unwrap();
         let readback = slot
             .submit_host(&[&bytes(&input(4))])

@@ -89,9 +89,13 @@ impl Gpu {
         for used in work.uses {
             wait_value = wait_value.max(used.allocation.zeroed_at());
         }
+        // Every dependency not known to have succeeded is checked again
+        // when this work resolves. Not "every one still pending": one that
+        // was pending above may have failed since, and its error must not
+        // fall between the two looks.
         let state = self.timeline.new_state();
         for dependency in work.after {
-            if dependency.pending_value().is_some() {
+            if !matches!(dependency.result(), Some(Ok(()))) {
                 state.add_dependency(dependency.clone());
             }
         }

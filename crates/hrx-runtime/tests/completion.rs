@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::gate::slow_graph;
+use common::gate::Gate;
 use hrx_runtime::{
     Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime, RuntimeOptions,
 };
@@ -30,20 +30,33 @@ fn words(buffer: &Buffer) -> Vec<u32> {
 }
 
 #[test]
-fn the_gate_holds_the_device_for_a_while() {
+fn the_gate_holds_the_device_until_opened() {
     let runtime = Runtime::new().unwrap();
-    let graph = slow_graph(&runtime);
-    let start = Instant::now();
-    let gate = graph.submit().unwrap();
-    // Calibration under heavy CPU load may shorten it on lavapipe, so only
-    // "pending at once" is asserted; the duration is printed for GPU runs.
-    assert!(!gate.is_complete(), "the gate finished at once");
-    gate.wait().unwrap();
-    eprintln!(
-        "gate: {} rounds held the device for {:?}",
-        common::gate::calibrated_rounds(),
-        start.elapsed()
+    let gate = Gate::new(&runtime);
+    let held = gate.submit().unwrap();
+    assert!(!held.is_complete(), "the gate finished at once");
+    // Far below the fail-safe, even calibrated under heavy load.
+    assert!(
+        !held.wait_timeout(Duration::from_millis(20)).unwrap(),
+        "the gate ended while closed"
     );
+    let opened = Instant::now();
+    gate.open();
+    held.wait().unwrap();
+    // Printed for GPU runs: how promptly the kernel sees the flag.
+    eprintln!(
+        "gate: fail-safe of {} rounds; ended {:?} after opening",
+        common::gate::calibrated_rounds(),
+        opened.elapsed()
+    );
+    // An open gate stays open.
+    gate.submit().unwrap().wait().unwrap();
+    // Dropping a gate opens it.
+    let gate = Gate::new(&runtime);
+    let held = gate.submit().unwrap();
+    assert!(!held.is_complete(), "the gate finished at once");
+    drop(gate);
+    held.wait().unwrap();
 }
 
 #[test]
@@ -55,15 +68,16 @@ fn submit_after_orders_work_across_graphs_on_the_device() {
     let target = runtime
         .allocate(1 << 20, MemoryPlacement::HostVisible)
         .unwrap();
-    let slow = slow_graph(&runtime);
+    let gate = Gate::new(&runtime);
     let fill = fill_graph(&runtime, &source, 0x5EED);
     let mut copy = runtime.graph();
     copy.copy(target.view(), source.view()).unwrap();
     let copy = copy.prepare().unwrap();
-    // The fill waits behind slow work; the copy must still see its result.
-    let busy = slow.submit().unwrap();
+    // The fill waits behind gated work; the copy must still see its result.
+    let busy = gate.submit().unwrap();
     let filled = fill.submit_after(&[busy]).unwrap();
     let copied = copy.submit_after(&[filled]).unwrap();
+    gate.open();
     copied.wait().unwrap();
     assert!(words(&target).iter().all(|&w| w == 0x5EED));
 }
@@ -79,9 +93,12 @@ fn completion_is_a_future_under_tokio() {
         .worker_threads(2)
         .build()
         .unwrap();
+    let gate = Gate::new(&runtime);
     tokio.block_on(async {
-        let slow = slow_graph(&runtime).submit().unwrap();
-        let done = graph.submit_after(&[slow]).unwrap();
+        let busy = gate.submit().unwrap();
+        let done = graph.submit_after(&[busy]).unwrap();
+        // Opened while the futures are pending: they must be woken.
+        gate.open_soon();
         let results = futures_join(vec![done.clone(), done.clone(), done]).await;
         assert!(results.into_iter().all(|r| r.is_ok()));
     });
@@ -100,14 +117,15 @@ async fn futures_join(completions: Vec<Completion>) -> Vec<hrx_runtime::Result<(
 #[test]
 fn wait_timeout_reports_pending_work_then_success() {
     let runtime = Runtime::new().unwrap();
-    let slow = slow_graph(&runtime);
-    let first = slow.submit().unwrap();
-    let second = slow.submit().unwrap();
+    let gate = Gate::new(&runtime);
+    let first = gate.submit().unwrap();
+    let second = gate.submit().unwrap();
     assert!(
         !second.wait_timeout(Duration::ZERO).unwrap(),
         "work just queued is pending"
     );
     assert!(!second.is_complete());
+    gate.open();
     assert!(second.wait_timeout(Duration::from_secs(60)).unwrap());
     assert!(first.is_complete() && second.is_complete());
     assert_eq!(second.result().unwrap().ok(), Some(()));
@@ -119,7 +137,8 @@ fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
     let buffer = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
         .unwrap();
-    let busy = slow_graph(&runtime).submit().unwrap();
+    let gate = Gate::new(&runtime);
+    let busy = gate.submit().unwrap();
     let waiting = fill_graph(&runtime, &buffer, 1)
         .submit_after(std::slice::from_ref(&busy))
         .unwrap();
@@ -131,6 +150,7 @@ fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
     let dependent = fill_graph(&runtime, &buffer, 2)
         .submit_after(std::slice::from_ref(&waiting))
         .unwrap();
+    gate.open();
     assert!(matches!(waiting.wait(), Err(Error::Cancelled)));
     assert!(matches!(dependent.wait(), Err(Error::Cancelled)));
     assert!(
@@ -155,7 +175,8 @@ fn cancelling_finished_work_changes_nothing_and_dropping_never_cancels() {
     done.cancel();
     assert!(done.wait().is_ok());
     // Drop every observer of pending work: it still runs.
-    let busy = slow_graph(&runtime).submit().unwrap();
+    let gate = Gate::new(&runtime);
+    let busy = gate.submit().unwrap();
     drop(
         fill_graph(&runtime, &buffer, 5)
             .submit_after(&[busy])
@@ -168,6 +189,7 @@ fn cancelling_finished_work_changes_nothing_and_dropping_never_cancels() {
     probe.copy(copy.view(), buffer.view()).unwrap();
     // Submission order plus a wait on everything before: use the timeline.
     let after = probe.prepare().unwrap().submit().unwrap();
+    gate.open();
     after.wait().unwrap();
     buffer.map_read().unwrap();
     assert!(words(&buffer).iter().all(|&w| w == 5));
@@ -204,6 +226,31 @@ fn an_injected_execution_failure_propagates_through_a_chain_and_disables_its_gra
     assert!(middle.submit().unwrap().wait().is_ok());
 }
 
+/// A dependency that fails while its dependent is being submitted still
+/// fails the dependent. Submitting reads each dependency's state more than
+/// once; the failure must not fall between the reads. Timing-dependent, so
+/// many rounds: each submits the dependent right behind a short failing
+/// fill, which resolves at a random point of that submission.
+#[test]
+fn a_dependency_failing_during_submission_still_fails_the_dependent() {
+    let runtime = faulty_runtime();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
+    let dependent = fill_graph(&runtime, &buffer, 2);
+    for round in 0..1500 {
+        // A failing graph is disabled: a fresh one per round.
+        let failing = fill_graph(&runtime, &buffer, 1);
+        runtime.inject_fault(Fault::FailNextExecution).unwrap();
+        let a = failing.submit().unwrap();
+        let b = dependent.submit_after(std::slice::from_ref(&a)).unwrap();
+        assert!(
+            matches!(b.wait(), Err(Error::Execution { .. })),
+            "round {round}: the dependent lost its dependency's failure"
+        );
+    }
+}
+
 #[test]
 fn an_injected_submission_failure_is_reported_without_queueing() {
     let runtime = faulty_runtime();
@@ -238,12 +285,14 @@ fn failure_takes_precedence_over_cancellation() {
     let buffer = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
         .unwrap();
-    let busy = slow_graph(&runtime).submit().unwrap();
+    let gate = Gate::new(&runtime);
+    let busy = gate.submit().unwrap();
     runtime.inject_fault(Fault::FailNextExecution).unwrap();
     let failing = fill_graph(&runtime, &buffer, 1)
         .submit_after(&[busy])
         .unwrap();
     failing.cancel();
+    gate.open();
     assert!(matches!(failing.wait(), Err(Error::Execution { .. })));
 }
 
@@ -256,8 +305,10 @@ fn fault_injection_is_refused_unless_enabled() {
 #[test]
 fn device_loss_fails_every_pending_completion_without_hanging() {
     let runtime = faulty_runtime();
-    let slow = slow_graph(&runtime);
-    let pending: Vec<Completion> = (0..4).map(|_| slow.submit().unwrap()).collect();
+    // Never opened: the loss must end every wait by itself (the gate's
+    // drop opens it, so the device drains quickly at the end).
+    let gate = Gate::new(&runtime);
+    let pending: Vec<Completion> = (0..4).map(|_| gate.submit().unwrap()).collect();
     let tokio = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -270,7 +321,7 @@ fn device_loss_fails_every_pending_completion_without_hanging() {
         );
     }
     assert!(matches!(tokio.block_on(future), Err(Error::DeviceLost(_))));
-    assert!(matches!(slow.submit(), Err(Error::DeviceLost(_))));
+    assert!(matches!(gate.submit(), Err(Error::DeviceLost(_))));
 }
 
 #[test]
@@ -296,12 +347,14 @@ fn mapping_waits_for_device_writes_or_reports_busy() {
     let buffer = runtime
         .allocate(1 << 20, MemoryPlacement::HostVisible)
         .unwrap();
-    let busy = slow_graph(&runtime).submit().unwrap();
+    let gate = Gate::new(&runtime);
+    let busy = gate.submit().unwrap();
     let fill = fill_graph(&runtime, &buffer, 0xABCD)
         .submit_after(&[busy])
         .unwrap();
     assert!(matches!(buffer.try_map_read(), Err(Error::Busy(_))));
     assert!(matches!(buffer.try_map_write(), Err(Error::Busy(_))));
+    gate.open_soon();
     // The blocking form waits for the fill, then sees its result.
     assert!(words(&buffer).iter().all(|&w| w == 0xABCD));
     assert!(fill.is_complete());

@@ -1,6 +1,6 @@
 //! Shared helpers for the inference tests: contexts, small WGSL models
-//! compiled with naga at test time, slow work to hold completions pending
-//! (`gate`), and byte conversions.
+//! compiled with naga at test time, device work that holds completions
+//! pending until the test opens it (`gate::Gate`), and byte conversions.
 
 #![allow(dead_code)]
 
@@ -202,15 +202,6 @@ pub fn binding(tensor: &DeviceTensor) -> Result<hrx_runtime::BufferView> {
         .ok_or_else(|| hrx_core::Error::msg("empty tensor has no storage"))
 }
 
-/// A completion that stays pending for about 150 ms (see `gate`).
-/// Its storage is host-visible, so calling this never queues a zero-fill,
-/// and an armed injected fault lands on its one submission.
-pub fn slow(context: &ModelContext) -> Completion {
-    gate::slow_graph(context.runtime())
-        .submit()
-        .expect("submit")
-}
-
 /// A `[n]` u32 tensor holding `words`, produced only after `after`: a
 /// device input whose producer is still pending (or failed).
 pub fn produced_after(context: &ModelContext, words: &[u32], after: &Completion) -> DeviceTensor {
@@ -223,8 +214,9 @@ pub fn failed_tensor(context: &ModelContext, words: &[u32]) -> DeviceTensor {
 }
 
 fn produce(context: &ModelContext, words: &[u32], after: &Completion, fail: bool) -> DeviceTensor {
-    // Host-visible storage only: allocating device-local memory on a
-    // discrete GPU queues a zero-fill and waits for it, and so for `after`.
+    // Host-visible storage only: device-local memory on a discrete GPU is
+    // zeroed by a fill queued behind whatever is pending (a closed gate,
+    // say), so the tensor would also wait for that.
     let desc = words_desc(words.len());
     let staged = context
         .allocate_with(desc.clone(), MemoryPlacement::HostVisible)
