@@ -14,9 +14,6 @@ use std::{
 const STAGE: &str = ".gpu-bin/bench";
 /// The compressed pack, what the device call carries.
 const PACK: &str = ".gpu-pack/bench.tar.xz";
-/// What `.gpu-pack` may hold: the device tool carries 64 MiB in all, and
-/// `.gl` takes about 6.
-const CARRY_LIMIT: u64 = 56 << 20;
 /// Seconds each program may run there: six of them stay under the device
 /// tool's 10-minute limit per call even if one hangs.
 const TIMEOUT: u32 = 90;
@@ -34,21 +31,6 @@ fn stage_binary(stage: &Path, binary: &Path, name: &str) -> Result<(), String> {
         eprintln!("xtask: could not strip {name}; the pack may be large");
     }
     Ok(())
-}
-
-/// Bytes of the files under `path`, however deep.
-fn bytes_under(path: &Path) -> u64 {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
-            .map(|list| {
-                list.filter_map(|e| e.ok())
-                    .map(|e| bytes_under(&e.path()))
-                    .sum()
-            })
-            .unwrap_or(0),
-        Ok(meta) => meta.len(),
-        Err(_) => 0,
-    }
 }
 
 /// One line of `run.sh`: run `command` (which writes `$out/<stem>.json`),
@@ -173,30 +155,7 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
     );
     std::fs::write(stage.join("run.sh"), script).map_err(|e| e.to_string())?;
 
-    let pack = root.join(PACK);
-    if let Some(dir) = pack.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(format!("tar cf - {STAGE} | xz -T2 > {PACK}"))
-        .current_dir(root)
-        .status()
-        .map_err(|e| format!("cannot run tar | xz: {e}"))?;
-    if !status.success() {
-        return Err(format!("packing {STAGE} into {PACK} failed ({status})"));
-    }
-    let size = std::fs::metadata(&pack).map(|m| m.len()).unwrap_or(0);
-    // Everything in .gpu-pack travels (other packs too, if they are there).
-    let carried = bytes_under(&root.join(".gpu-pack"));
-    if carried > CARRY_LIMIT {
-        return Err(format!(
-            ".gpu-pack holds {} MiB, over the {} MiB a carry leaves beside .gl; \
-             move the other packs out of it",
-            carried >> 20,
-            CARRY_LIMIT >> 20
-        ));
-    }
+    let size = crate::gpu::pack(root, STAGE, PACK)?;
     println!(
         "Packed {} into {PACK} ({:.1} MiB). Run the whole suite on the H200 with one device call:\n",
         packed.join(", "),
