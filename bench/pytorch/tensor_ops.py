@@ -44,7 +44,7 @@ def cases(small):
         (f"matmul_f32_{big}x{big}x{big}", "TFLOP/s", 2 * big**3 / 1e12, ("matmul", torch.float32, big, big, big)),
         (f"matmul_f16_{big}x{big}x{big}", "TFLOP/s", 2 * big**3 / 1e12, ("matmul", torch.float16, big, big, big)),
     ]
-    for m in (1, 8, 16, 32, 64):
+    for m in (1, 2, 4, 8, 16, 32, 64):
         k = nn = decode_kn
         out.append(
             (f"matmul_f16_{m}x{k}x{nn}", "TFLOP/s", 2 * m * k * nn / 1e12, ("matmul", torch.float16, m, k, nn))

@@ -3,7 +3,7 @@
 //!
 //! Each case (add and GELU of 2^28 f32, softmax and layer norm of
 //! 8192x8192 f32, matmul 8192^3 in f32 and f16, decode matmuls m in
-//! {1, 8, 16, 32, 64} with k = n = 4096 in f16) records its operator into a
+//! {1, 2, 4, 8, 16, 32, 64} with k = n = 4096 in f16) records its operator into a
 //! prepared graph, `reps` times back to back (so submission costs vanish),
 //! and times whole replays from submission to observed completion; the
 //! figure is the median over samples, in GB/s of bytes read plus written

@@ -104,7 +104,7 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .unwrap();
     assert_eq!(name, "decode (16-byte loads)");
     // The f16 threshold: 64 rows still decode without cooperative
-    // matrices; with them (the H200) the split-k kernel takes over above
+    // matrices; with them (the H200) the split-k kernel takes over from
     // 4 rows. 65 rows never decode.
     let coop = ops()
         .runtime()
@@ -114,8 +114,8 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .supports_cooperative_matrix();
     let bh = input(DType::F16, &[64, 32], &[0.25; 2048], Placement::Contiguous);
     for (rows, coop_kernel) in [
-        (4, "decode (16-byte loads)"),
-        (5, "cooperative matrix (split k)"),
+        (3, "decode (16-byte loads)"),
+        (4, "cooperative matrix (split k)"),
         (64, "cooperative matrix (split k)"),
     ] {
         let a = input(

@@ -72,7 +72,7 @@ pub fn cases(small: bool) -> Vec<Case> {
             0.4,
         ),
     ];
-    for m in [1, 8, 16, 32, 64] {
+    for m in [1, 2, 4, 8, 16, 32, 64] {
         out.push(case(
             Kind::Matmul {
                 dtype: DType::F16,

@@ -113,12 +113,13 @@ pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
 /// comes from DRAM about once, the other tiles reading it from L2.
 /// Without cooperative matrices that beats the tiled kernel up to 64 rows
 /// (lavapipe: 16 rows 0.18 s against 1.3 s for 32 rows tiled, k = n =
-/// 4096). Where a cooperative-matrix kernel exists it takes over above half
-/// a row tile: on the H200 (k = n = 4096) the decode kernel's time grows
-/// with m past 2 rows (its multiply-adds grow with m), 20.8 us for 8 rows,
-/// while the split-k kernel pads to 16 rows and took 17.8 us for 16.
+/// 4096). Where a cooperative-matrix kernel exists it takes over from 4
+/// rows: on the H200 (k = n = 4096) the decode kernel's time grows with m
+/// (its multiply-adds grow with m), about 9.6 / 10.5 / 15.4 us for 1 / 2 /
+/// 4 rows, while the split-k kernel pads to 16 rows and takes about 14 us
+/// for any of them (the two tie near 3 rows).
 pub(crate) fn gemv_max_rows(coop: bool) -> usize {
-    if coop { MT / 2 } else { 64 }
+    if coop { 3 } else { 64 }
 }
 
 /// Workgroup shape of the decode kernel.
