@@ -21,8 +21,9 @@ cargo xtask <task>
                    `hrx demo` (see `cargo run -p hrx-cli -- help`)
   setup            check for (and, as root on Debian/Ubuntu, install) the Vulkan
                    driver, validation layers and spirv-tools
-  gpu-test         build the GPU test tier in release and print the `device`
-                   call that runs it on the H200
+  gpu-test         build the GPU test tier in release, pack it into
+                   .gpu-pack/tests.tar.xz and print the `device` call that
+                   runs it on the H200
   bench [suite]    run the benchmark suites here in release (all, or one of
                    runtime, loom, tensor, inference, wgpu; --quick for fewer
                    iterations); writes target/bench/*.json and summary.md

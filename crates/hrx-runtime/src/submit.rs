@@ -49,6 +49,14 @@ pub(crate) struct Submission<'a> {
     pub(crate) injectable: bool,
 }
 
+/// Whether `dependency` is checked again when the work after it resolves:
+/// still pending, or failed since `submit` first looked at it (one pending
+/// at that look may fail before the second, and its error must not fall
+/// between the two). A pending one costs an atomic load, as before.
+fn carried(dependency: &Completion) -> bool {
+    dependency.pending_value().is_some() || matches!(dependency.result(), Some(Err(_)))
+}
+
 impl Gpu {
     /// Queue `work` after its dependencies, without waiting on the host.
     ///
@@ -89,13 +97,9 @@ impl Gpu {
         for used in work.uses {
             wait_value = wait_value.max(used.allocation.zeroed_at());
         }
-        // Every dependency not known to have succeeded is checked again
-        // when this work resolves. Not "every one still pending": one that
-        // was pending above may have failed since, and its error must not
-        // fall between the two looks.
         let state = self.timeline.new_state();
         for dependency in work.after {
-            if !matches!(dependency.result(), Some(Ok(()))) {
+            if carried(dependency) {
                 state.add_dependency(dependency.clone());
             }
         }
@@ -170,5 +174,28 @@ impl Gpu {
                 Ok(Completion::from_state(state))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::carried;
+    use crate::completion::{Completion, State};
+    use hrx_core::Error;
+    use std::sync::{Arc, Weak};
+
+    #[test]
+    fn pending_and_failed_dependencies_are_carried_finished_ones_not() {
+        let pending = Arc::new(State::pending(1, Weak::new()));
+        let dependency = Completion::from_state(pending.clone());
+        assert!(carried(&dependency));
+        // Failed after a first look saw it pending: still carried.
+        pending.resolve_with(Err(Error::Cancelled));
+        assert!(carried(&dependency));
+        let succeeded = Arc::new(State::pending(1, Weak::new()));
+        succeeded.resolve_with(Ok(()));
+        assert!(!carried(&Completion::from_state(succeeded)));
+        assert!(!carried(&Completion::ready()));
+        assert!(carried(&Completion::failed(Error::Cancelled)));
     }
 }

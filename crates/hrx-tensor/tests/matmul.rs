@@ -10,12 +10,12 @@
 mod common;
 
 use common::{
-    bounds::{U32, assert_within},
-    matmul::{f32_round, reference, stored},
+    bounds::U32,
+    matmul::{Operands, check_matmul, f32_round, operand_shape, stored},
     *,
 };
 use hrx_tensor::{
-    DType, Ops, TensorDesc,
+    DType, Ops,
     ops::{MatmulOptions, UnaryOp},
 };
 use proptest::prelude::*;
@@ -41,22 +41,10 @@ proptest! {
             transpose_b: rng.below(2) == 0,
             activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
         };
-        // b is broadcast over the batch half of the time.
-        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
-        let nb: usize = batch.iter().product();
-        let nbb: usize = b_batch.iter().product();
-        let held = |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(f32_round).collect() };
-        let va = held(values(&mut rng, nb * m * k, -1.0, 1.0));
-        let vb = held(values(&mut rng, nbb * k * n, -1.0, 1.0));
-        let vbias = held(values(&mut rng, n, -1.0, 1.0));
-        let with_bias = rng.below(2) == 0;
-        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
-            let mut s = batch.to_vec();
-            s.extend(if t { [c, r] } else { [r, c] });
-            s
-        };
-        let sa = shape_of(&batch, m, k, options.transpose_a);
-        let sb = shape_of(&b_batch, k, n, options.transpose_b);
+        let Operands { b_batch, nb, nbb, va, vb, vbias, with_bias } =
+            Operands::random(&mut rng, &batch, (m, k, n), f32_round);
+        let sa = operand_shape(&batch, m, k, options.transpose_a);
+        let sb = operand_shape(&b_batch, k, n, options.transpose_b);
         let placement = [Placement::Contiguous, Placement::Padded][rng.below(2)];
         let a = input(DType::F32, &sa, &stored(&va, nb, m, k, options.transpose_a), placement);
         let b = input(DType::F32, &sb, &stored(&vb, nbb, k, n, options.transpose_b), Placement::Contiguous);
@@ -66,19 +54,15 @@ proptest! {
         let mut expect_shape = batch.clone();
         expect_shape.extend([m, n]);
         prop_assert_eq!(&shape, &expect_shape);
-        let mut inputs = vec![&a, &b];
-        inputs.extend(bias);
-        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
-            ops().record_matmul(g, &a, &b, bias, options, out)
-        }).unwrap();
-        let (want, tol) = reference(
-            (&va, &vb, with_bias.then_some(&vbias[..])),
+        check_matmul(
+            (&a, &b, bias.map(|t| (t, &vbias[..]))),
+            (&va, &vb),
             (nb, !b_batch.is_empty()),
             (m, k, n),
-            options.activation,
+            options,
             U32,
+            &format!("matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {placement:?}"),
         );
-        assert_within(&got, &want, &tol, &format!("matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {placement:?}"));
     }
 }
 

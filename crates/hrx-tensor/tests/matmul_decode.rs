@@ -15,9 +15,9 @@
 mod common;
 
 use common::{
-    bounds::assert_within,
     matmul::{
-        accumulation_roundoff, f16_round, f32_round, reference, stored, validate_if_installed,
+        Operands, accumulation_roundoff, check_matmul, f16_round, f32_round, operand_shape, stored,
+        validate_if_installed,
     },
     *,
 };
@@ -59,39 +59,23 @@ proptest! {
             transpose_b: rng.below(4) == 0,
             activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
         };
-        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
-        let nb: usize = batch.iter().product();
-        let nbb: usize = b_batch.iter().product();
-        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(round).collect();
-        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(round).collect();
-        let vbias: Vec<f64> = values(&mut rng, n, -1.0, 1.0).into_iter().map(f32_round).collect();
-        let with_bias = rng.below(2) == 0;
-        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
-            let mut s = batch.to_vec();
-            s.extend(if t { [c, r] } else { [r, c] });
-            s
-        };
+        let Operands { b_batch, nb, nbb, va, vb, vbias, with_bias } =
+            Operands::random(&mut rng, &batch, (m, k, n), round);
         let pb = [Placement::Contiguous, Placement::Contiguous, Placement::Padded][rng.below(3)];
-        let a = input(dtype, &shape_of(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
-        let b = input(dtype, &shape_of(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), pb);
+        let a = input(dtype, &operand_shape(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
+        let b = input(dtype, &operand_shape(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), pb);
         let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
         let bias = with_bias.then_some(&bias);
-        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
-        let mut inputs = vec![&a, &b];
-        inputs.extend(bias);
-        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
-            ops().record_matmul(g, &a, &b, bias, options, out)
-        }).unwrap();
         let kernel = ops().matmul_kernel(&a, &b, options).unwrap();
-        let u = accumulation_roundoff(kernel);
-        let (want, tol) = reference(
-            (&va, &vb, with_bias.then_some(&vbias[..])),
+        check_matmul(
+            (&a, &b, bias.map(|t| (t, &vbias[..]))),
+            (&va, &vb),
             (nb, !b_batch.is_empty()),
             (m, k, n),
-            options.activation,
-            u,
+            options,
+            accumulation_roundoff(kernel),
+            &format!("{dtype} decode matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {pb:?} on {kernel}"),
         );
-        assert_within(&got, &want, &tol, &format!("{dtype} decode matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} {pb:?} on {kernel}"));
     }
 }
 

@@ -14,15 +14,15 @@
 mod common;
 
 use common::{
-    bounds::assert_within,
     matmul::{
-        accumulation_roundoff, f16_round, f32_round, reference, stored, validate_if_installed,
+        Operands, accumulation_roundoff, check_matmul, f16_round, operand_shape, stored,
+        validate_if_installed,
     },
     *,
 };
 use hrx_core::Target;
 use hrx_tensor::{
-    DType, Ops, TensorDesc,
+    DType,
     ops::{MatmulOptions, UnaryOp, dot_matmul_source},
 };
 use proptest::prelude::*;
@@ -60,40 +60,25 @@ proptest! {
             transpose_b: true,
             activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Gelu), Some(UnaryOp::Silu)][rng.below(4)],
         };
-        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
-        let nb: usize = batch.iter().product();
-        let nbb: usize = b_batch.iter().product();
-        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(f16_round).collect();
-        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(f16_round).collect();
-        let vbias: Vec<f64> = values(&mut rng, n, -1.0, 1.0).into_iter().map(f32_round).collect();
-        let with_bias = rng.below(2) == 0;
-        let mut sa = batch.clone();
-        sa.extend([m, k]);
-        let mut sb = b_batch.clone();
-        sb.extend([n, k]);
-        let a = input(DType::F16, &sa, &stored(&va, nb, m, k, false), Placement::Contiguous);
-        let b = input(DType::F16, &sb, &stored(&vb, nbb, k, n, true), Placement::Contiguous);
+        let Operands { b_batch, nb, nbb, va, vb, vbias, with_bias } =
+            Operands::random(&mut rng, &batch, (m, k, n), f16_round);
+        let a = input(DType::F16, &operand_shape(&batch, m, k, false), &stored(&va, nb, m, k, false), Placement::Contiguous);
+        let b = input(DType::F16, &operand_shape(&b_batch, k, n, true), &stored(&vb, nbb, k, n, true), Placement::Contiguous);
         let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
         let bias = with_bias.then_some(&bias);
         let kernel = ops().matmul_kernel(&a, &b, options).unwrap();
         if m <= max_rows() {
             prop_assert_eq!(kernel, DOT);
         }
-        let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
-        let mut inputs = vec![&a, &b];
-        inputs.extend(bias);
-        let got = run(&inputs, TensorDesc::new(DType::F32, shape).unwrap(), |g, out| {
-            ops().record_matmul(g, &a, &b, bias, options, out)
-        }).unwrap();
-        let u = accumulation_roundoff(kernel);
-        let (want, tol) = reference(
-            (&va, &vb, with_bias.then_some(&vbias[..])),
+        check_matmul(
+            (&a, &b, bias.map(|t| (t, &vbias[..]))),
+            (&va, &vb),
             (nb, !b_batch.is_empty()),
             (m, k, n),
-            options.activation,
-            u,
+            options,
+            accumulation_roundoff(kernel),
+            &format!("dot matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} on {kernel}"),
         );
-        assert_within(&got, &want, &tol, &format!("dot matmul {m}x{k}x{n} batch {batch:?}/{b_batch:?} {options:?} bias {with_bias} on {kernel}"));
     }
 }
 

@@ -10,7 +10,7 @@ mod common;
 
 use common::{
     cases::unary_ref,
-    matmul::{f16_round, stored, validate_modern},
+    matmul::{Operands, f16_round, operand_shape, stored, validate_modern},
     *,
 };
 use hrx_core::Target;
@@ -42,20 +42,10 @@ proptest! {
             transpose_b: rng.below(2) == 0,
             activation: [None, Some(UnaryOp::Relu), Some(UnaryOp::Silu)][rng.below(3)],
         };
-        let b_batch: Vec<usize> = if rng.below(2) == 0 { vec![] } else { batch.clone() };
-        let nb: usize = batch.iter().product();
-        let nbb: usize = b_batch.iter().product();
-        let va: Vec<f64> = values(&mut rng, nb * m * k, -1.0, 1.0).into_iter().map(f16_round).collect();
-        let vb: Vec<f64> = values(&mut rng, nbb * k * n, -1.0, 1.0).into_iter().map(f16_round).collect();
-        let vbias = values(&mut rng, n, -1.0, 1.0);
-        let with_bias = rng.below(2) == 0;
-        let shape_of = |batch: &[usize], r: usize, c: usize, t: bool| {
-            let mut s = batch.to_vec();
-            s.extend(if t { [c, r] } else { [r, c] });
-            s
-        };
-        let a = input(DType::F16, &shape_of(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
-        let b = input(DType::F16, &shape_of(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), Placement::Contiguous);
+        let Operands { b_batch, nb, nbb, va, vb, vbias, with_bias } =
+            Operands::random(&mut rng, &batch, (m, k, n), f16_round);
+        let a = input(DType::F16, &operand_shape(&batch, m, k, options.transpose_a), &stored(&va, nb, m, k, options.transpose_a), Placement::Contiguous);
+        let b = input(DType::F16, &operand_shape(&b_batch, k, n, options.transpose_b), &stored(&vb, nbb, k, n, options.transpose_b), Placement::Contiguous);
         let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
         let bias = with_bias.then_some(&bias);
         let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();

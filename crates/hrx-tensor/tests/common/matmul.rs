@@ -2,9 +2,74 @@
 //! rounding of reference inputs, error bounds, and `spirv-val` runs on
 //! kernels compiled for targets lavapipe cannot execute.
 
-use super::bounds::{Precision, U32, unary_bound};
-use hrx_tensor::{DType, ops::UnaryOp};
+use super::bounds::{Precision, U32, assert_within, unary_bound};
+use hrx_tensor::{
+    DType, DeviceTensor, Ops, TensorDesc,
+    ops::{MatmulOptions, UnaryOp},
+};
 use std::process::{Command, Output};
+
+/// Random operand values of a batched matmul test, each rounded to what
+/// the kernel reads (`round` for A and B, f32 for the bias). B has one
+/// entry per batch entry half of the time (else it is broadcast), and the
+/// bias is used half of the time.
+pub struct Operands {
+    pub b_batch: Vec<usize>,
+    /// Entries of A's batch and of B's.
+    pub nb: usize,
+    pub nbb: usize,
+    pub va: Vec<f64>,
+    pub vb: Vec<f64>,
+    pub vbias: Vec<f64>,
+    pub with_bias: bool,
+}
+
+impl Operands {
+    pub fn random(
+        rng: &mut super::Gen,
+        batch: &[usize],
+        (m, k, n): (usize, usize, usize),
+        round: impl Fn(f64) -> f64,
+    ) -> Operands {
+        let b_batch: Vec<usize> = if rng.below(2) == 0 {
+            vec![]
+        } else {
+            batch.to_vec()
+        };
+        let nb: usize = batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let mut drawn = |count: usize, round: &dyn Fn(f64) -> f64| -> Vec<f64> {
+            super::values(rng, count, -1.0, 1.0)
+                .into_iter()
+                .map(round)
+                .collect()
+        };
+        let va = drawn(nb * m * k, &round);
+        let vb = drawn(nbb * k * n, &round);
+        let vbias = drawn(n, &f32_round);
+        Operands {
+            b_batch,
+            nb,
+            nbb,
+            va,
+            vb,
+            vbias,
+            with_bias: rng.below(2) == 0,
+        }
+    }
+}
+
+/// The shape of a `[batch.., rows, cols]` operand, `[batch.., cols, rows]`
+/// when stored transposed.
+pub fn operand_shape(batch: &[usize], rows: usize, cols: usize, transpose: bool) -> Vec<usize> {
+    let mut shape = batch.to_vec();
+    shape.extend(if transpose {
+        [cols, rows]
+    } else {
+        [rows, cols]
+    });
+    shape
+}
 
 /// Values of a `[.., rows, cols]` tensor stored transposed when asked.
 pub fn stored(values: &[f64], batch: usize, rows: usize, cols: usize, transpose: bool) -> Vec<f64> {
@@ -94,6 +159,44 @@ pub fn reference(
         }
     }
     (want, tol)
+}
+
+/// Record `act(a @ b + bias)` into a poisoned f32 output through
+/// `Ops::record_matmul`, run it, and check every element against
+/// [`reference`] of the values the operands hold (`va`, `vb` and the bias's,
+/// row-major `m x k` and `k x n` per batch entry) within its bound for unit
+/// roundoff `u`.
+pub fn check_matmul(
+    (a, b, bias): (
+        &DeviceTensor,
+        &DeviceTensor,
+        Option<(&DeviceTensor, &[f64])>,
+    ),
+    (va, vb): (&[f64], &[f64]),
+    batches: (usize, bool),
+    dims: (usize, usize, usize),
+    options: MatmulOptions,
+    u: f64,
+    what: &str,
+) {
+    let shape = Ops::matmul_shape(a.desc(), b.desc(), options).unwrap();
+    let bias_tensor = bias.map(|(t, _)| t);
+    let mut inputs = vec![a, b];
+    inputs.extend(bias_tensor);
+    let got = super::run(
+        &inputs,
+        TensorDesc::new(DType::F32, shape).unwrap(),
+        |g, out| super::ops().record_matmul(g, a, b, bias_tensor, options, out),
+    )
+    .unwrap();
+    let (want, tol) = reference(
+        (va, vb, bias.map(|(_, v)| v)),
+        batches,
+        dims,
+        options.activation,
+        u,
+    );
+    assert_within(&got, &want, &tol, what);
 }
 
 /// A `spirv-val` knowing `SPV_KHR_cooperative_matrix` (2023.4 or newer):
