@@ -290,6 +290,17 @@ pub struct Op {
     pub span: Span,
 }
 
+/// What a `kernel.barrier` orders besides the workgroup's control flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// `<workgroup>`: workgroup memory, at workgroup scope.
+    Workgroup,
+    /// `<storage>`: workgroup memory and storage buffers, at device scope,
+    /// so writes made before it are visible to other workgroups that
+    /// observe them through an atomic (a "last workgroup" reduction).
+    Storage,
+}
+
 /// What an op does. Operands are [`ValueId`]s; result types are in
 /// [`Kernel::value_types`].
 #[derive(Clone, Debug, PartialEq)]
@@ -431,9 +442,9 @@ pub enum OpKind {
     WorkItem(WorkItemKind, Axis),
     /// `kernel.subgroup.<query>` -> index.
     Subgroup(SubgroupQuery),
-    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`:
-    /// control and workgroup-memory barrier.
-    Barrier,
+    /// `kernel.barrier<workgroup|storage>`: a workgroup control barrier
+    /// ordering workgroup memory, or storage buffers too at device scope.
+    Barrier(BarrierKind),
     /// `kernel.subgroup.reduce<op> x`.
     SubgroupReduce(ReduceOp, ValueId),
     /// `kernel.subgroup.shuffle<mode> x, lane`.

@@ -702,3 +702,40 @@ fn unpack_f16() {
         }
     }
 }
+
+#[test]
+fn last_group_sum() {
+    // Exact: i32 sums. The counter must come back to zero after each run
+    // (the last workgroup resets it), so the same counter serves every
+    // run; a stale partial (a store the storage barrier failed to make
+    // visible) would show as a wrong total.
+    let g = gpu();
+    let k = g.kernel(
+        include_str!("corpus/last_group_sum.loom"),
+        &spec("@last_group_sum"),
+    );
+    let counter = g.input(&[0]);
+    let mut rng = Rng::new(17);
+    for n in SIZES.into_iter().chain([64 * 300, 64 * 1000 + 5]) {
+        for _ in 0..2 {
+            let groups = n.div_ceil(64);
+            let values: Vec<i32> = (0..n).map(|_| (rng.u32() % 2001) as i32 - 1000).collect();
+            let words: Vec<u32> = values.iter().map(|&v| v as u32).collect();
+            let (vb, partials, total) = (g.input(&words), g.output(groups), g.output(1));
+            g.run(
+                &k,
+                &[&vb, &partials, &counter, &total],
+                &[idx(n), idx(groups)],
+                &[n as u64],
+            );
+            let want: Vec<u32> = values
+                .chunks(64)
+                .map(|c| c.iter().sum::<i32>() as u32)
+                .collect();
+            assert_eq!(read("partials", &partials, groups), want, "n={n}");
+            let sum: i32 = values.iter().sum();
+            assert_eq!(read("total", &total, 1), [sum as u32], "n={n}");
+            assert_eq!(read("counter", &counter, 1), [0], "counter reset, n={n}");
+        }
+    }
+}

@@ -179,3 +179,46 @@ fn non_finite_and_f16_constants_lower() {
   view.store %q, %h[%i] : f16, view<[%n]xf16>";
     compile(&kernel("%n: index, %b: buffer, %c: buffer", body)).unwrap();
 }
+
+/// The (memory scope, semantics) of each `OpControlBarrier` in `words`,
+/// its operands resolved through the module's `OpConstant`s.
+fn control_barriers(words: &[u32]) -> Vec<(u32, u32)> {
+    let mut constants = std::collections::HashMap::new();
+    let mut barriers = vec![];
+    let mut at = 5;
+    while at < words.len() {
+        let (count, opcode) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+        let operands = &words[at + 1..at + count];
+        match opcode {
+            // OpConstant: result type, id, value.
+            43 => {
+                constants.insert(operands[1], operands[2]);
+            }
+            // OpControlBarrier: execution scope, memory scope, semantics.
+            224 => barriers.push((operands[1], operands[2])),
+            _ => {}
+        }
+        at += count.max(1);
+    }
+    barriers
+        .into_iter()
+        .map(|(scope, semantics)| (constants[&scope], constants[&semantics]))
+        .collect()
+}
+
+#[test]
+fn storage_barriers_order_storage_at_device_scope() {
+    // Scope: Device 1, Workgroup 2. Semantics: AcquireRelease 0x8,
+    // UniformMemory 0x40, WorkgroupMemory 0x100.
+    let src = kernel(
+        "%n: index, %b: buffer",
+        "  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+  kernel.barrier<storage> scope(device) ordering(acq_rel)
+  kernel.barrier<storage>",
+    );
+    let a = compile(&src).unwrap();
+    assert_eq!(
+        control_barriers(a.spirv()),
+        [(2, 0x108), (1, 0x148), (1, 0x148)]
+    );
+}

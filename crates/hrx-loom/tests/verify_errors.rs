@@ -239,6 +239,31 @@ fn barrier_in_uniform_control_flow_is_accepted() {
 }
 
 #[test]
+fn barrier_kinds_and_scopes_must_match() {
+    let src = kernel(
+        "",
+        "  kernel.barrier<storage> scope(workgroup) ordering(acq_rel)",
+    );
+    assert_diag(
+        &one_error(&src),
+        "E0307",
+        "unknown barrier scope `workgroup` (one of: device)",
+        &src,
+        "workgroup)",
+        0,
+    );
+    let src = kernel("", "  kernel.barrier<device>");
+    assert_diag(
+        &one_error(&src),
+        "E0307",
+        "unknown barrier kind `device` (one of: workgroup storage)",
+        &src,
+        "device",
+        0,
+    );
+}
+
+#[test]
 fn subgroup_collective_in_divergent_control_flow() {
     let src = kernel(
         "",

@@ -1,7 +1,9 @@
 //! `kernel.*` ops: coordinates, subgroup queries and collectives, barriers.
 
 use super::{E_UNSUPPORTED, Lowerer, R, Val};
-use crate::ir::{Axis, Op, OpKind, ReduceOp, ShuffleMode, SubgroupQuery, WorkItemKind};
+use crate::ir::{
+    Axis, BarrierKind, Op, OpKind, ReduceOp, ShuffleMode, SubgroupQuery, WorkItemKind,
+};
 use naga::{
     Barrier, BuiltIn, CollectiveOperation, Expression, FunctionArgument, GatherMode, Handle,
     ScalarKind, Statement, SubgroupOperation, TypeInner, VectorSize,
@@ -87,13 +89,17 @@ impl Lowerer<'_> {
                 };
                 self.builtin(builtin, false)
             }
-            OpKind::Barrier => {
+            OpKind::Barrier(kind) => {
                 // `kernel.barrier<workgroup>` orders workgroup memory at
                 // workgroup scope (GLSL's `barrier()`). naga's STORAGE flag
-                // would widen the memory scope to Device, which a device
-                // with the Vulkan memory model but without its device
-                // scope feature rejects, and which costs more on GPUs.
-                self.fb.stmt(Statement::ControlBarrier(Barrier::WORK_GROUP));
+                // widens the memory scope to Device (the runtime enables
+                // `vulkanMemoryModelDeviceScope`), which costs more on
+                // GPUs, so only `<storage>` asks for it.
+                let flags = match kind {
+                    BarrierKind::Workgroup => Barrier::WORK_GROUP,
+                    BarrierKind::Storage => Barrier::WORK_GROUP | Barrier::STORAGE,
+                };
+                self.fb.stmt(Statement::ControlBarrier(flags));
                 return Ok(());
             }
             OpKind::SubgroupReduce(r, x) => {

@@ -6,7 +6,7 @@ use super::ops::Built;
 use super::words;
 use crate::diag::codes;
 use crate::front::ast::{self, Ident, TypeExpr};
-use crate::ir::{OpKind, ReduceOp, Scalar, Type};
+use crate::ir::{BarrierKind, OpKind, ReduceOp, Scalar, Type};
 
 impl Builder<'_> {
     pub(super) fn kernel_op(
@@ -112,23 +112,28 @@ impl Builder<'_> {
         Some(())
     }
 
-    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`.
+    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`, or
+    /// `kernel.barrier<storage> scope(device) ordering(acq_rel)`.
     pub(super) fn barrier(&mut self, op: &ast::Op, attrs: &[(Ident, Ident)]) -> Option<Built> {
-        if let Some(tag) = &op.tag
-            && tag.text != "workgroup"
-        {
-            return self.unknown_word(tag, "barrier kind", "workgroup");
-        }
+        let kind = match op.tag.as_ref().map(|t| t.text.as_str()) {
+            None | Some("workgroup") => BarrierKind::Workgroup,
+            Some("storage") => BarrierKind::Storage,
+            Some(_) => {
+                let tag = op.tag.as_ref()?;
+                return self.unknown_word(tag, "barrier kind", "workgroup storage");
+            }
+        };
         for (name, arg) in attrs {
-            let expected = match name.text.as_str() {
-                "scope" => "workgroup",
-                "ordering" => "acq_rel",
+            let expected = match (name.text.as_str(), kind) {
+                ("scope", BarrierKind::Workgroup) => "workgroup",
+                ("scope", BarrierKind::Storage) => "device",
+                ("ordering", _) => "acq_rel",
                 _ => return self.unknown_word(name, "barrier attribute", "scope ordering"),
             };
             if arg.text != expected {
                 return self.unknown_word(arg, &format!("barrier {}", name.text), expected);
             }
         }
-        Built::new(OpKind::Barrier, Vec::new())
+        Built::new(OpKind::Barrier(kind), Vec::new())
     }
 }

@@ -128,7 +128,7 @@ impl Solver<'_> {
                     self.meet(&[*a, *b, *c])
                 }
                 OpKind::CoopZero => Level::Workgroup,
-                OpKind::Barrier => {
+                OpKind::Barrier(_) => {
                     if control < Level::Workgroup {
                         self.error(
                             op.span,
