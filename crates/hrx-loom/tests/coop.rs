@@ -206,3 +206,69 @@ fn printer_round_trips_coop_syntax() {
     let again = hrx_loom::front::parse(&printed).unwrap();
     assert_eq!(hrx_loom::front::print(&again), printed);
 }
+
+/// `OpCapability VulkanMemoryModelDeviceScope` is declared.
+fn declares_device_scope(words: &[u32]) -> bool {
+    words
+        .windows(2)
+        .any(|w| w[0] == (2 << 16 | 17) && w[1] == 5346)
+}
+
+#[test]
+fn device_scope_is_declared_where_the_memory_model_needs_it() {
+    // Cooperative matrices switch naga to the Vulkan memory model, where
+    // a storage barrier's device scope needs its own capability (naga
+    // leaves it out; emit adds it). Workgroup barriers do not need it.
+    let hopper = Target::hopper();
+    let plain = compile(TILE, &hopper).unwrap();
+    assert!(!declares_device_scope(plain.spirv()));
+    let src = edit(
+        "  kernel.return",
+        "  kernel.barrier<storage> scope(device) ordering(acq_rel)\n  kernel.return",
+    );
+    let storage = compile(&src, &hopper).unwrap();
+    assert!(declares_device_scope(storage.spirv()));
+    common::spirv_val_coop("coop_tile_storage_barrier", storage.spirv());
+    // Its accesses to the written buffer become non-private (the barrier
+    // orders them); the read-only inputs' loads stay as they were.
+    let non_private = |words: &[u32]| {
+        let mut found = (0, 0);
+        let mut at = 5;
+        while at < words.len() {
+            let (count, opcode) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+            // OpCooperativeMatrixLoadKHR's memory operand follows the
+            // stride; OpCooperativeMatrixStoreKHR's likewise.
+            let mask = match opcode {
+                4457 => words.get(at + 6),
+                4458 => words.get(at + 5),
+                _ => None,
+            };
+            if let Some(&mask) = mask.filter(|_| count > 5) {
+                if opcode == 4457 && mask & 0x30 == 0x30 {
+                    found.0 += 1;
+                }
+                if opcode == 4458 && mask & 0x28 == 0x28 {
+                    found.1 += 1;
+                }
+            }
+            at += count.max(1);
+        }
+        found
+    };
+    assert_eq!(non_private(plain.spirv()), (0, 0));
+    assert_eq!(non_private(storage.spirv()), (0, 1), "the one store to C");
+    // Without cooperative matrices the GLSL memory model needs nothing.
+    let lavapipe = Compiler::for_target(None, &Target::lavapipe())
+        .and_then(|c| c.module(include_str!("corpus/last_group_sum.loom")))
+        .and_then(|m| m.compile_uncached(&Specialization::new("@last_group_sum")))
+        .unwrap();
+    assert!(!declares_device_scope(lavapipe.spirv()));
+    // There the written buffers (partials, counter, total: variables of
+    // bindings 1-3) are decorated Coherent instead, the input is not.
+    let coherent = lavapipe
+        .spirv()
+        .windows(3)
+        .filter(|w| w[0] == (3 << 16 | 71) && w[2] == 23)
+        .count();
+    assert_eq!(coherent, 3);
+}

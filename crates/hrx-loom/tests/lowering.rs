@@ -222,3 +222,35 @@ fn storage_barriers_order_storage_at_device_scope() {
         [(2, 0x108), (1, 0x148), (1, 0x148)]
     );
 }
+
+#[test]
+fn workgroup_allocations_take_whole_16_byte_granules() {
+    // SPIR-V cannot align workgroup variables, so each allocation is
+    // rounded up to 16 bytes: a 4-byte flag then never leaves the next
+    // allocation (a tile that cooperative loads read) off a 16-byte
+    // boundary. Lavapipe has 32 KiB: 32760 + 4 bytes fit unrounded, but
+    // not as 32768 + 16.
+    let body = |flag: u32| {
+        format!(
+            "  %z = index.constant 0 : offset
+  %fb = index.constant {flag} : offset
+  %f = buffer.alloca<workgroup> align(4) %fb : buffer
+  %fv = buffer.view %f[%z] : buffer -> view<1xu32>
+  %tb = index.constant 32760 : offset
+  %t = buffer.alloca<workgroup> align(16) %tb : buffer
+  %tv = buffer.view %t[%z] : buffer -> view<8190xf32>
+  %i = kernel.workitem.id<x> : index
+  %one = scalar.constant 1.0 : f32
+  %u = scalar.constant 1 : u32
+  %c0 = index.constant 0 : index
+  view.store %one, %tv[%i] : f32, view<8190xf32>
+  view.store %u, %fv[%c0] : u32, view<1xu32>"
+        )
+    };
+    let e = compile(&kernel("%n: index", &body(4))).unwrap_err();
+    assert!(e.to_string().contains("total 32784 bytes"), "{e}");
+    // Without the flag's rounding the tile alone fits.
+    let mut lone = body(4).replace("  view.store %u, %fv[%c0] : u32, view<1xu32>", "");
+    lone = lone.replace("%fv = buffer.view %f[%z] : buffer -> view<1xu32>\n", "");
+    compile(&kernel("%n: index", &lone)).unwrap();
+}

@@ -2,8 +2,8 @@
 //! tensor cores) cannot run on lavapipe: every variant (16-byte and
 //! element loads, each row-fragment count, with and without an epilogue)
 //! is compiled for `Target::hopper()` and its SPIR-V validated here; the
-//! `matmul_coop_gpu` example runs it on the H200. Its reduction kernel is
-//! plain loom and runs on lavapipe in the crate's unit tests.
+//! `matmul_coop_gpu` example and the GPU tier run it on the H200. The last
+//! workgroup of each column slab sums the splits in the same dispatch.
 
 mod common;
 
@@ -21,8 +21,12 @@ fn splitk_kernels_compile_for_hopper_and_validate() {
             SplitKOperands::TransposedB,
             SplitKOperands::Elements,
         ] {
-            let act = (m == 24).then_some(UnaryOp::Gelu);
-            let (main, reduce) = coop_splitk_source(&Target::hopper(), m, operands, act).unwrap();
+            let act = match m {
+                24 => Some(UnaryOp::Gelu),
+                48 => Some(UnaryOp::Silu),
+                _ => None,
+            };
+            let main = coop_splitk_source(&Target::hopper(), m, operands, act).unwrap();
             // A transposed B is staged n-major and read column-major, not
             // element by element.
             assert_eq!(
@@ -35,16 +39,15 @@ fn splitk_kernels_compile_for_hopper_and_validate() {
                 operands == SplitKOperands::Elements,
                 "m={m} {operands:?}"
             );
-            for (src, symbol) in [(main, "@matmul_splitk"), (reduce, "@matmul_splitk_reduce")] {
-                let artifact = compiler
-                    .module(&src)
-                    .and_then(|module| module.compile_uncached(&Specialization::new(symbol)))
-                    .unwrap_or_else(|e| panic!("m={m} {operands:?} {symbol}: {e}"));
-                validate_modern(
-                    &format!("splitk-{m}-{operands:?}-{}", &symbol[1..]),
-                    &artifact.spirv_bytes(),
-                );
-            }
+            // One dispatch: the slab's last workgroup finishes it, behind
+            // storage barriers and a counter.
+            assert_eq!(main.matches("kernel.barrier<storage>").count(), 2);
+            assert!(main.contains("view.atomic.rmw<addi> %ou, %cntv"));
+            let artifact = compiler
+                .module(&main)
+                .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_splitk")))
+                .unwrap_or_else(|e| panic!("m={m} {operands:?}: {e}"));
+            validate_modern(&format!("splitk-{m}-{operands:?}"), &artifact.spirv_bytes());
         }
     }
 }

@@ -12,6 +12,9 @@ use crate::front::span::Span;
 use crate::ir::{AtomicOp, BufferRef, Dim, Op, OpKind, Scalar, Type, ValueId, ViewType};
 use naga::{BinaryOperator as B, Expression, Handle, ScalarKind, Statement};
 
+/// Bytes every workgroup allocation is rounded up to (see `alloca`).
+const WORKGROUP_GRANULE: u32 = 16;
+
 type H = Handle<Expression>;
 
 /// A lowered view value.
@@ -130,6 +133,12 @@ impl Lowerer<'_> {
         let Some(plan) = self.plan.get(BufferRef::Alloca(r)).cloned() else {
             return Ok(()); // never viewed: nothing to declare
         };
+        // SPIR-V cannot state a workgroup variable's alignment, and drivers
+        // pack the variables one after another: whole 16-byte granules keep
+        // every allocation 16-byte aligned whatever precedes it (cooperative
+        // loads need that; on the H200 a 4-byte flag declared before a tile
+        // shifted the tile's fragments by 4 bytes).
+        let size = size.div_ceil(WORKGROUP_GRANULE) * WORKGROUP_GRANULE;
         let count = size / plan.layout.element_bytes();
         let Some(count) = std::num::NonZeroU32::new(count) else {
             let msg = format!("workgroup allocation of {size} bytes holds no element");

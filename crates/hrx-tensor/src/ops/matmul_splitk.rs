@@ -1,12 +1,12 @@
 //! Split-k decode matmul on cooperative matrices for few rows (up to 64):
 //! many workgroups stream disjoint pieces of B (column slab x k range)
-//! into f32 partial sums, which a second kernel sums with bias and
-//! activation. See `kernels/matmul_coop_splitk.loom` and
-//! `kernels/matmul_splitk_reduce.loom`.
+//! into f32 partial sums, and the last workgroup of each column slab sums
+//! them with bias and activation, in one dispatch. See
+//! `kernels/matmul_coop_splitk.loom`.
 
+mod finish;
 mod loads;
 mod plan;
-mod reduce;
 mod source;
 mod tiles;
 
@@ -20,8 +20,7 @@ use super::{
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
-use hrx_runtime::{Completion, Graph};
-use reduce::reduce_key;
+use hrx_runtime::{Completion, Graph, MemoryPlacement};
 
 /// Columns per workgroup: one 16-column fragment for each of the four
 /// subgroups of a row group.
@@ -88,10 +87,11 @@ fn index(v: usize) -> ScalarValue {
 }
 
 impl Ops {
-    /// Record the split-k kernel into a scratch of partial sums (the
-    /// graph's scratch storage, shared with its other split-k matmuls,
-    /// which therefore run one after another), then the reduction into the
-    /// output.
+    /// Record the split-k kernel: partial sums into a scratch (the graph's
+    /// scratch storage, shared with its other split-k matmuls, which
+    /// therefore run one after another), finished into the output by the
+    /// last workgroup of each column slab, counted on per-slab counters of
+    /// this matmul's own (zeroed when allocated, left zero by every run).
     pub(crate) fn record_splitk(&self, graph: &mut Graph, call: SplitKCall<'_>) -> Result<()> {
         let SplitKCall {
             operation,
@@ -106,6 +106,9 @@ impl Ops {
         } = call;
         let target = self.registry.target()?;
         let desc = TensorDesc::new(DType::F32, vec![batch * plan.splits * plan.mp * plan.npad])?;
+        let kernel = self.registry.kernel(plan.key(act, result))?;
+        // The kernel was built first, so a failure there leaves no scratch
+        // behind in the graph; the counters are this call's alone.
         let storage = graph.scratch(desc.bytes())?;
         let scratch = DeviceTensor::from_parts(
             self.runtime().clone(),
@@ -119,7 +122,12 @@ impl Ops {
                 "{operation}: the split-k scratch is not bound at its start"
             )));
         }
-        let kernel = self.registry.kernel(plan.key())?;
+        let slabs = batch * plan.npad / BN;
+        let counters = self
+            .runtime()
+            .allocate(4 * slabs, MemoryPlacement::GpuLocal)?
+            .view();
+        let ((kbias, bias_stride), (kc, out_batch_stride)) = (bias, out);
         let scalars: Vec<ScalarValue> = [m, n, k, plan.ks, sab, sam, sak]
             .map(index)
             .into_iter()
@@ -128,23 +136,19 @@ impl Ops {
             .chain(kb.scalars())
             .chain([plan.splits, plan.npad].map(index))
             .chain([ScalarValue::Index(kw.len)])
+            .chain([index(bias_stride)])
+            .chain(kbias.scalars())
+            .chain([index(out_batch_stride)])
+            .chain(kc.scalars())
+            .chain([index(slabs)])
             .collect();
         let workload = [n as u64, plan.splits as u64, batch as u64];
         kernel.record(
             graph,
             operation,
-            &[ka.view, kb.view, kw.view.clone()],
+            &[ka.view, kb.view, kw.view, kbias.view, kc.view, counters],
             &scalars,
             &workload,
-        )?;
-        self.record_splitk_reduce(
-            graph,
-            operation,
-            (m, n, batch, plan.splits, plan.mp, plan.npad),
-            kw,
-            bias,
-            out,
-            (act, result),
         )
     }
 }
@@ -161,16 +165,15 @@ pub enum SplitKOperands {
     Elements,
 }
 
-/// The split-k kernel's loom source for `target`, `m` rows and operands
-/// laid out as `operands`, and its reduction's source for `activation`
-/// (for offline compilation and SPIR-V checks); `None` where the kernel
-/// does not apply.
+/// The split-k kernel's loom source for `target`, `m` rows, operands laid
+/// out as `operands` and `activation` (for offline compilation and SPIR-V
+/// checks); `None` where the kernel does not apply.
 pub fn coop_splitk_source(
     target: &Target,
     m: usize,
     operands: SplitKOperands,
     activation: Option<super::UnaryOp>,
-) -> Option<(String, String)> {
+) -> Option<String> {
     let layout = |k_stride: usize, n_stride: usize, n: usize| BLayout {
         k_stride,
         n_stride,
@@ -190,8 +193,5 @@ pub fn coop_splitk_source(
         None => (String::new(), "%x"),
         Some(op) => (op.body("f32"), "%r"),
     };
-    Some((
-        plan.key().source(),
-        reduce_key(act, result, plan.splits).source(),
-    ))
+    Some(plan.key(act, result).source())
 }

@@ -139,7 +139,9 @@ fn plan_with(
         b: tile_load_b(b, k),
     };
     let threads = plan.threads();
-    let fits = threads as u32 <= target.max_workgroup_invocations
+    // The finishing workgroup spreads each row of its slab over work items.
+    let fits = threads.is_multiple_of(BN)
+        && threads as u32 <= target.max_workgroup_invocations
         && threads as u32 <= target.max_workgroup_size[0]
         && plan.shared_bytes() as u64 <= u64::from(target.workgroup_memory_bytes);
     if !plan.tile_a().fits() || !plan.tile_b().fits() || !fits {
@@ -199,10 +201,11 @@ impl SplitK {
         }
     }
 
-    /// Workgroup memory: the A and B tiles (rows padded by 8 halves).
+    /// Workgroup memory: the A and B tiles (rows padded by 8 halves) and
+    /// the finishing flag (loom rounds each allocation to 16 bytes).
     pub(super) fn shared_bytes(&self) -> usize {
         let b = self.tile_b();
-        (self.mp * (self.bk + 8) + b.rows * (b.cols + 8)) * 2
+        (self.mp * (self.bk + 8) + b.rows * (b.cols + 8)) * 2 + 16
     }
 }
 
@@ -301,7 +304,7 @@ mod tests {
                                 continue;
                             };
                             compiler
-                                .module(&p.key().source())
+                                .module(&p.key(String::new(), "%x").source())
                                 .and_then(|module| {
                                     module.compile_uncached(&hrx_loom::Specialization::new(
                                         "@matmul_splitk",

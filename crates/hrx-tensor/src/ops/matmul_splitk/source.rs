@@ -1,14 +1,16 @@
 //! The split-k kernel's source: the template's substitutions for one plan
-//! (tile copies, fragment multiplies, pipelining and the scratch stores).
+//! (tile copies, fragment multiplies, pipelining, the scratch stores and
+//! the last workgroup's sum).
 
-use super::{BN, SplitK, TileLoad};
+use super::{BN, SplitK, TileLoad, finish::finish_lines};
 use crate::ops::registry::KernelKey;
 
 const SPLITK: &str = include_str!("../../../kernels/matmul_coop_splitk.loom");
 
 impl SplitK {
-    /// The kernel's template substitutions.
-    fn substitutions(&self) -> Vec<(&'static str, String)> {
+    /// The kernel's template substitutions, with the activation's lines
+    /// and result value as in matmul.loom.
+    fn substitutions(&self, act: String, result: &str) -> Vec<(&'static str, String)> {
         let (mp, bk, threads) = (self.mp, self.bk, self.threads());
         let (ta, tb) = (self.tile_a(), self.tile_b());
         let (ty_a, ty_b) = (ta.ty(), tb.ty());
@@ -118,15 +120,17 @@ impl SplitK {
         };
         // The scratch is padded to whole fragments (MP rows per split,
         // NPAD a multiple of BN columns), so the sums go straight to it.
-        let epilogue: Vec<String> = frags
-            .iter()
-            .map(|&i| {
-                format!(
-                    "  %wr_{i} = index.add %wrow0, %fro_{i} : index
+        let mut epilogue = vec![
+            "  %wrows = index.div %lw, %npad : index
+  %wv = buffer.view %w[%zero] : buffer -> view<[%wrows]x[%npad]xf32>"
+                .to_string(),
+        ];
+        for &i in &frags {
+            epilogue.push(format!(
+                "  %wr_{i} = index.add %wrow0, %fro_{i} : index
   coop.store<row_major> %res_{i}, %wv[%wr_{i}, %wcol] : {ty_c}, view<[%wrows]x[%npad]xf32>"
-                )
-            })
-            .collect();
+            ));
+        }
         let list = |f: &dyn Fn(usize) -> String| {
             frags.iter().map(|&i| f(i)).collect::<Vec<_>>().join(", ")
         };
@@ -153,13 +157,23 @@ impl SplitK {
             ("PROLOGUE", prologue),
             ("LOOP", looped),
             ("EPILOGUE", epilogue.join("\n")),
+            (
+                "FINISH",
+                finish_lines(
+                    mp.div_ceil(threads / BN),
+                    threads / BN,
+                    self.splits,
+                    &act,
+                    result,
+                ),
+            ),
         ]
     }
 
-    pub(super) fn key(&self) -> KernelKey {
+    pub(super) fn key(&self, act: String, result: &str) -> KernelKey {
         KernelKey {
             template: SPLITK,
-            substitutions: self.substitutions(),
+            substitutions: self.substitutions(act, result),
             symbol: "matmul_splitk",
             config: Vec::new(),
         }
