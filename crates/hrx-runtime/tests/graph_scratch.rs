@@ -74,3 +74,24 @@ fn an_empty_request_is_an_error() {
     assert!(error.contains("scratch"), "{error}");
     assert!(graph.is_empty());
 }
+
+#[test]
+fn zeroed_scratch_is_a_separate_pool_that_starts_at_zero() {
+    let rt = runtime();
+    let out = upload(&rt, &[7; 64]);
+    let before = rt.memory_stats().live_allocations;
+    let mut graph = rt.graph();
+    let plain = graph.scratch(256).unwrap();
+    let zeroed = graph.zeroed_scratch(256).unwrap();
+    let again = graph.zeroed_scratch(100).unwrap();
+    assert_eq!(rt.memory_stats().live_allocations, before + 2);
+    assert!(!zeroed.overlaps(&plain), "its own storage, not the scratch");
+    assert!(again.overlaps(&zeroed));
+    assert_eq!((zeroed.offset(), again.len()), (0, 100));
+    // Nothing wrote it yet: it reads as zero in the first submission.
+    graph.copy(out.view(), zeroed).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(read(&out.view()), vec![0; 64]);
+    let error = rt.graph().zeroed_scratch(0).unwrap_err().to_string();
+    assert!(error.contains("zeroed scratch"), "{error}");
+}

@@ -130,9 +130,10 @@ fn decode_kernel_is_chosen_for_few_rows() {
     assert_eq!(name, "tiled");
 }
 
-/// Split-k matmuls recorded into one graph share its scratch (one
-/// allocation for all, not one each) and still all come out right, so
-/// the hazards order them. Only devices with cooperative matrices (the
+/// Split-k matmuls recorded into one graph share its scratch and its
+/// zeroed scratch (one allocation of each for all, not one each) and still
+/// all come out right, so the hazards order them and each leaves its slab
+/// counters at zero for the next. Only devices with cooperative matrices (the
 /// H200) run split-k; elsewhere this checks nothing and says so.
 #[test]
 fn split_k_matmuls_of_one_graph_share_one_scratch() {
@@ -169,8 +170,11 @@ fn split_k_matmuls_of_one_graph_share_one_scratch() {
         ops.record_matmul(&mut graph, &a, &b, None, MatmulOptions::default(), out)
             .unwrap();
     }
-    assert_eq!(runtime.memory_stats().live_allocations, before + 1);
-    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(runtime.memory_stats().live_allocations, before + 2);
+    let exec = graph.prepare().unwrap();
+    for _ in 0..3 {
+        exec.submit().unwrap().wait().unwrap();
+    }
     for out in &outs {
         let got = out.to_values().unwrap();
         assert!(

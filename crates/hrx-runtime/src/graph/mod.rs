@@ -32,6 +32,9 @@ pub struct Graph {
     ops: Vec<Op>,
     /// Storage handed out by [`scratch`](Graph::scratch), smallest first.
     scratch: Vec<BufferView>,
+    /// Storage handed out by [`zeroed_scratch`](Graph::zeroed_scratch),
+    /// smallest first.
+    zeroed: Vec<BufferView>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -46,12 +49,37 @@ fn fail<T>(operation: &str, why: impl std::fmt::Display) -> Result<T> {
     Err(Error::Message(format!("{operation}: {why}")))
 }
 
+/// A view of `bytes` at the start of the smallest storage in `pool` (kept
+/// smallest first) that holds it, allocating (zero-filled) only when none
+/// does.
+fn take_shared(
+    runtime: &Runtime,
+    pool: &mut Vec<BufferView>,
+    operation: &str,
+    bytes: usize,
+) -> Result<BufferView> {
+    if bytes == 0 {
+        return fail(operation, "a request of 0 bytes has no storage");
+    }
+    let storage = match pool.iter().find(|s| s.len() >= bytes) {
+        Some(storage) => storage.clone(),
+        None => {
+            let storage = runtime.allocate(bytes, MemoryPlacement::GpuLocal)?.view();
+            let at = pool.partition_point(|s| s.len() < bytes);
+            pool.insert(at, storage.clone());
+            storage
+        }
+    };
+    storage.slice(0..bytes)
+}
+
 impl Graph {
     pub(crate) fn new(runtime: Runtime) -> Graph {
         Graph {
             runtime,
             ops: Vec::new(),
             scratch: Vec::new(),
+            zeroed: Vec::new(),
         }
     }
 
@@ -109,22 +137,35 @@ impl Graph {
     /// # }
     /// ```
     pub fn scratch(&mut self, bytes: usize) -> Result<BufferView> {
-        if bytes == 0 {
-            return fail("scratch", "a request of 0 bytes has no storage");
-        }
-        let storage = match self.scratch.iter().find(|s| s.len() >= bytes) {
-            Some(storage) => storage.clone(),
-            None => {
-                let storage = self
-                    .runtime
-                    .allocate(bytes, MemoryPlacement::GpuLocal)?
-                    .view();
-                let at = self.scratch.partition_point(|s| s.len() < bytes);
-                self.scratch.insert(at, storage.clone());
-                storage
-            }
-        };
-        storage.slice(0..bytes)
+        take_shared(&self.runtime, &mut self.scratch, "scratch", bytes)
+    }
+
+    /// Device-local storage of `bytes` that is all zero when each
+    /// operation using it starts, for state one operation keeps between
+    /// its workgroups (a split-k matmul's per-slab counters, say), shared
+    /// by every such request of the graph like [`scratch`](Graph::scratch)
+    /// is (a separate pool).
+    ///
+    /// The storage is zero when allocated (before the graph's first
+    /// submission); keeping it zero is the users' contract: every
+    /// operation must leave each byte it used at zero when it completes
+    /// (a counter the last workgroup resets). The runtime cannot check
+    /// this; an operation that breaks it breaks the next user of the
+    /// storage, in this submission and the following ones.
+    ///
+    /// ```
+    /// # fn main() -> hrx_core::Result<()> {
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let mut graph = runtime.graph();
+    /// let counters = graph.zeroed_scratch(256)?;
+    /// let scratch = graph.scratch(256)?;
+    /// assert!(!counters.overlaps(&scratch));
+    /// assert!(counters.overlaps(&graph.zeroed_scratch(64)?));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn zeroed_scratch(&mut self, bytes: usize) -> Result<BufferView> {
+        take_shared(&self.runtime, &mut self.zeroed, "zeroed scratch", bytes)
     }
 
     /// Copy `src` into `dst`. Both views must have equal lengths, belong to

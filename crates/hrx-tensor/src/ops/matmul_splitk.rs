@@ -20,7 +20,7 @@ use super::{
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
-use hrx_runtime::{Completion, Graph, MemoryPlacement};
+use hrx_runtime::{Completion, Graph};
 
 /// Columns per workgroup: one 16-column fragment for each of the four
 /// subgroups of a row group.
@@ -90,8 +90,8 @@ impl Ops {
     /// Record the split-k kernel: partial sums into a scratch (the graph's
     /// scratch storage, shared with its other split-k matmuls, which
     /// therefore run one after another), finished into the output by the
-    /// last workgroup of each column slab, counted on per-slab counters of
-    /// this matmul's own (zeroed when allocated, left zero by every run).
+    /// last workgroup of each column slab, counted on per-slab counters in
+    /// the graph's zeroed scratch (which every run leaves at zero).
     pub(crate) fn record_splitk(&self, graph: &mut Graph, call: SplitKCall<'_>) -> Result<()> {
         let SplitKCall {
             operation,
@@ -107,8 +107,8 @@ impl Ops {
         let target = self.registry.target()?;
         let desc = TensorDesc::new(DType::F32, vec![batch * plan.splits * plan.mp * plan.npad])?;
         let kernel = self.registry.kernel(plan.key(act, result))?;
-        // The kernel was built first, so a failure there leaves no scratch
-        // behind in the graph; the counters are this call's alone.
+        // The kernel was built first, so a failure there takes no scratch
+        // from the graph.
         let storage = graph.scratch(desc.bytes())?;
         let scratch = DeviceTensor::from_parts(
             self.runtime().clone(),
@@ -122,11 +122,10 @@ impl Ops {
                 "{operation}: the split-k scratch is not bound at its start"
             )));
         }
+        // Each slab's counter is back at zero when the kernel completes,
+        // so all split-k matmuls of the graph share one zeroed storage.
         let slabs = batch * plan.npad / BN;
-        let counters = self
-            .runtime()
-            .allocate(4 * slabs, MemoryPlacement::GpuLocal)?
-            .view();
+        let counters = graph.zeroed_scratch(4 * slabs)?;
         let ((kbias, bias_stride), (kc, out_batch_stride)) = (bias, out);
         let scalars: Vec<ScalarValue> = [m, n, k, plan.ks, sab, sam, sak]
             .map(index)
