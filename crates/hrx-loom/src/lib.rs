@@ -20,8 +20,12 @@
 //!    check. Its output is the [`ir`], whose invariants later stages rely on.
 //! 3. **specialize**: config values by key.
 //! 4. **lower**: IR to `naga::Module` (buffer arguments become storage
-//!    bindings in argument order, scalar arguments one push-constant block).
-//! 5. **emit**: naga validation, then SPIR-V.
+//!    bindings in argument order, scalar arguments one push-constant block,
+//!    workgroup allocations whole 16-byte granules so each stays aligned).
+//! 5. **emit**: naga validation, then SPIR-V, with a few word-level fixes
+//!    where naga's output and Vulkan disagree (capabilities naga declares
+//!    wrongly or not at all, workgroup array strides, and non-private
+//!    storage accesses around `kernel.barrier<storage>`).
 //!
 //! # Contracts
 //!

@@ -103,7 +103,7 @@ const SCOPE_DEVICE: u32 = 1;
 /// it does not declare the capability, which SPIR-V requires there. The
 /// runtime enables the matching device feature on every device.
 pub(super) fn declare_device_scope(words: &mut Vec<u32>) {
-    let mut constants = std::collections::HashMap::new();
+    let mut constants = HashMap::new();
     let (mut vulkan_model, mut declared, mut device) = (false, false, Vec::new());
     let mut at = HEADER_WORDS;
     while let Some(&first) = words.get(at) {
