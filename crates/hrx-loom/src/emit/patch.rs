@@ -217,10 +217,8 @@ pub(super) fn share_storage_writes(words: &mut Vec<u32>) {
                     root.insert(*id, var);
                 }
             }
-            (OP_CONTROL_BARRIER, [_, scope, _]) => {
-                if constants.get(scope) == Some(&SCOPE_DEVICE) {
-                    device_scope = Some(*scope);
-                }
+            (OP_CONTROL_BARRIER, [_, scope, _]) if constants.get(scope) == Some(&SCOPE_DEVICE) => {
+                device_scope = Some(*scope);
             }
             _ => {}
         }
