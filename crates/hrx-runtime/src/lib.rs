@@ -18,7 +18,10 @@
 //!   byte-range granularity, inserts a barrier only where an edge exists,
 //!   and records the command buffer once. Replays allocate nothing.
 //!   Intermediate results can live in the graph's shared scratch
-//!   ([`Graph::scratch`]), ordered by those same hazards.
+//!   ([`Graph::scratch`]), ordered by those same hazards; state a kernel
+//!   keeps between its workgroups in [`Graph::zeroed_scratch`], which is
+//!   zero on allocation and which every user must leave zero (the caller's
+//!   contract, not checked).
 //! - **Completions.** Every submission signals the next value of the
 //!   domain's timeline semaphore. A [`Completion`] observes one submission:
 //!   it can be waited on (spin, then block), polled, cancelled, or awaited
