@@ -91,8 +91,10 @@ pub fn write_spirv(module: &naga::Module, info: &ModuleInfo, entry: &str) -> Res
         .map_err(|e| internal(E_WRITE, format!("SPIR-V writer failed: {e}")))?;
     patch::drop_capability(&mut words, patch::CAP_UNIFORM_AND_STORAGE_16);
     patch::drop_workgroup_array_strides(&mut words);
-    patch::declare_device_scope(&mut words);
-    patch::share_storage_writes(&mut words);
+    if let Some(facts) = patch::MemoryFacts::scan(&words) {
+        patch::share_storage_writes(&mut words, &facts);
+        patch::declare_device_scope(&mut words, &facts);
+    }
     Ok(words)
 }
 

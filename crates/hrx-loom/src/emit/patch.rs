@@ -91,52 +91,145 @@ pub(super) fn drop_capability(words: &mut Vec<u32>, cap: u32) {
 /// `VulkanMemoryModel` and `VulkanMemoryModelDeviceScope`.
 const CAP_VULKAN_MEMORY_MODEL: u32 = 5345;
 const CAP_DEVICE_SCOPE: u32 = 5346;
+/// Instructions the memory-model edits read or write.
 const OP_CONSTANT: u32 = 43;
+const OP_VARIABLE: u32 = 59;
+const OP_LOAD: u32 = 61;
+const OP_STORE: u32 = 62;
+const OP_ACCESS_CHAIN: u32 = 65;
+const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
 const OP_CONTROL_BARRIER: u32 = 224;
 const OP_MEMORY_BARRIER: u32 = 225;
 const OP_ATOMIC_STORE: u32 = 228;
+const OP_COOP_LOAD: u32 = 4457;
+const OP_COOP_STORE: u32 = 4458;
+/// Scope, storage class, decorations and memory-operand bits.
 const SCOPE_DEVICE: u32 = 1;
+const STORAGE_BUFFER: u32 = 12;
+const DECORATION_COHERENT: u32 = 23;
+const DECORATION_NON_WRITABLE: u32 = 24;
+const MAKE_POINTER_AVAILABLE: u32 = 0x8;
+const MAKE_POINTER_VISIBLE: u32 = 0x10;
+const NON_PRIVATE_POINTER: u32 = 0x20;
+
+/// The instructions after the header as (first word's index, opcode,
+/// operands), ending early at a malformed word count.
+fn instructions(words: &[u32]) -> impl Iterator<Item = (usize, u32, &[u32])> {
+    let mut at = HEADER_WORDS;
+    std::iter::from_fn(move || {
+        let first = *words.get(at)?;
+        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
+        if count == 0 || at + count > words.len() {
+            return None;
+        }
+        let item = (at, opcode, &words[at + 1..at + count]);
+        at += count;
+        Some(item)
+    })
+}
+
+/// What the memory-model edits need to know of a module, from one walk.
+pub(super) struct MemoryFacts {
+    vulkan_model: bool,
+    device_scope_declared: bool,
+    /// Whether any barrier or atomic uses device scope.
+    uses_device_scope: bool,
+    /// The device-scope id of a `kernel.barrier<storage>`, if any.
+    storage_barrier_scope: Option<u32>,
+    /// Pointer id -> the variable it points into.
+    root: HashMap<u32, u32>,
+    /// Storage-buffer variables no `NonWritable` marks read-only.
+    writable_storage: HashSet<u32>,
+    /// Where the annotation section's `OpDecorate`s end.
+    decorations_end: Option<usize>,
+}
+
+impl MemoryFacts {
+    /// `None` for a malformed stream, which the edits leave alone.
+    pub(super) fn scan(words: &[u32]) -> Option<MemoryFacts> {
+        let mut constants = HashMap::new();
+        let mut pointer_class = HashMap::new();
+        let mut storage = HashSet::new();
+        let mut read_only = HashSet::new();
+        let mut scopes = Vec::new();
+        let mut facts = MemoryFacts {
+            vulkan_model: false,
+            device_scope_declared: false,
+            uses_device_scope: false,
+            storage_barrier_scope: None,
+            root: HashMap::new(),
+            writable_storage: HashSet::new(),
+            decorations_end: None,
+        };
+        let mut end = HEADER_WORDS;
+        for (at, opcode, ops) in instructions(words) {
+            end = at + ops.len() + 1;
+            match (opcode, ops) {
+                (OP_CAPABILITY, [cap]) => {
+                    facts.vulkan_model |= *cap == CAP_VULKAN_MEMORY_MODEL;
+                    facts.device_scope_declared |= *cap == CAP_DEVICE_SCOPE;
+                }
+                (OP_CONSTANT, [_, id, value]) => {
+                    constants.insert(*id, *value);
+                }
+                (OP_DECORATE, [id, decoration, ..]) => {
+                    facts.decorations_end = Some(end);
+                    if *decoration == DECORATION_NON_WRITABLE {
+                        read_only.insert(*id);
+                    }
+                }
+                (OP_TYPE_POINTER, [id, class, _]) => {
+                    pointer_class.insert(*id, *class);
+                }
+                (OP_VARIABLE, [ty, id, ..]) => {
+                    if pointer_class.get(ty) == Some(&STORAGE_BUFFER) {
+                        storage.insert(*id);
+                    }
+                    facts.root.insert(*id, *id);
+                }
+                (OP_ACCESS_CHAIN | OP_IN_BOUNDS_ACCESS_CHAIN, [_, id, base, ..]) => {
+                    if let Some(&var) = facts.root.get(base) {
+                        facts.root.insert(*id, var);
+                    }
+                }
+                (OP_CONTROL_BARRIER, [_, scope, _]) => {
+                    scopes.push(*scope);
+                    if constants.get(scope) == Some(&SCOPE_DEVICE) {
+                        facts.storage_barrier_scope = Some(*scope);
+                    }
+                }
+                (OP_MEMORY_BARRIER | OP_ATOMIC_STORE, [scope, ..]) => scopes.push(*scope),
+                // OpAtomicLoad, OpAtomicExchange .. OpAtomicXor and
+                // OpAtomicFAddEXT: result type, result, pointer, scope, ...
+                (227 | 229..=242 | 6035, [_, _, _, scope, ..]) => scopes.push(*scope),
+                _ => {}
+            }
+        }
+        if end != words.len() {
+            return None;
+        }
+        facts.uses_device_scope = scopes
+            .iter()
+            .any(|id| constants.get(id) == Some(&SCOPE_DEVICE));
+        facts.writable_storage = storage.difference(&read_only).copied().collect();
+        Some(facts)
+    }
+
+    /// Whether `pointer` points into a storage buffer the module writes.
+    fn writable(&self, pointer: u32) -> bool {
+        self.root
+            .get(&pointer)
+            .is_some_and(|var| self.writable_storage.contains(var))
+    }
+}
 
 /// Declare `VulkanMemoryModelDeviceScope` where the module uses the Vulkan
 /// memory model (naga switches to it for cooperative matrices) and device
 /// scope: naga's storage barriers and storage atomics use device scope but
 /// it does not declare the capability, which SPIR-V requires there. The
 /// runtime enables the matching device feature on every device.
-pub(super) fn declare_device_scope(words: &mut Vec<u32>) {
-    let mut constants = HashMap::new();
-    let (mut vulkan_model, mut declared, mut device) = (false, false, Vec::new());
-    let mut at = HEADER_WORDS;
-    while let Some(&first) = words.get(at) {
-        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
-        if count == 0 || at + count > words.len() {
-            return;
-        }
-        let operands = &words[at + 1..at + count];
-        // The operand holding the memory scope's id, where the op has one.
-        let scope = match opcode {
-            OP_CAPABILITY => {
-                vulkan_model |= operands == [CAP_VULKAN_MEMORY_MODEL];
-                declared |= operands == [CAP_DEVICE_SCOPE];
-                None
-            }
-            OP_CONSTANT if count == 4 => {
-                constants.insert(operands[1], operands[2]);
-                None
-            }
-            OP_CONTROL_BARRIER => operands.get(1),
-            OP_MEMORY_BARRIER | OP_ATOMIC_STORE => operands.first(),
-            // OpAtomicLoad, OpAtomicExchange .. OpAtomicXor and
-            // OpAtomicFAddEXT: result type, result, pointer, scope, ...
-            227 | 229..=242 | 6035 => operands.get(3),
-            _ => None,
-        };
-        device.extend(scope.copied());
-        at += count;
-    }
-    let uses_device = device
-        .iter()
-        .any(|id| constants.get(id) == Some(&SCOPE_DEVICE));
-    if vulkan_model && !declared && uses_device {
+pub(super) fn declare_device_scope(words: &mut Vec<u32>, facts: &MemoryFacts) {
+    if facts.vulkan_model && facts.uses_device_scope && !facts.device_scope_declared {
         let header = HEADER_WORDS.min(words.len());
         words.splice(
             header..header,
@@ -144,22 +237,6 @@ pub(super) fn declare_device_scope(words: &mut Vec<u32>) {
         );
     }
 }
-
-/// Instructions this file reads or writes.
-const OP_VARIABLE: u32 = 59;
-const OP_LOAD: u32 = 61;
-const OP_STORE: u32 = 62;
-const OP_ACCESS_CHAIN: u32 = 65;
-const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
-const OP_COOP_LOAD: u32 = 4457;
-const OP_COOP_STORE: u32 = 4458;
-/// Storage class, decorations and memory-operand bits.
-const STORAGE_BUFFER: u32 = 12;
-const DECORATION_COHERENT: u32 = 23;
-const DECORATION_NON_WRITABLE: u32 = 24;
-const MAKE_POINTER_AVAILABLE: u32 = 0x8;
-const MAKE_POINTER_VISIBLE: u32 = 0x10;
-const NON_PRIVATE_POINTER: u32 = 0x20;
 
 /// Make the accesses to writable storage buffers of a module with a
 /// device-scope barrier (`kernel.barrier<storage>`) take part in that
@@ -176,81 +253,28 @@ const NON_PRIVATE_POINTER: u32 = 0x20;
 /// their loads keep the read-only cache. Workgroup memory is left alone
 /// too: workgroup barriers order it on every driver we run, and marking
 /// it measured no different on the H200.
-pub(super) fn share_storage_writes(words: &mut Vec<u32>) {
-    let mut constants = HashMap::new();
-    let mut pointer_class = HashMap::new();
-    // Pointer id -> the variable it points into.
-    let mut root = HashMap::new();
-    let mut storage_vars = HashSet::new();
-    let mut read_only = HashSet::new();
-    let (mut vulkan_model, mut device_scope) = (false, None);
-    let mut last_decoration = None;
-    let mut at = HEADER_WORDS;
-    while let Some(&first) = words.get(at) {
-        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
-        if count == 0 || at + count > words.len() {
-            return;
-        }
-        let ops = &words[at + 1..at + count];
-        match (opcode, ops) {
-            (OP_CAPABILITY, [cap]) => vulkan_model |= *cap == CAP_VULKAN_MEMORY_MODEL,
-            (OP_CONSTANT, [_, id, value]) => {
-                constants.insert(*id, *value);
-            }
-            (OP_DECORATE, [id, decoration, ..]) => {
-                last_decoration = Some(at + count);
-                if *decoration == DECORATION_NON_WRITABLE {
-                    read_only.insert(*id);
-                }
-            }
-            (OP_TYPE_POINTER, [id, class, _]) => {
-                pointer_class.insert(*id, *class);
-            }
-            (OP_VARIABLE, [ty, id, ..]) => {
-                if pointer_class.get(ty) == Some(&STORAGE_BUFFER) {
-                    storage_vars.insert(*id);
-                }
-                root.insert(*id, *id);
-            }
-            (OP_ACCESS_CHAIN | OP_IN_BOUNDS_ACCESS_CHAIN, [_, id, base, ..]) => {
-                if let Some(&var) = root.get(base) {
-                    root.insert(*id, var);
-                }
-            }
-            (OP_CONTROL_BARRIER, [_, scope, _]) if constants.get(scope) == Some(&SCOPE_DEVICE) => {
-                device_scope = Some(*scope);
-            }
-            _ => {}
-        }
-        at += count;
-    }
-    let Some(scope) = device_scope else {
+pub(super) fn share_storage_writes(words: &mut Vec<u32>, facts: &MemoryFacts) {
+    let Some(scope) = facts.storage_barrier_scope else {
         return;
     };
-    let shared = |pointer: u32| {
-        root.get(&pointer)
-            .is_some_and(|var| storage_vars.contains(var) && !read_only.contains(var))
-    };
-    if !vulkan_model {
-        let Some(decorations_end) = last_decoration else {
+    if !facts.vulkan_model {
+        let Some(end) = facts.decorations_end else {
             return;
         };
-        let mut vars: Vec<u32> = storage_vars.difference(&read_only).copied().collect();
+        let mut vars: Vec<u32> = facts.writable_storage.iter().copied().collect();
         vars.sort_unstable();
         let coherent = vars
             .iter()
             .flat_map(|&var| [(3 << 16) | OP_DECORATE, var, DECORATION_COHERENT]);
-        words.splice(decorations_end..decorations_end, coherent);
+        words.splice(end..end, coherent);
         return;
     }
     let mut out = Vec::with_capacity(words.len() + 64);
     out.extend_from_slice(&words[..HEADER_WORDS]);
-    let mut at = HEADER_WORDS;
-    while let Some(&first) = words.get(at) {
-        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
-        let inst = &words[at..at + count];
-        // The pointer operand, the memory operand's position and the
-        // bits that make this access non-private.
+    for (at, opcode, ops) in instructions(words) {
+        let inst = &words[at..at + ops.len() + 1];
+        // The pointer operand, the memory operand's position and the bit
+        // that, with `NonPrivatePointer`, makes this access non-private.
         let access = match opcode {
             OP_LOAD => Some((3, 4, MAKE_POINTER_VISIBLE)),
             OP_STORE => Some((1, 3, MAKE_POINTER_AVAILABLE)),
@@ -258,29 +282,29 @@ pub(super) fn share_storage_writes(words: &mut Vec<u32>) {
             OP_COOP_STORE => Some((1, 5, MAKE_POINTER_AVAILABLE)),
             _ => None,
         };
-        match access {
-            Some((pointer, mask_at, make)) if count >= mask_at && shared(inst[pointer]) => {
-                let mut inst = inst.to_vec();
-                let bits = NON_PRIVATE_POINTER | make;
-                if count == mask_at {
-                    inst.push(bits);
-                } else if inst[mask_at] & (bits | MAKE_POINTER_AVAILABLE | MAKE_POINTER_VISIBLE)
-                    == 0
-                {
-                    inst[mask_at] |= bits;
-                } else {
-                    out.extend_from_slice(&inst);
-                    at += count;
-                    continue;
-                }
-                // The scope id follows the mask's other operands.
-                inst.push(scope);
-                inst[0] = ((inst.len() as u32) << 16) | opcode;
-                out.extend_from_slice(&inst);
+        let Some((_, mask_at, make)) = access.filter(|&(pointer, mask_at, _)| {
+            inst.len() >= mask_at && facts.writable(inst[pointer])
+        }) else {
+            out.extend_from_slice(inst);
+            continue;
+        };
+        let bits = NON_PRIVATE_POINTER | make;
+        let mut edited = inst.to_vec();
+        match edited.get_mut(mask_at) {
+            None => edited.push(bits),
+            Some(mask) if *mask & (bits | MAKE_POINTER_AVAILABLE | MAKE_POINTER_VISIBLE) == 0 => {
+                *mask |= bits;
             }
-            _ => out.extend_from_slice(inst),
+            // Already non-private or made available/visible: as written.
+            Some(_) => {
+                out.extend_from_slice(inst);
+                continue;
+            }
         }
-        at += count;
+        // The scope id follows the mask's other operands.
+        edited.push(scope);
+        edited[0] = ((edited.len() as u32) << 16) | opcode;
+        out.extend_from_slice(&edited);
     }
     *words = out;
 }
@@ -308,5 +332,49 @@ mod tests {
         drop_capability(&mut short, CAP_UNIFORM_AND_STORAGE_16);
         let mut zero = vec![0; 6];
         drop_capability(&mut zero, 1);
+    }
+
+    /// A header and `OpCapability` for each of `caps`, a `uint` type (id 2),
+    /// the constant 1 (id 3), then an `OpAtomicIAdd` whose scope is that
+    /// constant (Device): the pieces `declare_device_scope` reads.
+    fn atomic_module(caps: &[u32]) -> Vec<u32> {
+        let mut words = vec![0x0723_0203, 0x0001_0300, 0, 20, 0];
+        for &c in caps {
+            words.extend([(2 << 16) | OP_CAPABILITY, c]);
+        }
+        words.extend([(4 << 16) | 21, 2, 32, 0]); // OpTypeInt %2 32 0
+        words.extend([(4 << 16) | OP_CONSTANT, 2, 3, SCOPE_DEVICE]);
+        words.extend([(7 << 16) | 234, 2, 4, 9, 3, 3, 3]); // OpAtomicIAdd
+        words
+    }
+
+    #[test]
+    fn device_scope_atomics_get_the_capability_only_under_the_vulkan_model() {
+        let facts = |w: &[u32]| MemoryFacts::scan(w).unwrap();
+        let mut vulkan = atomic_module(&[1, CAP_VULKAN_MEMORY_MODEL]);
+        let before = vulkan.clone();
+        declare_device_scope(&mut vulkan, &facts(&before));
+        assert_eq!(&vulkan[5..7], [(2 << 16) | OP_CAPABILITY, CAP_DEVICE_SCOPE]);
+        assert_eq!(vulkan[7..], before[5..]);
+        // Declared once only.
+        let again = vulkan.clone();
+        declare_device_scope(&mut vulkan, &facts(&again));
+        assert_eq!(vulkan, again);
+        // The GLSL memory model needs nothing.
+        let glsl = atomic_module(&[1]);
+        let mut edited = glsl.clone();
+        declare_device_scope(&mut edited, &facts(&glsl));
+        assert_eq!(edited, glsl);
+    }
+
+    #[test]
+    fn malformed_streams_get_no_memory_model_edits() {
+        let mut words = atomic_module(&[CAP_VULKAN_MEMORY_MODEL]);
+        words.push(0); // a zero word count
+        assert!(MemoryFacts::scan(&words).is_none());
+        // An instruction running past the end.
+        let mut cut = atomic_module(&[CAP_VULKAN_MEMORY_MODEL]);
+        cut.pop();
+        assert!(MemoryFacts::scan(&cut).is_none());
     }
 }
