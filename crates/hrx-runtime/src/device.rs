@@ -29,6 +29,8 @@ pub struct Gpu {
     queue_family: u32,
     pipeline_cache: vk::PipelineCache,
     push_descriptor: ash::khr::push_descriptor::Device,
+    /// Where statistics were asked for and the device keeps them.
+    pub(crate) executable_properties: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) timeline: Arc<Timeline>,
     pub(crate) memory: MemoryCounters,
     pub(crate) fault_injection: bool,
@@ -61,7 +63,8 @@ impl Gpu {
             )));
         }
         let queue_family = compute_queue_family(&instance, &physical)?;
-        let device = create_device(&instance, &physical, queue_family)?;
+        let statistics = options.pipeline_statistics && physical.pipeline_statistics;
+        let device = create_device(&instance, &physical, queue_family, statistics)?;
         // From here on, `partial` destroys what exists if a later step fails.
         let partial = PartialDevice(&device);
         // SAFETY: the family was requested with one queue at creation.
@@ -89,6 +92,8 @@ impl Gpu {
         };
         std::mem::forget(partial);
         let push_descriptor = ash::khr::push_descriptor::Device::new(&instance.raw, &device);
+        let executable_properties = statistics
+            .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &device));
         let compute_copy = options
             .compute_copy
             .unwrap_or(physical.target.kind != hrx_core::DeviceKind::Cpu);
@@ -103,6 +108,7 @@ impl Gpu {
             queue_family,
             pipeline_cache,
             push_descriptor,
+            executable_properties,
             timeline,
             memory: MemoryCounters::new(options.memory_budget),
             fault_injection: options.fault_injection,
@@ -290,6 +296,7 @@ fn create_device(
     instance: &Instance,
     physical: &PhysicalDevice,
     family: u32,
+    statistics: bool,
 ) -> Result<ash::Device> {
     let target = &physical.target;
     let priorities = [1.0f32];
@@ -327,6 +334,12 @@ fn create_device(
     if target.supports_cooperative_matrix() {
         extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         features = features.push_next(&mut cooperative);
+    }
+    let mut executable = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+        .pipeline_executable_info(true);
+    if statistics {
+        extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        features = features.push_next(&mut executable);
     }
     let info = vk::DeviceCreateInfo::default()
         .queue_create_infos(&queues)

@@ -45,6 +45,8 @@ pub(crate) struct PhysicalDevice {
     pub(crate) push_descriptor: bool,
     pub(crate) memory_budget_ext: bool,
     pub(crate) uniform_16bit: bool,
+    /// `VK_KHR_pipeline_executable_properties` with `pipelineExecutableInfo`.
+    pub(crate) pipeline_statistics: bool,
 }
 
 /// The process-wide instances, one with and one without validation. An
@@ -211,9 +213,11 @@ impl Instance {
             .push_next(&mut size_control);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut executable = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
         let mut features = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut v12)
-            .push_next(&mut v11);
+            .push_next(&mut v11)
+            .push_next(&mut executable);
         // SAFETY: queries on a device handle enumerated from this instance,
         // with correctly chained output structures that outlive the calls.
         let extensions = unsafe {
@@ -289,6 +293,8 @@ impl Instance {
             push_descriptor: has(ash::khr::push_descriptor::NAME),
             memory_budget_ext: has(ash::ext::memory_budget::NAME),
             uniform_16bit,
+            pipeline_statistics: has(ash::khr::pipeline_executable_properties::NAME)
+                && executable.pipeline_executable_info == vk::TRUE,
         }
     }
 

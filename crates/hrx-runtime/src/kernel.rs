@@ -1,8 +1,10 @@
 //! Compute kernels: SPIR-V plus the contract a dispatch is checked against.
 
 mod contract;
+mod statistics;
 
 pub use contract::{Access, BindingContract, KernelContract};
+pub use statistics::{KernelStatistic, StatisticValue};
 
 use crate::{Runtime, device::Gpu, vk_error};
 use ash::vk;
@@ -204,7 +206,13 @@ impl KernelInner {
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(inner.module)
             .name(&entry);
+        let flags = if inner.gpu.executable_properties.is_some() {
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+        } else {
+            vk::PipelineCreateFlags::empty()
+        };
         let info = [vk::ComputePipelineCreateInfo::default()
+            .flags(flags)
             .stage(stage)
             .layout(inner.layout)];
         // SAFETY: valid device, pipeline cache, module and layout; the entry

@@ -36,6 +36,12 @@
 //!   destroyed by whoever drops its last handle (views and kernels keep the
 //!   device, not the domain), before that drop returns: never by the
 //!   watcher thread, whose driver calls could otherwise race process exit.
+//! - **Kernel statistics, opt-in.** With
+//!   [`RuntimeOptions::with_pipeline_statistics`] every pipeline is built
+//!   with `CAPTURE_STATISTICS` and [`GpuKernel::statistics`] reports what
+//!   the driver made of it (registers, spills, ...); without it, or on a
+//!   device lacking `VK_KHR_pipeline_executable_properties`, the call is an
+//!   [`Error::Unsupported`].
 //! - **The caller's job.** Do not submit work that touches memory while the
 //!   host holds a write mapping of it; declare accesses truthfully in kernel
 //!   contracts (a kernel that writes a binding declared read-only races).
@@ -65,7 +71,9 @@ pub use fault::Fault;
 pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::{available_devices, validation_message_count};
-pub use kernel::{Access, BindingContract, GpuKernel, KernelContract};
+pub use kernel::{
+    Access, BindingContract, GpuKernel, KernelContract, KernelStatistic, StatisticValue,
+};
 pub use memory::{Buffer, MappedRead, MappedWrite, MemoryPlacement, MemoryStats};
 pub use options::{DeviceSelector, RuntimeOptions};
 pub use runtime::Runtime;

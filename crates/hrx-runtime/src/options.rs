@@ -41,6 +41,13 @@ pub struct RuntimeOptions {
     /// (an H200 copies ~5x faster through shaders than its copy engine),
     /// off for CPU devices (lavapipe copies ~6x faster with `memcpy`).
     pub compute_copy: Option<bool>,
+    /// Ask the driver to keep statistics of each kernel's compiled code
+    /// (register count, code size, ... as the driver names them), read
+    /// with [`GpuKernel::statistics`](crate::GpuKernel::statistics), where
+    /// the device has `VK_KHR_pipeline_executable_properties`. Off by
+    /// default: a driver may bypass its pipeline cache for such pipelines
+    /// and build them more slowly.
+    pub pipeline_statistics: bool,
 }
 
 impl RuntimeOptions {
@@ -77,6 +84,12 @@ impl RuntimeOptions {
     /// Force the compute copy path on or off (see [`Self::compute_copy`]).
     pub fn with_compute_copy(mut self, enabled: bool) -> Self {
         self.compute_copy = Some(enabled);
+        self
+    }
+
+    /// Keep compiled-code statistics (see [`Self::pipeline_statistics`]).
+    pub fn with_pipeline_statistics(mut self) -> Self {
+        self.pipeline_statistics = true;
         self
     }
 

@@ -172,3 +172,65 @@ fn device_local_views_bind_too() {
     graph.prepare().unwrap().submit().unwrap().wait().unwrap();
     assert_eq!(read(&b.view()), (2..66).collect::<Vec<u32>>());
 }
+
+/// Statistics of compiled code are opt-in: without the option the call
+/// says so, naming the kernel.
+#[test]
+fn kernel_statistics_need_the_option() {
+    let rt = runtime();
+    let err = add(&rt)
+        .statistics()
+        .expect_err("statistics were not asked for");
+    assert!(matches!(err, hrx_runtime::Error::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("`main`"), "{err}");
+}
+
+/// With the option, a device that keeps statistics reports them (NVIDIA's
+/// driver must, with a register count); one that cannot says it lacks the
+/// extension, and its kernels still build and run.
+#[test]
+fn kernel_statistics_with_the_option() {
+    let rt =
+        Runtime::with_options(hrx_runtime::RuntimeOptions::default().with_pipeline_statistics())
+            .expect("runtime");
+    let kernel = add(&rt);
+    let target = rt.gpu().expect("gpu").target().clone();
+    match kernel.statistics() {
+        Ok(stats) => {
+            assert!(!stats.is_empty());
+            assert!(stats.iter().all(|s| !s.name.is_empty()), "{stats:?}");
+            for s in &stats {
+                println!("{}: {} ({})", s.name, s.value, s.description);
+            }
+            if target.vendor_id == 0x10de {
+                assert!(
+                    stats
+                        .iter()
+                        .any(|s| s.name.to_lowercase().contains("register")),
+                    "{stats:?}"
+                );
+            }
+        }
+        Err(hrx_runtime::Error::Unsupported(msg)) => {
+            assert!(
+                msg.contains("VK_KHR_pipeline_executable_properties"),
+                "{msg}"
+            );
+            assert_ne!(target.vendor_id, 0x10de, "NVIDIA keeps statistics: {msg}");
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
+    let b = upload(&rt, &[0; 64]);
+    let mut graph = rt.graph();
+    graph
+        .dispatch(
+            &kernel,
+            &[a.view(), b.view()],
+            &5u32.to_le_bytes(),
+            [1, 1, 1],
+        )
+        .unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    assert_eq!(read(&b.view()), (5..69).collect::<Vec<u32>>());
+}
