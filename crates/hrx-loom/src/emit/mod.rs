@@ -92,7 +92,7 @@ pub fn write_spirv(module: &naga::Module, info: &ModuleInfo, entry: &str) -> Res
     patch::drop_capability(&mut words, patch::CAP_UNIFORM_AND_STORAGE_16);
     patch::drop_workgroup_array_strides(&mut words);
     if let Some(facts) = patch::MemoryFacts::scan(&words) {
-        patch::share_storage_writes(&mut words, &facts);
+        patch::share_memory(&mut words, &facts);
         patch::declare_device_scope(&mut words, &facts);
     }
     Ok(words)

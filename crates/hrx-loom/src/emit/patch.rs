@@ -105,6 +105,7 @@ const OP_COOP_LOAD: u32 = 4457;
 const OP_COOP_STORE: u32 = 4458;
 /// Scope, storage class, decorations and memory-operand bits.
 const SCOPE_DEVICE: u32 = 1;
+const SCOPE_WORKGROUP: u32 = 2;
 const STORAGE_BUFFER: u32 = 12;
 const DECORATION_COHERENT: u32 = 23;
 const DECORATION_NON_WRITABLE: u32 = 24;
@@ -136,10 +137,14 @@ pub(super) struct MemoryFacts {
     uses_device_scope: bool,
     /// The device-scope id of a `kernel.barrier<storage>`, if any.
     storage_barrier_scope: Option<u32>,
+    /// The workgroup-scope id of a barrier, if any.
+    workgroup_scope: Option<u32>,
     /// Pointer id -> the variable it points into.
     root: HashMap<u32, u32>,
     /// Storage-buffer variables no `NonWritable` marks read-only.
     writable_storage: HashSet<u32>,
+    /// Workgroup variables.
+    workgroup: HashSet<u32>,
     /// Where the annotation section's `OpDecorate`s end.
     decorations_end: Option<usize>,
 }
@@ -157,8 +162,10 @@ impl MemoryFacts {
             device_scope_declared: false,
             uses_device_scope: false,
             storage_barrier_scope: None,
+            workgroup_scope: None,
             root: HashMap::new(),
             writable_storage: HashSet::new(),
+            workgroup: HashSet::new(),
             decorations_end: None,
         };
         let mut end = HEADER_WORDS;
@@ -182,8 +189,14 @@ impl MemoryFacts {
                     pointer_class.insert(*id, *class);
                 }
                 (OP_VARIABLE, [ty, id, ..]) => {
-                    if pointer_class.get(ty) == Some(&STORAGE_BUFFER) {
-                        storage.insert(*id);
+                    match pointer_class.get(ty) {
+                        Some(&STORAGE_BUFFER) => {
+                            storage.insert(*id);
+                        }
+                        Some(&STORAGE_WORKGROUP) => {
+                            facts.workgroup.insert(*id);
+                        }
+                        _ => {}
                     }
                     facts.root.insert(*id, *id);
                 }
@@ -192,10 +205,13 @@ impl MemoryFacts {
                         facts.root.insert(*id, var);
                     }
                 }
-                (OP_CONTROL_BARRIER, [_, scope, _]) => {
+                (OP_CONTROL_BARRIER, [execution, scope, _]) => {
                     scopes.push(*scope);
                     if constants.get(scope) == Some(&SCOPE_DEVICE) {
                         facts.storage_barrier_scope = Some(*scope);
+                    }
+                    if constants.get(execution) == Some(&SCOPE_WORKGROUP) {
+                        facts.workgroup_scope = Some(*execution);
                     }
                 }
                 (OP_MEMORY_BARRIER | OP_ATOMIC_STORE, [scope, ..]) => scopes.push(*scope),
@@ -215,11 +231,19 @@ impl MemoryFacts {
         Some(facts)
     }
 
-    /// Whether `pointer` points into a storage buffer the module writes.
-    fn writable(&self, pointer: u32) -> bool {
-        self.root
-            .get(&pointer)
-            .is_some_and(|var| self.writable_storage.contains(var))
+    /// The scope id an access through `pointer` must be made non-private
+    /// at under the Vulkan memory model, if any: device scope for the
+    /// writable storage buffers of a module with a storage barrier,
+    /// workgroup scope for workgroup memory where a barrier shares it.
+    fn shared_scope(&self, pointer: u32) -> Option<u32> {
+        let var = self.root.get(&pointer)?;
+        if self.writable_storage.contains(var) {
+            self.storage_barrier_scope
+        } else if self.workgroup.contains(var) {
+            self.workgroup_scope
+        } else {
+            None
+        }
     }
 }
 
@@ -238,27 +262,26 @@ pub(super) fn declare_device_scope(words: &mut Vec<u32>, facts: &MemoryFacts) {
     }
 }
 
-/// Make the accesses to writable storage buffers of a module with a
-/// device-scope barrier (`kernel.barrier<storage>`) take part in that
-/// barrier's ordering, so what one workgroup stores before it is what
-/// another reads after it.
+/// Make the memory accesses that barriers must order take part in their
+/// ordering, so that what one invocation stores before a barrier is what
+/// another loads after it.
 ///
 /// Under the Vulkan memory model (which naga switches to for cooperative
-/// matrices) a plain load or store is "private", and no barrier orders it
+/// matrices) a plain load or store is "private": no barrier orders it
 /// against other invocations, so a driver may reorder or cache it across
-/// the barrier. Loads get `NonPrivatePointer | MakePointerVisible` and
-/// stores `NonPrivatePointer | MakePointerAvailable` at device scope.
-/// Under the GLSL memory model the same is the `Coherent` decoration on
-/// the buffers. Read-only buffers (`NonWritable`) are left alone, so
-/// their loads keep the read-only cache. Workgroup memory is left alone
-/// too: workgroup barriers order it on every driver we run, and marking
-/// it measured no different on the H200.
-pub(super) fn share_storage_writes(words: &mut Vec<u32>, facts: &MemoryFacts) {
-    let Some(scope) = facts.storage_barrier_scope else {
-        return;
-    };
+/// the barrier, and the program races. Loads get `NonPrivatePointer |
+/// MakePointerVisible` and stores `NonPrivatePointer |
+/// MakePointerAvailable`: at device scope for the writable storage buffers
+/// of a module with a device-scope barrier (`kernel.barrier<storage>`), at
+/// workgroup scope for workgroup memory (the tiles every cooperative
+/// matrix kernel stages, written by some invocations and read by others
+/// across `kernel.barrier<workgroup>`). Under the GLSL memory model
+/// workgroup barriers already order workgroup memory, and the storage
+/// buffers are decorated `Coherent`. Read-only buffers (`NonWritable`) are
+/// left alone, so their loads keep the read-only cache.
+pub(super) fn share_memory(words: &mut Vec<u32>, facts: &MemoryFacts) {
     if !facts.vulkan_model {
-        let Some(end) = facts.decorations_end else {
+        let (Some(_), Some(end)) = (facts.storage_barrier_scope, facts.decorations_end) else {
             return;
         };
         let mut vars: Vec<u32> = facts.writable_storage.iter().copied().collect();
@@ -267,6 +290,9 @@ pub(super) fn share_storage_writes(words: &mut Vec<u32>, facts: &MemoryFacts) {
             .iter()
             .flat_map(|&var| [(3 << 16) | OP_DECORATE, var, DECORATION_COHERENT]);
         words.splice(end..end, coherent);
+        return;
+    }
+    if facts.storage_barrier_scope.is_none() && facts.workgroup_scope.is_none() {
         return;
     }
     let mut out = Vec::with_capacity(words.len() + 64);
@@ -282,8 +308,9 @@ pub(super) fn share_storage_writes(words: &mut Vec<u32>, facts: &MemoryFacts) {
             OP_COOP_STORE => Some((1, 5, MAKE_POINTER_AVAILABLE)),
             _ => None,
         };
-        let Some((_, mask_at, make)) = access.filter(|&(pointer, mask_at, _)| {
-            inst.len() >= mask_at && facts.writable(inst[pointer])
+        let Some((mask_at, make, scope)) = access.and_then(|(pointer, mask_at, make)| {
+            let scope = facts.shared_scope(*inst.get(pointer)?)?;
+            (inst.len() >= mask_at).then_some((mask_at, make, scope))
         }) else {
             out.extend_from_slice(inst);
             continue;
