@@ -24,8 +24,9 @@
 //!    workgroup allocations whole 16-byte granules so each stays aligned).
 //! 5. **emit**: naga validation, then SPIR-V, with a few word-level fixes
 //!    where naga's output and Vulkan disagree (capabilities naga declares
-//!    wrongly or not at all, workgroup array strides, and non-private
-//!    storage accesses around `kernel.barrier<storage>`).
+//!    wrongly or not at all, workgroup array strides, and, under the
+//!    Vulkan memory model, non-private workgroup accesses and storage
+//!    accesses around `kernel.barrier<storage>`, which barriers order).
 //!
 //! # Contracts
 //!
