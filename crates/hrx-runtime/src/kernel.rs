@@ -4,7 +4,7 @@ mod contract;
 mod statistics;
 
 pub use contract::{Access, BindingContract, KernelContract};
-pub use statistics::{KernelStatistic, StatisticValue};
+pub use statistics::{KernelRepresentation, KernelStatistic, StatisticValue};
 
 use crate::{Runtime, device::Gpu, vk_error};
 use ash::vk;
@@ -208,6 +208,7 @@ impl KernelInner {
             .name(&entry);
         let flags = if inner.gpu.executable_properties.is_some() {
             vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+                | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR
         } else {
             vk::PipelineCreateFlags::empty()
         };

@@ -183,6 +183,10 @@ fn kernel_statistics_need_the_option() {
         .expect_err("statistics were not asked for");
     assert!(matches!(err, hrx_runtime::Error::Unsupported(_)), "{err}");
     assert!(err.to_string().contains("`main`"), "{err}");
+    let err = add(&rt)
+        .internal_representations()
+        .expect_err("not asked for");
+    assert!(matches!(err, hrx_runtime::Error::Unsupported(_)), "{err}");
 }
 
 /// With the option, a device that keeps statistics reports them (NVIDIA's
@@ -209,6 +213,13 @@ fn kernel_statistics_with_the_option() {
                         .any(|s| s.name.to_lowercase().contains("register")),
                     "{stats:?}"
                 );
+            }
+            // Representations are the driver's choice (possibly none), but
+            // the query works and text ones carry no terminator.
+            let reps = kernel.internal_representations().expect("representations");
+            for r in &reps {
+                println!("{}: {} bytes, text {}", r.name, r.data.len(), r.is_text);
+                assert!(!r.is_text || r.data.last() != Some(&0), "{}", r.name);
             }
         }
         Err(hrx_runtime::Error::Unsupported(msg)) => {

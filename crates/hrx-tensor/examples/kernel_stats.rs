@@ -5,7 +5,11 @@
 //! decode kernels of m = 4..64. `HRX_COOP_TILES` / `HRX_SPLITK` pick other
 //! shapes, as for the benchmark.
 //!
-//! `cargo run --release -p hrx-tensor --example kernel_stats`
+//! `cargo run --release -p hrx-tensor --example kernel_stats [--ir DIR]`
+//!
+//! With `--ir DIR`, also writes each code representation the driver
+//! exposes (`GpuKernel::internal_representations`) to
+//! `DIR/<kernel>.<n>.txt` (or `.bin`).
 //!
 //! Devices without cooperative matrices (lavapipe) have none of these
 //! kernels; devices without `VK_KHR_pipeline_executable_properties` say so.
@@ -36,6 +40,12 @@ fn main() -> hrx_core::Result<()> {
         println!("no cooperative-matrix kernels on this device");
         return Ok(());
     }
+    let args: Vec<String> = std::env::args().collect();
+    let ir_dir = args
+        .iter()
+        .position(|a| a == "--ir")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
     let compiler = Compiler::for_target(None, &target)?;
     for (name, src, symbol) in kernels {
         let artifact = compiler
@@ -51,6 +61,23 @@ fn main() -> hrx_core::Result<()> {
                 println!("{name}: {}", line.join(", "));
             }
             Err(e) => println!("{name}: {e}"),
+        }
+        let Some(dir) = &ir_dir else { continue };
+        std::fs::create_dir_all(dir).map_err(|e| hrx_core::Error::Message(e.to_string()))?;
+        for (n, rep) in kernel.internal_representations()?.into_iter().enumerate() {
+            let file = format!(
+                "{}.{n}.{}",
+                name.replace([' ', '^', '='], "_"),
+                if rep.is_text { "txt" } else { "bin" }
+            );
+            println!(
+                "  {}: {} bytes ({}) -> {file}",
+                rep.name,
+                rep.data.len(),
+                rep.description
+            );
+            std::fs::write(dir.join(file), &rep.data)
+                .map_err(|e| hrx_core::Error::Message(e.to_string()))?;
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! What the driver reports about a kernel's compiled code, through
 //! `VK_KHR_pipeline_executable_properties`: register count, code size and
-//! the like, under the driver's own names.
+//! the like, under the driver's own names, and the intermediate or machine
+//! code the driver chooses to show.
 
 use super::GpuKernel;
 use crate::vk_error;
@@ -37,16 +38,28 @@ impl std::fmt::Display for StatisticValue {
     }
 }
 
+/// One representation of a kernel's compiled code the driver exposes (an
+/// intermediate language or disassembly, as the driver chooses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelRepresentation {
+    /// The driver's short name for it.
+    pub name: String,
+    /// The driver's description of it.
+    pub description: String,
+    /// Whether `data` is text (a UTF-8 string without its terminator).
+    pub is_text: bool,
+    pub data: Vec<u8>,
+}
+
 impl GpuKernel {
-    /// The driver's statistics of this kernel's compiled code (for a
-    /// compute pipeline, its one executable).
-    ///
-    /// Errors with [`Error::Unsupported`] unless the runtime was opened
-    /// with [`RuntimeOptions::with_pipeline_statistics`] on a device that
-    /// has `VK_KHR_pipeline_executable_properties`.
-    ///
-    /// [`RuntimeOptions::with_pipeline_statistics`]: crate::RuntimeOptions::with_pipeline_statistics
-    pub fn statistics(&self) -> Result<Vec<KernelStatistic>> {
+    /// The loader, and the info naming this kernel's one executable, or
+    /// the error of a runtime that did not ask for statistics.
+    fn executable(
+        &self,
+    ) -> Result<(
+        &ash::khr::pipeline_executable_properties::Device,
+        vk::PipelineExecutableInfoKHR<'static>,
+    )> {
         let gpu = &self.inner.gpu;
         let loader = gpu.executable_properties.as_ref().ok_or_else(|| {
             Error::Unsupported(format!(
@@ -59,6 +72,77 @@ impl GpuKernel {
         let info = vk::PipelineExecutableInfoKHR::default()
             .pipeline(self.inner.pipeline)
             .executable_index(0);
+        Ok((loader, info))
+    }
+
+    /// The representations of this kernel's compiled code the driver
+    /// exposes, possibly none. Errors as [`statistics`](Self::statistics).
+    pub fn internal_representations(&self) -> Result<Vec<KernelRepresentation>> {
+        let (loader, info) = self.executable()?;
+        // SAFETY: as in `statistics`; pipelines of such a runtime are also
+        // built with CAPTURE_INTERNAL_REPRESENTATIONS. This first call only
+        // reads the count and each representation's size (no data pointer).
+        let sized = unsafe { loader.get_pipeline_executable_internal_representations(&info) }
+            .map_err(vk_error(
+                "vkGetPipelineExecutableInternalRepresentationsKHR",
+            ))?;
+        let mut buffers: Vec<Vec<u8>> = sized.iter().map(|r| vec![0; r.data_size]).collect();
+        let mut raw: Vec<vk::PipelineExecutableInternalRepresentationKHR> = buffers
+            .iter_mut()
+            .map(|b| vk::PipelineExecutableInternalRepresentationKHR {
+                data_size: b.len(),
+                p_data: b.as_mut_ptr().cast(),
+                ..Default::default()
+            })
+            .collect();
+        let mut count = raw.len() as u32;
+        // SAFETY: `raw` holds `count` structures whose data pointers refer
+        // to `buffers` of the sizes the driver reported; both outlive the
+        // call, and the driver writes at most `data_size` bytes to each.
+        unsafe {
+            (loader
+                .fp()
+                .get_pipeline_executable_internal_representations_khr)(
+                loader.device(),
+                &info,
+                &mut count,
+                raw.as_mut_ptr(),
+            )
+        }
+        .result()
+        .map_err(vk_error(
+            "vkGetPipelineExecutableInternalRepresentationsKHR",
+        ))?;
+        Ok(raw
+            .iter()
+            .zip(buffers)
+            .take(count as usize)
+            .map(|(r, mut data)| {
+                let is_text = r.is_text == vk::TRUE;
+                data.truncate(r.data_size);
+                if is_text && data.last() == Some(&0) {
+                    data.pop();
+                }
+                KernelRepresentation {
+                    name: c_text(r.name_as_c_str()),
+                    description: c_text(r.description_as_c_str()),
+                    is_text,
+                    data,
+                }
+            })
+            .collect())
+    }
+
+    /// The driver's statistics of this kernel's compiled code (for a
+    /// compute pipeline, its one executable).
+    ///
+    /// Errors with [`Error::Unsupported`] unless the runtime was opened
+    /// with [`RuntimeOptions::with_pipeline_statistics`] on a device that
+    /// has `VK_KHR_pipeline_executable_properties`.
+    ///
+    /// [`RuntimeOptions::with_pipeline_statistics`]: crate::RuntimeOptions::with_pipeline_statistics
+    pub fn statistics(&self) -> Result<Vec<KernelStatistic>> {
+        let (loader, info) = self.executable()?;
         // SAFETY: the pipeline belongs to this device, was created with
         // CAPTURE_STATISTICS (the loader exists only when the device was
         // opened with the feature, and every pipeline then captures), and
@@ -70,11 +154,13 @@ impl GpuKernel {
     }
 }
 
+/// A driver-written name or description (empty if unterminated).
+fn c_text(c: std::result::Result<&std::ffi::CStr, std::ffi::FromBytesUntilNulError>) -> String {
+    c.map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 fn statistic(raw: &vk::PipelineExecutableStatisticKHR) -> KernelStatistic {
-    let text = |c: Result<&std::ffi::CStr, std::ffi::FromBytesUntilNulError>| {
-        c.map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
     // SAFETY: `format` says which member of the union the driver wrote.
     let value = unsafe {
         match raw.format {
@@ -87,8 +173,8 @@ fn statistic(raw: &vk::PipelineExecutableStatisticKHR) -> KernelStatistic {
         }
     };
     KernelStatistic {
-        name: text(raw.name_as_c_str()),
-        description: text(raw.description_as_c_str()),
+        name: c_text(raw.name_as_c_str()),
+        description: c_text(raw.description_as_c_str()),
         value,
     }
 }
