@@ -71,7 +71,7 @@ fn source(tiles: bool, sg: usize) -> String {
         );
     }
     let carried: Vec<String> = (0..ACCS).map(|q| format!("%s{q} = %z : {ty_c}")).collect();
-    let types = vec![ty_c; ACCS].join(", ");
+    let types = [ty_c; ACCS].join(", ");
     let results: Vec<String> = (0..ACCS).map(|q| format!("%r{q}")).collect();
     let yields: Vec<String> = (0..ACCS).map(|q| format!("%n{q}")).collect();
     let mut stores = String::new();
