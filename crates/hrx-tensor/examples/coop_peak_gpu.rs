@@ -50,15 +50,18 @@ fn source(tiles: bool, sg: usize) -> String {
             );
         }
     }
-    let frag = |q: usize, kind: char| {
+    // Accumulator q multiplies A fragment q / 2 by B fragment q % 2 (the
+    // kernel's 4 x 2 arrangement), or the two fragments held throughout.
+    let a_of = |q: usize| {
         if tiles {
-            if kind == 'a' {
-                format!("%fa{}", q / 2)
-            } else {
-                format!("%fb{}", q % 2)
-            }
-        } else if kind == 'a' {
+            format!("%fa{}", q / 2)
+        } else {
             "%ga".to_string()
+        }
+    };
+    let b_of = |q: usize| {
+        if tiles {
+            format!("%fb{}", q % 2)
         } else {
             "%gb".to_string()
         }
@@ -66,8 +69,8 @@ fn source(tiles: bool, sg: usize) -> String {
     for q in 0..ACCS {
         body += &format!(
             "    %n{q} = coop.mma {}, {}, %s{q} : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, {ty_c}\n",
-            frag(q, 'a'),
-            frag(q, 'b')
+            a_of(q),
+            b_of(q)
         );
     }
     let carried: Vec<String> = (0..ACCS).map(|q| format!("%s{q} = %z : {ty_c}")).collect();
