@@ -14,10 +14,9 @@
 //! prints TFLOP/s per variant (best of 5 runs); devices without a
 //! 16x16x16 f16 -> f32 shape say so.
 
-use hrx_core::{CooperativeMatrixShape, ScalarKind};
 use hrx_loom::{Compiler, ScalarValue, Specialization};
 use hrx_runtime::{MemoryPlacement, Runtime};
-use hrx_tensor::ops::kernel_from_artifact;
+use hrx_tensor::ops::{coop_matmul_source, kernel_from_artifact};
 use std::time::Instant;
 
 /// Subgroups per workgroup and accumulators per subgroup.
@@ -152,21 +151,13 @@ fn source(tiles: bool, sg: usize) -> String {
 fn main() -> hrx_core::Result<()> {
     let runtime = Runtime::new()?;
     let target = runtime.gpu()?.target().clone();
-    let shape = CooperativeMatrixShape {
-        m: 16,
-        n: 16,
-        k: 16,
-        input: ScalarKind::F16,
-        accumulator: ScalarKind::F32,
-    };
-    let sg = target.subgroup_size_max as usize;
-    if !target.cooperative_matrix.contains(&shape) || target.subgroup_size_min as usize != sg {
-        println!(
-            "{}: no fixed-size 16x16x16 f16 -> f32 subgroups",
-            target.name
-        );
+    // Where the matmul kernel cannot run (no 16x16x16 f16 -> f32 shape, or
+    // subgroups of varying size), neither can these.
+    if coop_matmul_source(&target, 8192, false, None).is_none() {
+        println!("{}: no cooperative-matrix matmul kernel here", target.name);
         return Ok(());
     }
+    let sg = target.subgroup_size_max as usize;
     let compiler = Compiler::for_target(None, &target)?;
     // Several waves of one workgroup per compute unit on a 132-SM GPU.
     let (groups, iters) = (132 * 8, 2048usize);
