@@ -394,6 +394,45 @@ mod tests {
         assert_eq!(edited, glsl);
     }
 
+    /// A Vulkan-memory-model module with a workgroup `uint` variable (id
+    /// 5), an `Aligned 4` load of it (id 7) and a plain store back; with
+    /// `barrier`, a workgroup-scope `OpControlBarrier` between them (scope
+    /// constant id 3).
+    fn workgroup_module(barrier: bool) -> Vec<u32> {
+        let mut words = vec![0x0723_0203, 0x0001_0300, 0, 20, 0];
+        words.extend([(2 << 16) | OP_CAPABILITY, CAP_VULKAN_MEMORY_MODEL]);
+        words.extend([(4 << 16) | 21, 2, 32, 0]); // OpTypeInt %2 32 0
+        words.extend([(4 << 16) | OP_CONSTANT, 2, 3, SCOPE_WORKGROUP]);
+        words.extend([(4 << 16) | OP_CONSTANT, 2, 6, 0x108]); // semantics
+        words.extend([(4 << 16) | OP_TYPE_POINTER, 4, STORAGE_WORKGROUP, 2]);
+        words.extend([(4 << 16) | OP_VARIABLE, 4, 5, STORAGE_WORKGROUP]);
+        if barrier {
+            words.extend([(4 << 16) | OP_CONTROL_BARRIER, 3, 3, 6]);
+        }
+        words.extend([(6 << 16) | OP_LOAD, 2, 7, 5, 0x2, 4]); // Aligned 4
+        words.extend([(3 << 16) | OP_STORE, 5, 7]);
+        words
+    }
+
+    #[test]
+    fn workgroup_accesses_become_non_private_where_a_barrier_shares_them() {
+        let base = workgroup_module(true);
+        let mut words = base.clone();
+        share_memory(&mut words, &MemoryFacts::scan(&base).unwrap());
+        let tail = &words[words.len() - 12..];
+        // The load keeps its alignment literal; the scope id follows it.
+        let load_mask = 0x2 | NON_PRIVATE_POINTER | MAKE_POINTER_VISIBLE;
+        assert_eq!(&tail[..7], [(7 << 16) | OP_LOAD, 2, 7, 5, load_mask, 4, 3]);
+        let store_mask = NON_PRIVATE_POINTER | MAKE_POINTER_AVAILABLE;
+        assert_eq!(&tail[7..], [(5 << 16) | OP_STORE, 5, 7, store_mask, 3]);
+        assert!(MemoryFacts::scan(&words).is_some(), "still well formed");
+        // Without a barrier nothing orders the accesses, so nothing changes.
+        let lone = workgroup_module(false);
+        let mut words = lone.clone();
+        share_memory(&mut words, &MemoryFacts::scan(&lone).unwrap());
+        assert_eq!(words, lone);
+    }
+
     #[test]
     fn malformed_streams_get_no_memory_model_edits() {
         let mut words = atomic_module(&[CAP_VULKAN_MEMORY_MODEL]);
