@@ -25,22 +25,22 @@ fn message(result: hrx_runtime::Result<()>) -> String {
     result.expect_err("should be rejected").to_string()
 }
 
+/// `kernel` (ADD) over 0..64 with constant `k`, read back.
+fn run_add(rt: &Runtime, kernel: &GpuKernel, k: u32) -> Vec<u32> {
+    let a = upload(rt, &(0..64).collect::<Vec<u32>>());
+    let b = upload(rt, &[0; 64]);
+    let mut graph = rt.graph();
+    graph
+        .dispatch(kernel, &[a.view(), b.view()], &k.to_le_bytes(), [1, 1, 1])
+        .unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    read(&b.view())
+}
+
 #[test]
 fn a_dispatch_runs_with_constants() {
     let rt = runtime();
-    let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
-    let b = upload(&rt, &[0; 64]);
-    let mut graph = rt.graph();
-    graph
-        .dispatch(
-            &add(&rt),
-            &[a.view(), b.view()],
-            &10u32.to_le_bytes(),
-            [1, 1, 1],
-        )
-        .unwrap();
-    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
-    assert_eq!(read(&b.view()), (10..74).collect::<Vec<u32>>());
+    assert_eq!(run_add(&rt, &add(&rt), 10), (10..74).collect::<Vec<u32>>());
 }
 
 #[test]
@@ -231,17 +231,5 @@ fn kernel_statistics_with_the_option() {
         }
         Err(e) => panic!("{e}"),
     }
-    let a = upload(&rt, &(0..64).collect::<Vec<u32>>());
-    let b = upload(&rt, &[0; 64]);
-    let mut graph = rt.graph();
-    graph
-        .dispatch(
-            &kernel,
-            &[a.view(), b.view()],
-            &5u32.to_le_bytes(),
-            [1, 1, 1],
-        )
-        .unwrap();
-    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
-    assert_eq!(read(&b.view()), (5..69).collect::<Vec<u32>>());
+    assert_eq!(run_add(&rt, &kernel, 5), (5..69).collect::<Vec<u32>>());
 }
