@@ -193,6 +193,31 @@ fn coop_ops_need_subgroup_uniform_control_and_positions() {
 }
 
 #[test]
+fn coop_ops_may_run_under_a_branch_on_the_subgroup_id() {
+    // Each subgroup takes one side, so the ops are subgroup-uniform:
+    // loom's verifier accepts them. naga's own uniformity analysis knows
+    // only workgroup uniformity and refuses a fragment load under such a
+    // branch; it is not asked (emit leaves uniformity to loom).
+    let from = "    %fa = coop.load<row_major> %ta[%c0, %c0] : view<16x16xf16> -> coopmat<16x16xf16, a>
+    %fb = coop.load<row_major> %bv[%k0, %c0] : view<[%k]x16xf16> -> coopmat<16x16xf16, b>
+    %next = coop.mma %fa, %fb, %sum : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, coopmat<16x16xf32, c>
+";
+    let to = "    %sgid = kernel.subgroup.id : index
+    %first = index.cmp eq, %sgid, %c0 : index
+    %next = scf.if %first -> (coopmat<16x16xf32, c>) {
+      %fa = coop.load<row_major> %ta[%c0, %c0] : view<16x16xf16> -> coopmat<16x16xf16, a>
+      %fb = coop.load<row_major> %bv[%k0, %c0] : view<[%k]x16xf16> -> coopmat<16x16xf16, b>
+      %prod = coop.mma %fa, %fb, %sum : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, coopmat<16x16xf32, c>
+      scf.yield %prod : coopmat<16x16xf32, c>
+    } else {
+      scf.yield %sum : coopmat<16x16xf32, c>
+    }
+";
+    let artifact = compile(&edit(from, to), &Target::hopper()).unwrap();
+    common::spirv_val_coop("coop_tile_subgroup_branch", artifact.spirv());
+}
+
+#[test]
 fn stores_respect_readonly() {
     let src = edit("%c: buffer)", "%c: buffer {readonly})");
     assert_diag(&verify_error(&src), "E0404", "read-only buffer %c");

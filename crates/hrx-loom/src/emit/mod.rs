@@ -39,10 +39,17 @@ pub fn capabilities(target: &Target) -> Capabilities {
     caps
 }
 
-/// Run naga's validator with every check on, returning the `ModuleInfo` the
-/// SPIR-V writer needs.
+/// Run naga's validator with every check on but control-flow uniformity,
+/// returning the `ModuleInfo` the SPIR-V writer needs.
+///
+/// Uniformity is left to loom's verifier (`verify::uniformity`), which
+/// knows subgroup uniformity: naga's analysis has only "uniform" and
+/// "non-uniform", so it would refuse a cooperative-matrix op under a
+/// branch on the subgroup id, which is legal (each subgroup takes one
+/// side) and what kernels that give subgroups different roles need.
 pub fn validate(module: &naga::Module, target: &Target) -> Result<ModuleInfo> {
-    let mut validator = Validator::new(ValidationFlags::all(), capabilities(target));
+    let flags = ValidationFlags::all() - ValidationFlags::CONTROL_FLOW_UNIFORMITY;
+    let mut validator = Validator::new(flags, capabilities(target));
     validator.validate(module).map_err(|e| {
         // The top-level message names only the entry point; the cause is
         // in the source chain.
