@@ -9,12 +9,9 @@ use super::{UnaryOp, registry::KernelKey};
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
 
 const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
-const MATMUL_COOP_PINGPONG: &str = include_str!("../../kernels/matmul_coop_pingpong.loom");
 
 /// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
-/// group of `sgm x sgn` subgroups of `sg` invocations, k steps of `bk`;
-/// one group per workgroup, or two side by side along n that take turns
-/// multiplying and copying (`matmul_coop_pingpong.loom`).
+/// workgroup, k steps of `bk`, `sgm x sgn` subgroups of `sg` invocations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CoopTiles {
     bm: usize,
@@ -23,12 +20,6 @@ pub(crate) struct CoopTiles {
     sgm: usize,
     sgn: usize,
     sg: usize,
-    /// 1, or 2 for the ping-pong kernel.
-    groups: usize,
-    /// With one group: the ping-pong template's schedule, each tile's
-    /// loads issued after the previous tile's stores, before the barrier,
-    /// and carried in registers across the next tile's products.
-    carried: bool,
 }
 
 /// The cooperative-matrix tiling for `target` and `m` rows, or `None` when
@@ -51,7 +42,7 @@ pub(crate) fn coop_tiles(target: &Target, m: usize) -> Option<CoopTiles> {
     candidates
         .into_iter()
         .filter(|(fits_m, _)| *fits_m)
-        .map(|(_, dims)| CoopTiles::new(dims, sg, 1))
+        .map(|(_, dims)| CoopTiles::new(dims, sg))
         .find(|t| t.fits(target))
 }
 
@@ -81,16 +72,13 @@ pub(crate) fn coop_tiles_for(
     if m <= 64 {
         return Some(narrow);
     }
-    if let Some(forced) = forced_tiles().map(|(dims, mode)| {
-        let mut tiles = CoopTiles::new(dims, narrow.sg, if mode == 2 { 2 } else { 1 });
-        tiles.carried = mode == 3;
-        tiles
-    }) && forced.valid()
+    if let Some(forced) = forced_tiles().map(|dims| CoopTiles::new(dims, narrow.sg))
+        && forced.valid()
         && forced.fits(target)
     {
         return Some(forced);
     }
-    let wide = CoopTiles::new(WIDE_TILES, narrow.sg, 1);
+    let wide = CoopTiles::new(WIDE_TILES, narrow.sg);
     let workgroups = m.div_ceil(wide.bm) * n.div_ceil(wide.bn) * batch;
     Some(if workgroups >= WIDE_MIN_WORKGROUPS && wide.fits(target) {
         wide
@@ -99,18 +87,16 @@ pub(crate) fn coop_tiles_for(
     })
 }
 
-/// `HRX_COOP_TILES` (an optional sixth value is the group count), read
-/// once.
-fn forced_tiles() -> Option<([usize; 5], usize)> {
-    static FORCED: std::sync::OnceLock<Option<([usize; 5], usize)>> = std::sync::OnceLock::new();
+/// `HRX_COOP_TILES`, read once.
+fn forced_tiles() -> Option<[usize; 5]> {
+    static FORCED: std::sync::OnceLock<Option<[usize; 5]>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
         let text = std::env::var("HRX_COOP_TILES").ok()?;
-        let mut dims: Vec<usize> = text
+        let dims: Vec<usize> = text
             .split(',')
             .map(|d| d.trim().parse().ok())
             .collect::<Option<_>>()?;
-        let mode = if dims.len() == 6 { dims.pop()? } else { 1 };
-        Some((dims.try_into().ok()?, mode))
+        dims.try_into().ok()
     })
 }
 
@@ -134,7 +120,7 @@ fn coop_subgroup(target: &Target) -> Option<usize> {
 }
 
 impl CoopTiles {
-    fn new([bm, bn, bk, sgm, sgn]: [usize; 5], sg: usize, groups: usize) -> Self {
+    fn new([bm, bn, bk, sgm, sgn]: [usize; 5], sg: usize) -> Self {
         CoopTiles {
             bm,
             bn,
@@ -142,8 +128,6 @@ impl CoopTiles {
             sgm,
             sgn,
             sg,
-            groups,
-            carried: false,
         }
     }
     /// Whether every subgroup gets whole fragments and the k step whole
@@ -158,17 +142,14 @@ impl CoopTiles {
             && self.bm.is_multiple_of(16 * self.sgm)
             && self.bn.is_multiple_of(16 * self.sgn)
             && self.bk.is_multiple_of(16)
-            && (1..=2).contains(&self.groups)
     }
     /// Whether the workgroup and its workgroup memory fit `target`.
     fn fits(&self, target: &Target) -> bool {
-        let threads = self.threads() * self.groups;
-        (threads as u32) <= target.max_workgroup_invocations
-            && (threads as u32) <= target.max_workgroup_size[0]
-            && (self.groups * (self.a_bytes() + self.b_bytes()) + self.c_bytes()) as u64
+        (self.threads() as u32) <= target.max_workgroup_invocations
+            && (self.threads() as u32) <= target.max_workgroup_size[0]
+            && (self.a_bytes() + self.b_bytes() + self.c_bytes()) as u64
                 <= u64::from(target.workgroup_memory_bytes)
     }
-    /// Work items of one group.
     fn threads(&self) -> usize {
         self.sgm * self.sgn * self.sg
     }
@@ -207,25 +188,10 @@ impl CoopTiles {
 
     /// The kernel key for operands laid out as `layout`, with the
     /// activation lines `act` producing `result`.
-    /// A ping-pong tiling whose operands cannot both be copied wide (its
-    /// copy phases only place wide copies) runs as one group.
     pub(crate) fn key(&self, layout: CoopLayout, act: String, result: &str) -> KernelKey {
-        let layout = self.usable(layout);
-        let pingpong = (self.groups == 2 || self.carried)
-            && layout.wide_a
-            && (layout.wide_b || layout.wide_bt);
-        let tiles = CoopTiles {
-            groups: if pingpong { self.groups } else { 1 },
-            carried: pingpong,
-            ..*self
-        };
         KernelKey {
-            template: if pingpong {
-                MATMUL_COOP_PINGPONG
-            } else {
-                MATMUL_COOP
-            },
-            substitutions: tiles.substitutions(layout, act, result),
+            template: MATMUL_COOP,
+            substitutions: self.substitutions(self.usable(layout), act, result),
             symbol: "matmul_coop",
             config: Vec::new(),
         }
@@ -319,13 +285,39 @@ impl CoopTiles {
             .collect::<Vec<_>>()
             .join(", ");
         let crows = self.sgm * self.sgn * 16;
-        let epilogue = self.epilogue(&frags, &act, result);
-        let pingpong = if self.carried {
-            self.pingpong_substitutions(&copies, &frags)
-        } else {
-            Vec::new()
-        };
-        let mut subs = vec![
+        let mut epilogue = String::new();
+        for (i, j) in &frags {
+            epilogue += &format!(
+                "  coop.store<row_major> %res_{i}_{j}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
+    %mm_r = index.div %mm_e, %c16 : index
+    %mm_c = index.rem %mm_e, %c16 : index
+    %mm_r1 = index.add %fro_{i}, %mm_r : index
+    %mm_c1 = index.add %fco_{j}, %mm_c : index
+    %mm_gr = index.add %row0, %mm_r1 : index
+    %mm_gc = index.add %col0, %mm_c1 : index
+    %mm_okr = index.cmp ult, %mm_gr, %m : index
+    %mm_okc = index.cmp ult, %mm_gc, %n : index
+    %mm_ok = scalar.andi %mm_okr, %mm_okc : i1
+    scf.if %mm_ok {{
+      %mm_sr = index.add %srow, %mm_r : index
+      %mm_acc = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
+      %mm_pb = index.madd %mm_gc, %sbias, %obias : index
+      %mm_bj = view.load %biasv[%mm_pb] : view<[%lbias]xf32> -> f32
+      %x = scalar.addf %mm_acc, %mm_bj : f32
+{act}
+      %mm_crow = index.madd %mm_gr, %n, %oc : index
+      %mm_cb = index.madd %bi, %scb, %mm_crow : index
+      %mm_cidx = index.add %mm_cb, %mm_gc : index
+      view.store {result}, %cv[%mm_cidx] : f32, view<[%lc]xf32>
+    }}
+  }}
+  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+"
+            );
+        }
+        vec![
             ("BM1", (self.bm - 1).to_string()),
             ("BN1", (self.bn - 1).to_string()),
             ("BK1", (self.bk - 1).to_string()),
@@ -363,119 +355,6 @@ impl CoopTiles {
             ("YIELDS", yields),
             ("RESULTS", results),
             ("EPILOGUE", epilogue),
-        ];
-        subs.extend(pingpong);
-        subs
-    }
-
-    /// The epilogue: each fragment through the subgroup's f32 staging tile
-    /// to C, with bias and activation. Two groups take turns (they share
-    /// the staging memory).
-    fn epilogue(&self, frags: &[(usize, usize)], act: &str, result: &str) -> String {
-        let crows = self.sgm * self.sgn * 16;
-        let ty_c = "coopmat<16x16xf32, c>";
-        let barrier = "  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)\n";
-        let mut epilogue = String::new();
-        for g in 0..self.groups {
-            if self.groups > 1 {
-                epilogue += &format!("  %egrp{g} = index.cmp eq, %grp, %c{g} : index\n");
-            }
-            let only_group = |text: String| {
-                if self.groups > 1 {
-                    format!("  scf.if %egrp{g} {{\n{text}  }}\n")
-                } else {
-                    text
-                }
-            };
-            for (i, j) in frags {
-                epilogue += &only_group(format!(
-                    "  coop.store<row_major> %res_{i}_{j}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>\n"
-                ));
-                epilogue += barrier;
-                epilogue += &only_group(format!(
-                    "  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
-    %mm_r = index.div %mm_e, %c16 : index
-    %mm_c = index.rem %mm_e, %c16 : index
-    %mm_r1 = index.add %fro_{i}, %mm_r : index
-    %mm_c1 = index.add %fco_{j}, %mm_c : index
-    %mm_gr = index.add %row0, %mm_r1 : index
-    %mm_gc = index.add %col0, %mm_c1 : index
-    %mm_okr = index.cmp ult, %mm_gr, %m : index
-    %mm_okc = index.cmp ult, %mm_gc, %n : index
-    %mm_ok = scalar.andi %mm_okr, %mm_okc : i1
-    scf.if %mm_ok {{
-      %mm_sr = index.add %srow, %mm_r : index
-      %mm_acc = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
-      %mm_pb = index.madd %mm_gc, %sbias, %obias : index
-      %mm_bj = view.load %biasv[%mm_pb] : view<[%lbias]xf32> -> f32
-      %x = scalar.addf %mm_acc, %mm_bj : f32
-{act}
-      %mm_crow = index.madd %mm_gr, %n, %oc : index
-      %mm_cb = index.madd %bi, %scb, %mm_crow : index
-      %mm_cidx = index.add %mm_cb, %mm_gc : index
-      view.store {result}, %cv[%mm_cidx] : f32, view<[%lc]xf32>
-    }}
-  }}
-"
-                ));
-                epilogue += barrier;
-            }
-        }
-        epilogue
-    }
-
-    /// The ping-pong template's own substitutions (see its header).
-    fn pingpong_substitutions(
-        &self,
-        copies: &copies::Copies,
-        frags: &[(usize, usize)],
-    ) -> Vec<(&'static str, String)> {
-        let each = |f: &dyn Fn(&copies::WideCopy) -> String| -> String {
-            copies.wide.iter().map(f).collect()
-        };
-        let values =
-            |s: &str| -> Vec<String> { copies.wide.iter().flat_map(|w| w.values(s)).collect() };
-        let ptypes = vec!["vector<4xu32>"; values("p").len()].join(", ");
-        let carried = values("c")
-            .iter()
-            .zip(values("s"))
-            .map(|(c, s)| format!("{c} = {s} : vector<4xu32>"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let accs = |prefix: &str| {
-            frags
-                .iter()
-                .map(|(i, j)| format!("%{prefix}_{i}_{j}"))
-                .chain(if prefix == "nx" {
-                    values("x")
-                } else {
-                    Vec::new()
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        vec![
-            ("WBN1", (self.bn * self.groups - 1).to_string()),
-            ("WBN", (self.bn * self.groups).to_string()),
-            ("WG_THREADS", (self.threads() * self.groups).to_string()),
-            ("GROUP_SG", (self.sgm * self.sgn).to_string()),
-            ("A_ALL", (self.a_bytes() * self.groups).to_string()),
-            ("B_ALL", (self.b_bytes() * self.groups).to_string()),
-            ("FETCH0", each(&|w| w.fetch("p", "%k0", "%c0"))),
-            ("STORE0", each(&|w| w.store("p"))),
-            ("FETCH1", each(&|w| w.fetch("q", "%kq", "%c1"))),
-            ("STORE_C", each(&|w| w.store("c"))),
-            ("FETCH_N", each(&|w| w.fetch("n", "%kn", "%t1"))),
-            ("PTYPES", ptypes),
-            ("P_VALUES", values("p").join(", ")),
-            ("Q_VALUES", values("q").join(", ")),
-            ("C_VALUES", values("c").join(", ")),
-            ("N_VALUES", values("n").join(", ")),
-            ("FIRST", values("s").join(", ")),
-            ("P_CARRIED", carried),
-            ("P_RESULTS", values("r").join(", ")),
-            ("NEXT", accs("nx")),
-            ("KEEP", accs("cc")),
         ]
     }
 }

@@ -22,7 +22,6 @@ mod tests;
 mod wide;
 
 pub(crate) use layout::CoopLayout;
-pub(super) use operands::WideCopy;
 
 use super::CoopTiles;
 
@@ -33,21 +32,6 @@ pub(super) struct Copies {
     pub(super) prologue: String,
     pub(super) prefetch: String,
     pub(super) stage: String,
-    /// The wide operands' copies, A's first, for kernels that place the
-    /// loads and stores themselves.
-    pub(super) wide: Vec<WideCopy>,
-}
-
-impl Copies {
-    /// Adds a wide operand: its first tile's loads and stores to the
-    /// prologue, the next tile's loads (`%kn`, step `%t1`) to the prefetch
-    /// and their stores to the stage.
-    fn add(&mut self, w: WideCopy) {
-        self.prologue += &(w.fetch("p", "%k0", "%c0") + &w.store("p"));
-        self.prefetch += &w.fetch("l", "%kn", "%t1");
-        self.stage += &w.store("l");
-        self.wide.push(w);
-    }
 }
 
 impl CoopTiles {
@@ -81,7 +65,6 @@ impl CoopTiles {
             prologue: String::new(),
             prefetch: String::new(),
             stage: String::new(),
-            wide: Vec::new(),
         };
         if layout.wide_a {
             self.wide_a_copies(&mut c);

@@ -43,20 +43,20 @@ impl CoopTiles {
 
     /// A: tile rows are rows of A (`%row0 + r`), groups run along k.
     pub(super) fn wide_a_copies(&self, c: &mut Copies) {
-        self.rows_along_k(c, self.wide_a(), ["%row0", "%m", "%sam", "%basea"]);
+        self.rows_along_k(c, &self.wide_a(), ["%row0", "%m", "%sam", "%basea"]);
     }
 
     /// A transposed B (contiguous along k): tile rows are columns of B
     /// (`%col0 + r`), groups run along k, as for A.
     pub(super) fn wide_bt_copies(&self, c: &mut Copies) {
-        self.rows_along_k(c, self.wide_bt(), ["%col0", "%n", "%sbn", "%baseb"]);
+        self.rows_along_k(c, &self.wide_bt(), ["%col0", "%n", "%sbn", "%baseb"]);
     }
 
     /// Wide copies of an operand staged as rows along k: tile row `r` is
     /// row `first + r` of the operand (inside when below `bound`, `stride`
     /// elements apart from `base`). The word index of copy `i` at k step
     /// `t` is its word at k = 0 plus `t * BK / 2`.
-    fn rows_along_k(&self, c: &mut Copies, w: Wide, [first, bound, stride, base]: [&str; 4]) {
+    fn rows_along_k(&self, c: &mut Copies, w: &Wide, [first, bound, stride, base]: [&str; 4]) {
         let x = w.name;
         c.views += &format!(
             "  %l{x}w = index.div %l{x}, %c2 : index
@@ -80,11 +80,25 @@ impl CoopTiles {
 "
             );
         }
-        c.add(WideCopy {
-            wide: w,
-            okt,
-            k_along_rows: false,
-        });
+        let fetch = |s: &str, k0: &str, step: &str| {
+            let mut l = format!(
+                "    %x{x}{s}_gk = index.add {k0}, %w{x}_col : index
+    %x{x}{s}_okk = index.cmp ult, %x{x}{s}_gk, %k : index
+    %x{x}{s}_kw = index.mul {step}, %w{x}_kw : index
+"
+            );
+            for (i, ok) in okt.iter().enumerate() {
+                l += &format!(
+                    "    %x{x}{s}_ok{i} = scalar.andi {ok}, %x{x}{s}_okk : i1
+    %x{x}{s}_w{i} = index.add %w{x}_w{i}, %x{x}{s}_kw : index
+"
+                );
+            }
+            l + &w.fetch(s, |i| format!("%x{x}{s}_w{i}"))
+        };
+        c.prologue += &(fetch("p", "%k0", "%c0") + &w.store("p"));
+        c.prefetch += &fetch("l", "%kn", "%t1");
+        c.stage += &w.store("l");
     }
 
     /// B: tile rows are k (`%k0 + r`), groups run along n. One k step
@@ -116,67 +130,21 @@ impl CoopTiles {
 "
             );
         }
-        c.add(WideCopy {
-            wide: wb,
-            okt,
-            k_along_rows: true,
-        });
-    }
-}
-
-/// One operand's wide copy after its setup: writes the loads of any tile
-/// and their stores, under any suffix for the loaded values.
-pub(in crate::ops::matmul_coop) struct WideCopy {
-    wide: Wide,
-    /// Per copy, the name of "this copy lies inside the matrix and the
-    /// tile" apart from k.
-    okt: Vec<String>,
-    /// Whether tile rows run along k (B k-major) rather than the 16-byte
-    /// groups (A, and B n-major).
-    k_along_rows: bool,
-}
-
-impl WideCopy {
-    /// Loads of the tile whose first k is `k0`, `step` k steps from the
-    /// first tile, into `%x{x}{s}_{i}` (zeros outside the matrix).
-    pub(in crate::ops::matmul_coop) fn fetch(&self, s: &str, k0: &str, step: &str) -> String {
-        let x = self.wide.name;
-        let mut l = if self.k_along_rows {
-            format!("    %x{x}{s}_kw = index.mul {step}, %w{x}_kw : index\n")
-        } else {
-            format!(
-                "    %x{x}{s}_gk = index.add {k0}, %w{x}_col : index
-    %x{x}{s}_okk = index.cmp ult, %x{x}{s}_gk, %k : index
-    %x{x}{s}_kw = index.mul {step}, %w{x}_kw : index
-"
-            )
-        };
-        for (i, ok) in self.okt.iter().enumerate() {
-            if self.k_along_rows {
+        let fetch = |s: &str, k0: &str, step: &str| {
+            let mut l = format!("    %xb{s}_kw = index.mul {step}, %wb_kw : index\n");
+            for (i, ok) in okt.iter().enumerate() {
                 l += &format!(
-                    "    %x{x}{s}_gk{i} = index.add {k0}, %w{x}_r{i} : index
-    %x{x}{s}_okk{i} = index.cmp ult, %x{x}{s}_gk{i}, %k : index
-    %x{x}{s}_ok{i} = scalar.andi {ok}, %x{x}{s}_okk{i} : i1
+                    "    %xb{s}_gk{i} = index.add {k0}, %wb_r{i} : index
+    %xb{s}_okk{i} = index.cmp ult, %xb{s}_gk{i}, %k : index
+    %xb{s}_ok{i} = scalar.andi {ok}, %xb{s}_okk{i} : i1
+    %xb{s}_w{i} = index.add %wb_w{i}, %xb{s}_kw : index
 "
                 );
-            } else {
-                l += &format!("    %x{x}{s}_ok{i} = scalar.andi {ok}, %x{x}{s}_okk : i1\n");
             }
-            l += &format!("    %x{x}{s}_w{i} = index.add %w{x}_w{i}, %x{x}{s}_kw : index\n");
-        }
-        l + &self.wide.fetch(s, |i| format!("%x{x}{s}_w{i}"))
-    }
-
-    /// Stores of `%x{x}{s}_{i}` into the tile.
-    pub(in crate::ops::matmul_coop) fn store(&self, s: &str) -> String {
-        self.wide.store(s)
-    }
-
-    /// The names of the values `fetch` loads under suffix `s`.
-    pub(in crate::ops::matmul_coop) fn values(&self, s: &str) -> Vec<String> {
-        let x = self.wide.name;
-        (0..self.wide.count())
-            .map(|i| format!("%x{x}{s}_{i}"))
-            .collect()
+            l + &wb.fetch(s, |i| format!("%xb{s}_w{i}"))
+        };
+        c.prologue += &(fetch("p", "%k0", "%c0") + &wb.store("p"));
+        c.prefetch += &fetch("l", "%kn", "%t1");
+        c.stage += &wb.store("l");
     }
 }
