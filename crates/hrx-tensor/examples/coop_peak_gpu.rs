@@ -14,10 +14,13 @@
 //! prints TFLOP/s per variant (best of 5 runs); devices without a
 //! 16x16x16 f16 -> f32 shape say so.
 
+#[path = "common/best_run.rs"]
+mod best_run;
+
+use best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
 use hrx_runtime::{MemoryPlacement, Runtime};
 use hrx_tensor::ops::{coop_matmul_source, kernel_from_artifact};
-use std::time::Instant;
 
 /// Subgroups per workgroup and accumulators per subgroup.
 const SUBGROUPS: usize = 16;
@@ -177,14 +180,7 @@ fn main() -> hrx_core::Result<()> {
         let grid = artifact.launch(&[groups as u64])?;
         let mut graph = runtime.graph();
         graph.dispatch(&kernel, &[a.view(), c.view()], &constants, grid)?;
-        let prepared = graph.prepare()?;
-        prepared.submit()?.wait()?;
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let start = Instant::now();
-            prepared.submit()?.wait()?;
-            best = best.min(start.elapsed().as_secs_f64());
-        }
+        let best = best_run_seconds(graph)?;
         let flop = (groups * SUBGROUPS * iters * ACCS) as f64 * 2.0 * 4096.0;
         println!(
             "{}: {name}: {:.1} TFLOP/s ({:.0} us)",

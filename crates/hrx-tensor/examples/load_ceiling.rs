@@ -29,10 +29,13 @@
 //! On a device without the kernel (lavapipe) it runs 512^3, which only
 //! shows these kernels build and run.
 
+#[path = "common/best_run.rs"]
+mod best_run;
+
+use best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
 use hrx_runtime::{MemoryPlacement, Runtime};
 use hrx_tensor::ops::{coop_matmul_source, kernel_from_artifact};
-use std::time::Instant;
 
 /// The H200's SMs: the matmul kernel runs one workgroup on each (128
 /// registers by 512 invocations fill an SM's register file). Vulkan does
@@ -209,14 +212,7 @@ fn main() -> hrx_core::Result<()> {
         let grid = artifact.launch(&[groups as u64])?;
         let mut graph = runtime.graph();
         graph.dispatch(&kernel, &[a.view(), b.view(), out.view()], &constants, grid)?;
-        let prepared = graph.prepare()?;
-        prepared.submit()?.wait()?;
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let start = Instant::now();
-            prepared.submit()?.wait()?;
-            best = best.min(start.elapsed().as_secs_f64());
-        }
+        let best = best_run_seconds(graph)?;
         // Per workgroup and k step: 128 x 32 halves of A, 32 x 256 of B.
         let per_step = 2 * (if load_a { 128 * 32 } else { 0 } + if load_b { 32 * 256 } else { 0 });
         let bytes = (tiles * (size / 32) * per_step) as f64;
