@@ -16,8 +16,10 @@
 //!    inference and the read-only rule (no store or atomic through a view
 //!    of a buffer argument declared `%b: buffer {readonly}`); and the
 //!    uniformity of barriers (workgroup-uniform control flow) and subgroup
-//!    collectives (subgroup-uniform control flow), which naga does not
-//!    check. Its output is the [`ir`], whose invariants later stages rely on.
+//!    collectives and cooperative-matrix ops (subgroup-uniform control
+//!    flow), which naga's analysis, knowing no subgroup level, cannot
+//!    judge (emit runs naga's validator without it). Its output is the
+//!    [`ir`], whose invariants later stages rely on.
 //! 3. **specialize**: config values by key.
 //! 4. **lower**: IR to `naga::Module` (buffer arguments become storage
 //!    bindings in argument order, scalar arguments one push-constant block,

@@ -1,5 +1,7 @@
 //! Uniformity: barriers need workgroup-uniform control flow, subgroup
-//! collectives subgroup-uniform control flow (naga does not check this).
+//! collectives and cooperative-matrix ops subgroup-uniform control flow.
+//! This is the only uniformity check: naga's (which has no subgroup
+//! level) is off in `emit::validate`.
 //!
 //! Lattice, from top: workgroup-uniform > subgroup-uniform > divergent.
 //! Constants, launch arguments, config values, workgroup id/size/count and
