@@ -23,4 +23,7 @@ mod target;
 
 pub use error::{Diagnostic, Error, Result};
 pub use lazy::cached_init;
-pub use target::{CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target};
+pub use target::{
+    CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target, WorkgroupMatrices,
+    WorkgroupMatrixShape,
+};

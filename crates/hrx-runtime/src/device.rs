@@ -55,7 +55,7 @@ impl Gpu {
     pub(crate) fn open(domain: u64, options: &RuntimeOptions) -> Result<Arc<Gpu>> {
         let instance = Instance::shared(options)?;
         let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
-        let physical = instance.select(options.selector())?;
+        let mut physical = instance.select(options.selector())?;
         if !physical.push_descriptor {
             return Err(Error::Unsupported(format!(
                 "{} lacks VK_KHR_push_descriptor",
@@ -64,6 +64,10 @@ impl Gpu {
         }
         let queue_family = compute_queue_family(&instance, &physical)?;
         let statistics = options.pipeline_statistics && physical.pipeline_statistics;
+        if options.workgroup_matrices && physical.workgroup_matrix_ext {
+            physical.target.workgroup_matrices =
+                crate::workgroup_matrix::query(&instance, physical.raw);
+        }
         let device = create_device(&instance, &physical, queue_family, statistics)?;
         // From here on, `partial` destroys what exists if a later step fails.
         let partial = PartialDevice(&device);
@@ -334,6 +338,15 @@ fn create_device(
     if target.supports_cooperative_matrix() {
         extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         features = features.push_next(&mut cooperative);
+    }
+    let mut workgroup_matrices = target
+        .workgroup_matrices
+        .as_ref()
+        .map(crate::workgroup_matrix::Features::used)
+        .unwrap_or_default();
+    if target.workgroup_matrices.is_some() {
+        extensions.push(crate::workgroup_matrix::NAME.as_ptr());
+        features = features.push_next(&mut workgroup_matrices);
     }
     let mut executable = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
         .pipeline_executable_info(true);

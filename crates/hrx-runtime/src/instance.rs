@@ -47,6 +47,8 @@ pub(crate) struct PhysicalDevice {
     pub(crate) uniform_16bit: bool,
     /// `VK_KHR_pipeline_executable_properties` with `pipelineExecutableInfo`.
     pub(crate) pipeline_statistics: bool,
+    /// `VK_NV_cooperative_matrix2` is advertised.
+    pub(crate) workgroup_matrix_ext: bool,
 }
 
 /// The process-wide instances, one with and one without validation. An
@@ -285,6 +287,8 @@ impl Instance {
             shader_int64,
             timeline_semaphores: v12.timeline_semaphore == vk::TRUE,
             cooperative_matrix,
+            // Read only where a runtime asks for them (see `Gpu::open`).
+            workgroup_matrices: None,
         };
         PhysicalDevice {
             raw: device,
@@ -295,6 +299,7 @@ impl Instance {
             uniform_16bit,
             pipeline_statistics: has(ash::khr::pipeline_executable_properties::NAME)
                 && executable.pipeline_executable_info == vk::TRUE,
+            workgroup_matrix_ext: has(crate::workgroup_matrix::NAME),
         }
     }
 

@@ -63,6 +63,7 @@ mod runtime;
 mod submit;
 mod timeline;
 mod view;
+mod workgroup_matrix;
 
 pub use completion::Completion;
 pub use copy_batch::CopyBatch;

@@ -48,6 +48,15 @@ pub struct RuntimeOptions {
     /// default: a driver may bypass its pipeline cache for such pipelines
     /// and build them more slowly.
     pub pipeline_statistics: bool,
+    /// Discover and enable workgroup-scope cooperative matrices
+    /// (`VK_NV_cooperative_matrix2`: workgroup scope, flexible dimensions,
+    /// tensor addressing) where the device has them, for kernels brought as
+    /// SPIR-V; [`Target::workgroup_matrices`](hrx_core::Target) says what was
+    /// found. Off by default: hrx's own kernels do not use them (on the H200
+    /// they measured slower than its subgroup-scope kernels; see
+    /// docs/tensor.md), and validation layers older than the extension
+    /// reject its structures.
+    pub workgroup_matrices: bool,
 }
 
 impl RuntimeOptions {
@@ -84,6 +93,13 @@ impl RuntimeOptions {
     /// Force the compute copy path on or off (see [`Self::compute_copy`]).
     pub fn with_compute_copy(mut self, enabled: bool) -> Self {
         self.compute_copy = Some(enabled);
+        self
+    }
+
+    /// Enable workgroup-scope cooperative matrices where the device has
+    /// them (see [`Self::workgroup_matrices`]).
+    pub fn with_workgroup_matrices(mut self) -> Self {
+        self.workgroup_matrices = true;
         self
     }
 
