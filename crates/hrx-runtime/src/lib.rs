@@ -42,6 +42,12 @@
 //!   the driver made of it (registers, spills, ...); without it, or on a
 //!   device lacking `VK_KHR_pipeline_executable_properties`, the call is an
 //!   [`Error::Unsupported`].
+//! - **Workgroup-scope matrices, opt-in.** With
+//!   [`RuntimeOptions::with_workgroup_matrices`] a device advertising
+//!   `VK_NV_cooperative_matrix2` is created with its workgroup-scope,
+//!   flexible-dimension (and tensor-addressing) features and
+//!   [`Target::workgroup_matrices`](hrx_core::Target) says what it offers;
+//!   otherwise that is `None`. For kernels brought as SPIR-V.
 //! - **The caller's job.** Do not submit work that touches memory while the
 //!   host holds a write mapping of it; declare accesses truthfully in kernel
 //!   contracts (a kernel that writes a binding declared read-only races).

@@ -54,8 +54,9 @@ pub struct RuntimeOptions {
     /// SPIR-V; [`Target::workgroup_matrices`](hrx_core::Target) says what was
     /// found. Off by default: hrx's own kernels do not use them (on the H200
     /// they measured slower than its subgroup-scope kernels; see
-    /// docs/tensor.md), and validation layers older than the extension
-    /// reject its structures.
+    /// docs/tensor.md), and the extension's structures are declared by hand
+    /// (ash 0.38 predates them), so a device is only created with them on
+    /// request.
     pub workgroup_matrices: bool,
 }
 
