@@ -309,15 +309,6 @@ impl Instance {
         let properties =
             unsafe { loader.get_physical_device_cooperative_matrix_properties(device) }
                 .unwrap_or_default();
-        let kind = |t: vk::ComponentTypeKHR| match t {
-            vk::ComponentTypeKHR::FLOAT16 => Some(ScalarKind::F16),
-            vk::ComponentTypeKHR::FLOAT32 => Some(ScalarKind::F32),
-            vk::ComponentTypeKHR::SINT8 => Some(ScalarKind::I8),
-            vk::ComponentTypeKHR::SINT32 => Some(ScalarKind::I32),
-            // VK_COMPONENT_TYPE_BFLOAT16_KHR, newer than ash 0.38's headers.
-            t if t.as_raw() == 1_000_141_000 => Some(ScalarKind::Bf16),
-            _ => None,
-        };
         let mut shapes: Vec<CooperativeMatrixShape> = properties
             .iter()
             .filter(|p| {
@@ -330,13 +321,26 @@ impl Instance {
                     m: p.m_size,
                     n: p.n_size,
                     k: p.k_size,
-                    input: kind(p.a_type)?,
-                    accumulator: kind(p.c_type)?,
+                    input: component_kind(p.a_type)?,
+                    accumulator: component_kind(p.c_type)?,
                 })
             })
             .collect();
         shapes.dedup();
         shapes
+    }
+}
+
+/// The scalar kind of a cooperative-matrix component type hrx knows.
+pub(crate) fn component_kind(t: vk::ComponentTypeKHR) -> Option<ScalarKind> {
+    match t {
+        vk::ComponentTypeKHR::FLOAT16 => Some(ScalarKind::F16),
+        vk::ComponentTypeKHR::FLOAT32 => Some(ScalarKind::F32),
+        vk::ComponentTypeKHR::SINT8 => Some(ScalarKind::I8),
+        vk::ComponentTypeKHR::SINT32 => Some(ScalarKind::I32),
+        // VK_COMPONENT_TYPE_BFLOAT16_KHR, newer than ash 0.38's headers.
+        t if t.as_raw() == 1_000_141_000 => Some(ScalarKind::Bf16),
+        _ => None,
     }
 }
 

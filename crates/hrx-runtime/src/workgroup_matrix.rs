@@ -7,9 +7,9 @@
 //! tensor addressing where present);
 //! `Target::workgroup_matrices` is `Some` only where both are present.
 
-use crate::instance::Instance;
+use crate::instance::{Instance, component_kind};
 use ash::vk;
-use hrx_core::{ScalarKind, WorkgroupMatrices, WorkgroupMatrixShape};
+use hrx_core::{WorkgroupMatrices, WorkgroupMatrixShape};
 use std::ffi::{CStr, c_void};
 
 /// The extension's name.
@@ -172,13 +172,6 @@ pub(crate) fn query(instance: &Instance, device: vk::PhysicalDevice) -> Option<W
         listed.truncate(count as usize);
         listed
     };
-    let kind = |t: vk::ComponentTypeKHR| match t {
-        vk::ComponentTypeKHR::FLOAT16 => Some(ScalarKind::F16),
-        vk::ComponentTypeKHR::FLOAT32 => Some(ScalarKind::F32),
-        vk::ComponentTypeKHR::SINT8 => Some(ScalarKind::I8),
-        vk::ComponentTypeKHR::SINT32 => Some(ScalarKind::I32),
-        _ => None,
-    };
     let mut shapes: Vec<WorkgroupMatrixShape> = listed
         .iter()
         .filter(|p| {
@@ -192,8 +185,8 @@ pub(crate) fn query(instance: &Instance, device: vk::PhysicalDevice) -> Option<W
                 m_granularity: p.m_granularity,
                 n_granularity: p.n_granularity,
                 k_granularity: p.k_granularity,
-                input: kind(p.a_type)?,
-                accumulator: kind(p.c_type)?,
+                input: component_kind(p.a_type)?,
+                accumulator: component_kind(p.c_type)?,
                 workgroup_invocations: p.workgroup_invocations,
             })
         })
