@@ -150,6 +150,42 @@ fn samples(count: usize, m: usize, n: usize) -> impl Iterator<Item = (usize, usi
     (0..count).map(move |s| ((s * 7919 + 13) % m, (s * 104_729 + 5) % n))
 }
 
+/// The exact product element (i, j) of the probe inputs, depth `k`.
+fn reference(i: usize, j: usize, k: usize) -> f32 {
+    (0..k).map(|q| value_a(i, q) * value_b(q, j)).sum()
+}
+
+/// One dispatch into `c` (poisoned with NaN first so unwritten elements
+/// fail), copied to the host-visible `readback`.
+fn run_into(
+    runtime: &Runtime,
+    dispatch: (&GpuKernel, &[hrx_runtime::BufferView], &[u8], [u32; 3]),
+    c: &Buffer,
+    readback: &Buffer,
+) -> Result<()> {
+    let (kernel, views, constants, grid) = dispatch;
+    let mut graph = runtime.graph();
+    graph.fill(c.view(), 0x7fc0_0000)?;
+    graph.dispatch(kernel, views, constants, grid)?;
+    graph.copy(readback.view(), c.view())?;
+    graph.prepare()?.submit()?.wait()?;
+    Ok(())
+}
+
+/// Seconds per dispatch: the best of five replays of `reps` in one graph.
+fn seconds_per_dispatch(
+    runtime: &Runtime,
+    dispatch: (&GpuKernel, &[hrx_runtime::BufferView], &[u8], [u32; 3]),
+    reps: usize,
+) -> Result<f64> {
+    let (kernel, views, constants, grid) = dispatch;
+    let mut graph = runtime.graph();
+    for _ in 0..reps {
+        graph.dispatch(kernel, views, constants, grid)?;
+    }
+    Ok(best_run_seconds(graph)? / reps as f64)
+}
+
 fn push_constants(values: &[usize]) -> Vec<u8> {
     values
         .iter()
@@ -177,25 +213,15 @@ fn matmul(runtime: &Runtime, name: &str, words: Vec<u32>, dims: [usize; 4]) -> R
     let constants = push_constants(&[m, n, k]);
     let grid = [(n / bn) as u32, (m / bm) as u32, 1];
     let views = [a.view(), b.view(), c.view()];
-    let mut graph = runtime.graph();
-    graph.fill(c.view(), 0x7fc0_0000)?; // NaN: unwritten elements fail
-    graph.dispatch(&kernel, &views, &constants, grid)?;
-    graph.copy(readback.view(), c.view())?;
-    graph.prepare()?.submit()?.wait()?;
+    let dispatch = (&kernel, &views[..], &constants[..], grid);
+    run_into(runtime, dispatch, &c, &readback)?;
     let wrong = {
         let map = readback.map_read()?;
         samples(97, m, n)
-            .filter(|&(i, j)| {
-                let want: f32 = (0..k).map(|q| value_a(i, q) * value_b(q, j)).sum();
-                f32_at(&map, i * n + j) != want
-            })
+            .filter(|&(i, j)| f32_at(&map, i * n + j) != reference(i, j, k))
             .count()
     };
-    let mut graph = runtime.graph();
-    for _ in 0..10 {
-        graph.dispatch(&kernel, &views, &constants, grid)?;
-    }
-    let seconds = best_run_seconds(graph)? / 10.0;
+    let seconds = seconds_per_dispatch(runtime, dispatch, 10)?;
     let flop = 2.0 * (m * n * k) as f64;
     println!(
         "{name}: {:.1} TFLOP/s ({:.0} us), {wrong} of 97 sampled elements wrong",
@@ -261,26 +287,18 @@ fn decode(runtime: &Runtime, name: &str, words: Vec<u32>, dims: [usize; 4]) -> R
         let constants = push_constants(&[m, n, k, k / splits]);
         let grid = [(n / bn) as u32, splits as u32, 1];
         let views = [a.view(), b.view(), c.view()];
-        let mut graph = runtime.graph();
-        graph.fill(c.view(), 0x7fc0_0000)?;
-        graph.dispatch(&kernel, &views, &constants, grid)?;
-        graph.copy(readback.view(), c.view())?;
-        graph.prepare()?.submit()?.wait()?;
+        let dispatch = (&kernel, &views[..], &constants[..], grid);
+        run_into(runtime, dispatch, &c, &readback)?;
         let wrong = {
             let map = readback.map_read()?;
             samples(31, m, n)
                 .filter(|&(i, j)| {
-                    let want: f32 = (0..k).map(|q| value_a(i, q) * value_b(q, j)).sum();
                     let got: f32 = (0..splits).map(|s| f32_at(&map, (s * m + i) * n + j)).sum();
-                    got != want
+                    got != reference(i, j, k)
                 })
                 .count()
         };
-        let mut graph = runtime.graph();
-        for _ in 0..50 {
-            graph.dispatch(&kernel, &views, &constants, grid)?;
-        }
-        let seconds = best_run_seconds(graph)? / 50.0;
+        let seconds = seconds_per_dispatch(runtime, dispatch, 50)?;
         let flop = 2.0 * (m * n * k) as f64;
         println!(
             "{name} splits {splits}: {:.1} TFLOP/s ({:.1} us), {wrong} of 31 sampled elements wrong",
