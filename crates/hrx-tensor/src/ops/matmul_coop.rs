@@ -87,50 +87,6 @@ pub(crate) fn coop_tiles_for(
     })
 }
 
-/// `HRX_COOP_RASTER=g`, read once: with g > 1, consecutive workgroups
-/// walk groups of g tile rows column by column (for tuning).
-fn forced_raster() -> usize {
-    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        std::env::var("HRX_COOP_RASTER")
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// Lines defining the tile `%tm`, `%tn` a workgroup computes: the
-/// workgroup's own position, or with `group > 1` its place in a walk over
-/// groups of `group` tile rows, column by column within a group, so the
-/// workgroups running at once share more rows of A and columns of B.
-fn raster_lines(group: usize, tiles: &CoopTiles) -> String {
-    if group <= 1 {
-        return "  %tm = index.add %wgy, %c0 : index\n  %tn = index.add %wgx, %c0 : index\n".into();
-    }
-    format!(
-        "  %rs_g = index.constant {group} : index
-  %rs_ln = index.constant {} : index
-  %rs_lm = index.constant {} : index
-  %rs_pn = index.add %n, %rs_ln : index
-  %rs_tx = index.div %rs_pn, %cbn : index
-  %rs_pm = index.add %m, %rs_lm : index
-  %rs_ty = index.div %rs_pm, %cbm : index
-  %rs_l = index.madd %wgy, %rs_tx, %wgx : index
-  %rs_per = index.mul %rs_g, %rs_tx : index
-  %rs_grp = index.div %rs_l, %rs_per : index
-  %rs_first = index.mul %rs_grp, %rs_g : index
-  %rs_left = index.sub %rs_ty, %rs_first : index
-  %rs_gm = index.min %rs_left, %rs_g : index
-  %rs_r = index.rem %rs_l, %rs_per : index
-  %rs_rm = index.rem %rs_r, %rs_gm : index
-  %tm = index.add %rs_first, %rs_rm : index
-  %tn = index.div %rs_r, %rs_gm : index
-",
-        tiles.bn - 1,
-        tiles.bm - 1
-    )
-}
-
 /// `HRX_COOP_TILES`, read once.
 fn forced_tiles() -> Option<[usize; 5]> {
     static FORCED: std::sync::OnceLock<Option<[usize; 5]>> = std::sync::OnceLock::new();
@@ -392,7 +348,6 @@ impl CoopTiles {
             ("PROLOGUE", copies.prologue),
             ("PREFETCH", copies.prefetch),
             ("STAGE", copies.stage),
-            ("RASTER", raster_lines(forced_raster(), self)),
             ("ZEROS", zeros),
             ("CARRIED", carried),
             ("TYPES", types),
