@@ -2,10 +2,15 @@
 //! crate, Rust `as`), compared exactly: ties round to even, NaN stays NaN
 //! (i32: NaN gives 0, out-of-range values saturate), infinities stay.
 //! f16 cases run only where the device has f16 and 16-bit storage.
+//! Inputs are contiguous, padded, transposed or gapped along every axis;
+//! the last keep up to five axes apart, past the kernel's four.
 
 mod common;
 
-use common::{cases::shape_strategy, *};
+use common::{
+    cases::{Layout, MAX_AXES, assert_refused, laid_out, merged_axes, shape_strategy},
+    *,
+};
 use half::{bf16, f16};
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 use proptest::prelude::*;
@@ -65,24 +70,65 @@ fn check_pair(from: DType, to: DType, shape: &[usize], seed: u64) {
     )
     .unwrap();
     let want: Vec<f64> = stored.iter().map(|&s| reference(s, to)).collect();
-    for placement in PLACEMENTS {
-        // bf16 sources other than padded slices get a spare element after
-        // them (an exact-size odd bf16 tensor cannot be read as words).
-        let a = match placement {
-            Placement::Padded if !shape.is_empty() => input(from, shape, &raw, placement),
-            Placement::Transposed if from != DType::BF16 => input(from, shape, &raw, placement),
+    let layouts = PLACEMENTS.map(Layout::Placed);
+    for layout in layouts.into_iter().chain([Layout::Gapped]) {
+        // bf16 sources other than slices get a spare element after them
+        // (an exact-size odd bf16 tensor cannot be read as words).
+        let a = match layout {
+            Layout::Placed(Placement::Padded) | Layout::Gapped if !shape.is_empty() => {
+                laid_out(from, shape, &raw, layout)
+            }
+            Layout::Placed(Placement::Transposed) if from != DType::BF16 => {
+                laid_out(from, shape, &raw, layout)
+            }
             _ => spare_input(from, shape, &raw),
         };
         let desc = TensorDesc::new(to, shape.to_vec()).unwrap();
-        let got = run(&[&a], desc, |g, out| ops().record_cast(g, &a, out)).unwrap();
+        let record = |g: &mut hrx_runtime::Graph, out: &DeviceTensor| ops().record_cast(g, &a, out);
+        if merged_axes(shape, &[a.desc().strides().to_vec()]) > MAX_AXES && n > 0 {
+            assert_refused(desc, &format!("cast of {} to {to}", a.desc()), record);
+            continue;
+        }
+        let got = run(&[&a], desc, record).unwrap();
         assert_close(
             &got,
             &want,
             0.0,
             0.0,
-            &format!("{from} -> {to} {shape:?} {placement:?}"),
+            &format!("{from} -> {to} {shape:?} {layout:?}"),
         );
     }
+}
+
+#[test]
+fn four_unmergeable_axes_reach_the_outermost_index() {
+    // Gapped inputs keep every axis apart: the outermost (extent 3) is the
+    // kernel's first index.
+    let shape = [3, 2, 1, 4, 5];
+    let probe = laid_out(DType::F32, &shape, &[1.0; 120], Layout::Gapped);
+    assert_eq!(merged_axes(&shape, &[probe.desc().strides().to_vec()]), 4);
+    for from in dtypes() {
+        for to in dtypes() {
+            check_pair(from, to, &shape, 5);
+        }
+    }
+}
+
+#[test]
+fn more_than_four_unmergeable_axes_are_refused() {
+    let shape = [2, 3, 2, 3, 2];
+    for from in dtypes() {
+        let a = laid_out(from, &shape, &[1.5; 72], Layout::Gapped);
+        for to in dtypes() {
+            let desc = TensorDesc::new(to, shape.to_vec()).unwrap();
+            assert_refused(desc, &format!("cast of {} to {to}", a.desc()), |g, out| {
+                ops().record_cast(g, &a, out)
+            });
+        }
+    }
+    let a = laid_out(DType::F32, &shape, &[1.5; 72], Layout::Gapped);
+    let e = ops().cast(&a, DType::I32).unwrap_err();
+    assert!(e.to_string().contains("more than 4 axes remain"), "{e}");
 }
 
 proptest! {

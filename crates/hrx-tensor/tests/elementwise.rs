@@ -9,7 +9,8 @@
 //! `1 + tanh` counted absolutely). Measured on lavapipe over every f16
 //! input in range and millions of f32 inputs per op: errors reach at most
 //! 0.7 of these bounds (f32 exp near 0.05: 2.1 of its 3.1 ULP).
-//! The fixed cases below keep their own tolerances.
+//! Each random case runs every operator (on its own operands, layouts
+//! and values); the fixed cases below keep their own tolerances.
 
 mod common;
 
@@ -25,58 +26,76 @@ proptest! {
 
     #[test]
     fn binary_ops_broadcast(shape in shape_strategy(), seed in any::<u64>()) {
-        check_binary(&shape, seed, false);
+        for (k, op) in BINARY.into_iter().enumerate() {
+            check_binary(op, &shape, seed.wrapping_add(k as u64), DType::F32);
+        }
     }
 
     #[test]
     fn unary_ops(shape in shape_strategy(), seed in any::<u64>()) {
-        check_unary(&shape, seed, false);
+        for (k, op) in UNARY.into_iter().enumerate() {
+            check_unary(op, &shape, seed.wrapping_add(k as u64), DType::F32);
+        }
     }
 }
 
 #[test]
 fn every_op_compiles_and_runs_on_a_partial_workgroup() {
-    let mut rng = Gen::new(1);
-    let v = values(&mut rng, 300, 0.2, 3.0);
-    let a = input(DType::F32, &[300], &v, Placement::Contiguous);
+    check_every_op(DType::F32);
+}
+
+#[test]
+fn four_unmergeable_axes_reach_the_outermost_index() {
+    check_four_axes(DType::F32);
+}
+
+#[test]
+fn more_than_four_unmergeable_axes_are_refused() {
+    // Contiguous operands broadcast along alternating axes: no two of the
+    // five axes merge.
+    let a = input(
+        DType::F32,
+        &[2, 1, 2, 1, 2],
+        &[1.5; 8],
+        Placement::Contiguous,
+    );
+    let b = input(
+        DType::F32,
+        &[1, 3, 1, 3, 1],
+        &[2.5; 9],
+        Placement::Contiguous,
+    );
+    let out = TensorDesc::new(DType::F32, vec![2, 3, 2, 3, 2]).unwrap();
+    assert_refused(
+        out,
+        "sub of f32[2, 1, 2, 1, 2] and f32[1, 3, 1, 3, 1]",
+        |g, out| ops().record_binary(g, BinaryOp::Sub, &a, &b, out),
+    );
+    let e = ops().binary(BinaryOp::Sub, &a, &b).unwrap_err();
+    assert!(e.to_string().contains("more than 4 axes remain"), "{e}");
+    // Slices gapped along five axes (the messages carry the strides).
+    let mut rng = Gen::new(4);
+    let five = (&[2, 3, 2, 3, 2][..], Layout::Gapped);
+    let plain = (&[2, 3, 2, 3, 2][..], Layout::Placed(Placement::Contiguous));
     for op in BINARY {
-        let got = ops().binary(op, &a, &a).unwrap().to_values().unwrap();
-        let want: Vec<f64> = v
-            .iter()
-            .map(|&x| binary_ref(op, (x as f32) as f64, (x as f32) as f64))
-            .collect();
-        assert_close(&got, &want, 1e-6, 1e-4, &format!("{op:?}"));
+        assert_eq!(check_binary_case(op, DType::F32, five, plain, &mut rng), 5);
+        assert_eq!(check_binary_case(op, DType::F32, plain, five, &mut rng), 5);
     }
     for op in UNARY {
-        let got = ops().unary(op, &a).unwrap().to_values().unwrap();
-        let want: Vec<f64> = v
-            .iter()
-            .map(|&x| unary_ref(op, (x as f32) as f64))
-            .collect();
-        assert_close(&got, &want, 2e-6, 2e-5, &format!("{op:?}"));
+        assert_eq!(
+            check_unary_case(op, DType::F32, five.0, five.1, &mut rng),
+            5
+        );
     }
+    // Empty tensors need no kernel, however many axes they have.
+    let empty = (&[2, 3, 0, 3, 2][..], Layout::Gapped);
+    check_binary_case(BinaryOp::Add, DType::F32, empty, empty, &mut rng);
+    check_unary_case(UnaryOp::Exp, DType::F32, empty.0, empty.1, &mut rng);
 }
 
 #[test]
 fn pow_handles_signs_and_zero_exponents() {
-    let x = input(
-        DType::F32,
-        &[5],
-        &[-2.0, -2.0, -2.0, 3.0, 0.5],
-        Placement::Contiguous,
-    );
-    let y = input(
-        DType::F32,
-        &[5],
-        &[3.0, 2.0, 0.5, 0.0, -1.0],
-        Placement::Contiguous,
-    );
-    let got = ops()
-        .binary(BinaryOp::Pow, &x, &y)
-        .unwrap()
-        .to_values()
-        .unwrap();
-    assert_close(&got, &[-8.0, 4.0, f64::NAN, 1.0, 2.0], 1e-6, 1e-5, "pow");
+    check_pow_signs(DType::F32);
 }
 
 #[test]

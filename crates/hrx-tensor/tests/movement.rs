@@ -1,8 +1,9 @@
-//! Copies, permutes, concatenation and padding against host references
-//! (exact: data movement only). Random shapes stay within 2^24 elements:
-//! four long axes (up to 65M elements) would exceed the 128 MiB one
-//! binding reaches on lavapipe, where the copy rightly refuses them with
-//! an error (about one CI run in 2500 drew such a shape).
+//! Copies, permutes, concatenation and a fixed padding case against host
+//! references (exact: data movement only; padding in depth is in pad.rs).
+//! Random shapes stay within 2^24 elements: four long axes (up to 65M
+//! elements) would exceed the 128 MiB one binding reaches on lavapipe,
+//! where the copy rightly refuses them with an error (about one CI run in
+//! 2500 drew such a shape).
 
 mod common;
 

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use hrx_tensor::{DType, TensorDesc, ops::Reduction};
+use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::Reduction};
 use proptest::prelude::*;
 
 proptest! {
@@ -33,9 +33,10 @@ proptest! {
         let a = input(DType::F32, &shape, &v, placement);
         let mut out_shape = shape.clone();
         out_shape.remove(axis);
-        let got = run(&[&a], TensorDesc::new(DType::F32, out_shape.clone()).unwrap(), |g, out| {
+        let bits = run_bits(&[&a], DType::F32, &out_shape, |g, out| {
             ops().record_reduce(g, reduction, &a, axis, out)
         }).unwrap();
+        let got: Vec<f64> = bits.iter().map(|&b| f64::from(f32::from_bits(b))).collect();
         let m: usize = out_shape.iter().product();
         let (want, rounding): (Vec<f64>, Vec<f64>) = (0..m).map(|o| {
             let mut index = unravel(o, &out_shape);
@@ -54,9 +55,10 @@ proptest! {
             assert_close(&got, &want, 1e-5, 1e-5, &what);
         } else {
             for (i, ((g, w), r)) in got.iter().zip(&want).zip(&rounding).enumerate() {
-                // The mean of an empty axis is NaN on both sides.
+                // The mean of an empty axis is NaN on both sides, but not
+                // the poison NaN an unwritten element still holds.
                 let tol = 1e-5 + 1e-5 * w.abs() + r;
-                let ok = if w.is_nan() { g.is_nan() } else { (g - w).abs() <= tol };
+                let ok = if w.is_nan() { written_nan(bits[i]) } else { (g - w).abs() <= tol };
                 prop_assert!(ok, "{what}: element {i}: got {g}, want {w} (tolerance {tol})");
             }
         }
@@ -85,7 +87,12 @@ fn reduction_errors() {
         "{e}"
     );
     let empty = input(DType::F32, &[2, 0], &[], Placement::Contiguous);
-    assert!(ops().argmax(&empty).is_err());
+    let e = ops().argmax(&empty).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("argmax of f32[2, 0]: the last axis must be non-empty"),
+        "{e}"
+    );
     let s = ops()
         .reduce(Reduction::Sum, &empty, 1)
         .unwrap()
@@ -115,11 +122,252 @@ fn empty_strided_inputs_reduce_without_packing() {
         .unwrap();
         assert!(got.iter().all(|&x| x == want), "{reduction:?}: {got:?}");
     }
-    let mean = run(
-        &[&a],
-        TensorDesc::new(DType::F32, vec![8, 6]).unwrap(),
-        |g, out| ops().record_reduce(g, Reduction::Mean, &a, 0, out),
-    )
+    let mean = run_bits(&[&a], DType::F32, &[8, 6], |g, out| {
+        ops().record_reduce(g, Reduction::Mean, &a, 0, out)
+    })
     .unwrap();
     assert_eq!(mean.len(), 48);
+    assert!(mean.iter().all(|&b| written_nan(b)), "{mean:x?}");
+}
+
+/// The mean of an empty axis is a NaN the kernel writes (0 / 0), told apart
+/// from the poison NaN of an unwritten output by its bits.
+#[test]
+fn mean_of_an_empty_axis_is_written() {
+    for placement in PLACEMENTS {
+        let a = input(DType::F32, &[3, 0, 2], &[], placement);
+        let got = run_bits(&[&a], DType::F32, &[3, 2], |g, out| {
+            ops().record_reduce(g, Reduction::Mean, &a, 1, out)
+        })
+        .unwrap();
+        assert!(
+            got.len() == 6 && got.iter().all(|&b| written_nan(b)),
+            "{placement:?}: {got:x?}"
+        );
+    }
+}
+
+/// A NaN that is not the poison pattern `run_bits` fills outputs with.
+fn written_nan(bits: u32) -> bool {
+    f32::from_bits(bits).is_nan() && bits != poison(DType::F32)
+}
+
+/// `common::run` for a 4-byte output of `dtype` and `shape`, returning the
+/// raw bits of the elements: converting to f64 would keep only "some NaN",
+/// which the poison is too.
+fn run_bits(
+    inputs: &[&DeviceTensor],
+    dtype: DType,
+    shape: &[usize],
+    record: impl FnOnce(&mut hrx_runtime::Graph, &DeviceTensor) -> hrx_tensor::Result<()>,
+) -> hrx_tensor::Result<Vec<u32>> {
+    let mut out = ops().output(TensorDesc::new(dtype, shape.to_vec())?)?;
+    let mut graph = ops().runtime().graph();
+    if let Some(view) = out.binding() {
+        graph.fill(view, poison(dtype))?;
+    }
+    record(&mut graph, &out)?;
+    let deps: Vec<_> = inputs.iter().map(|t| t.completion().clone()).collect();
+    out.set_producer(graph.prepare()?.submit_after(&deps)?);
+    let bytes = out.download()?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect())
+}
+
+/// A contiguous output of `dtype` and `shape` that cannot be bound: its
+/// storage view starts 4 bytes into an allocation, off the device's storage
+/// offset alignment. Every check before binding passes on it.
+fn unbindable_output(dtype: DType, shape: &[usize]) -> DeviceTensor {
+    let rt = ops().runtime();
+    let align = rt.gpu().unwrap().target().storage_buffer_offset_alignment;
+    assert!(align > 4, "a 4-byte offset is bindable on this device");
+    let desc = TensorDesc::new(dtype, shape.to_vec()).unwrap();
+    let storage = rt
+        .allocate(desc.bytes() + 4, hrx_runtime::MemoryPlacement::GpuLocal)
+        .unwrap();
+    let view = storage.view().slice(4..desc.bytes() + 4).unwrap();
+    DeviceTensor::from_parts(
+        rt.clone(),
+        desc,
+        Some(view),
+        hrx_runtime::Completion::ready(),
+    )
+    .unwrap()
+}
+
+/// An input whose axes do not merge needs a packing copy; an output that
+/// fails to bind after it must still leave the caller's graph empty (no
+/// copy queued for a dispatch that never comes).
+#[test]
+fn unbindable_output_after_packing_records_nothing() {
+    let v: Vec<f64> = (0..24).map(f64::from).collect();
+    // Padded [2, 3, 4]: axes 1 and 2 do not merge around axis 0.
+    let padded = input(DType::F32, &[2, 3, 4], &v, Placement::Padded);
+    for reduction in [Reduction::Sum, Reduction::Max, Reduction::Mean] {
+        let mut graph = ops().runtime().graph();
+        let out = unbindable_output(DType::F32, &[3, 4]);
+        let e = ops()
+            .record_reduce(&mut graph, reduction, &padded, 0, &out)
+            .unwrap_err();
+        let want = format!(
+            "{} of f32[2, 3, 4] strides [21, 7, 1] over axis 0: tensor f32[3, 4] starts",
+            format!("{reduction:?}").to_lowercase()
+        );
+        assert!(e.to_string().contains(&want), "{e}");
+        assert!(graph.is_empty(), "{reduction:?}: {graph:?}");
+    }
+    // Transposed [2, 3, 4]: axes 0 and 1 do not merge before the last.
+    let transposed = input(DType::F32, &[2, 3, 4], &v, Placement::Transposed);
+    let mut graph = ops().runtime().graph();
+    let out = unbindable_output(DType::I32, &[2, 3]);
+    let e = ops()
+        .record_argmax(&mut graph, &transposed, &out)
+        .unwrap_err();
+    let want = "argmax of f32[2, 3, 4] strides [12, 1, 3]: tensor i32[2, 3] starts";
+    assert!(e.to_string().contains(want), "{e}");
+    assert!(graph.is_empty(), "argmax: {graph:?}");
+}
+
+/// Every record form checks before recording: a non-f32 input, a wrong
+/// output shape or dtype, or a tensor of another runtime domain is an error
+/// naming the operator and the shapes, and the graph stays empty.
+#[test]
+fn record_errors_name_the_operator_and_record_nothing() {
+    let a = input(DType::F32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let ints = input(DType::I32, &[2, 3], &[1.0; 6], Placement::Contiguous);
+    let empty_rows = input(DType::F32, &[2, 0], &[], Placement::Contiguous);
+    let other_rt = hrx_runtime::Runtime::new().unwrap();
+    let other = hrx_tensor::Ops::new(&other_rt);
+    let foreign = DeviceTensor::from_values(&other_rt, DType::F32, vec![2, 3], &[1.0; 6]).unwrap();
+    let ours = |dtype, shape: &[usize]| {
+        ops()
+            .output(TensorDesc::new(dtype, shape.to_vec()).unwrap())
+            .unwrap()
+    };
+    let theirs = |dtype, shape: &[usize]| {
+        other
+            .output(TensorDesc::new(dtype, shape.to_vec()).unwrap())
+            .unwrap()
+    };
+    let domain = "belongs to another runtime domain";
+    let mut graph = ops().runtime().graph();
+    for reduction in [Reduction::Sum, Reduction::Max, Reduction::Mean] {
+        let name = format!("{reduction:?}").to_lowercase();
+        let cases = [
+            (
+                &ints,
+                ours(DType::F32, &[2]),
+                "i32[2, 3] over axis 1: f32 only".to_string(),
+            ),
+            (
+                &a,
+                ours(DType::F32, &[3]),
+                "f32[2, 3] over axis 1: output f32[3] must be a contiguous f32[2]".into(),
+            ),
+            (
+                &a,
+                ours(DType::I32, &[2]),
+                "f32[2, 3] over axis 1: output i32[2] must be a contiguous f32[2]".into(),
+            ),
+            (
+                &foreign,
+                ours(DType::F32, &[2]),
+                format!("f32[2, 3] over axis 1: tensor f32[2, 3] {domain}"),
+            ),
+            (
+                &a,
+                theirs(DType::F32, &[2]),
+                format!("f32[2, 3] over axis 1: tensor f32[2] {domain}"),
+            ),
+        ];
+        for (x, out, want) in cases {
+            let e = ops()
+                .record_reduce(&mut graph, reduction, x, 1, &out)
+                .unwrap_err();
+            assert!(e.to_string().contains(&format!("{name} of {want}")), "{e}");
+        }
+    }
+    let cases = [
+        (
+            &ints,
+            ours(DType::I32, &[2]),
+            "argmax of i32[2, 3]: f32 only".to_string(),
+        ),
+        (
+            &a,
+            ours(DType::I32, &[3]),
+            "argmax of f32[2, 3]: output i32[3] must be a contiguous i32[2]".into(),
+        ),
+        (
+            &a,
+            ours(DType::F32, &[2]),
+            "argmax of f32[2, 3]: output f32[2] must be a contiguous i32[2]".into(),
+        ),
+        (
+            &foreign,
+            ours(DType::I32, &[2]),
+            format!("argmax of f32[2, 3]: tensor f32[2, 3] {domain}"),
+        ),
+        (
+            &a,
+            theirs(DType::I32, &[2]),
+            format!("argmax of f32[2, 3]: tensor i32[2] {domain}"),
+        ),
+        (
+            &empty_rows,
+            ours(DType::I32, &[2]),
+            "argmax of f32[2, 0]: the last axis must be non-empty".into(),
+        ),
+    ];
+    for (x, out, want) in cases {
+        let e = ops().record_argmax(&mut graph, x, &out).unwrap_err();
+        assert!(e.to_string().contains(&want), "{e}");
+    }
+    assert!(graph.is_empty(), "{graph:?}");
+}
+
+/// More outputs than 65,535 workgroups of 256 invocations cover (the grid
+/// limit of lavapipe and most devices): the last outputs are reached only
+/// by a grid-stride loop. 2^24 outputs is the most lavapipe binds. The input
+/// is fresh (zeroed) storage, so every output is 0 and an unwritten one is
+/// still poison; to keep the test quick nothing is uploaded and only the
+/// outputs around the end of the first grid are read back.
+#[test]
+fn more_outputs_than_one_grid_covers() {
+    let n = 1usize << 24;
+    let a = ops()
+        .output(TensorDesc::new(DType::F32, vec![n, 1]).unwrap())
+        .unwrap();
+    let mut outs = [DType::F32, DType::I32].map(|dtype| {
+        ops()
+            .output(TensorDesc::new(dtype, vec![n]).unwrap())
+            .unwrap()
+    });
+    let mut graph = ops().runtime().graph();
+    for out in &outs {
+        graph
+            .fill(out.binding().unwrap(), poison(out.desc().dtype()))
+            .unwrap();
+    }
+    ops()
+        .record_reduce(&mut graph, Reduction::Max, &a, 1, &outs[0])
+        .unwrap();
+    ops().record_argmax(&mut graph, &a, &outs[1]).unwrap();
+    let done = graph.prepare().unwrap().submit().unwrap();
+    let first_grid = 65_535 * 256;
+    for out in &mut outs {
+        out.set_producer(done.clone());
+        let tail = out.slice(0, first_grid - 1024..n).unwrap();
+        let got = tail.to_values().unwrap();
+        let wrong = got.iter().position(|&x| x != 0.0);
+        assert_eq!(
+            wrong,
+            None,
+            "{}: first wrong output past {}",
+            out.desc(),
+            first_grid - 1024
+        );
+    }
 }

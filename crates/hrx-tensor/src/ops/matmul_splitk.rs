@@ -12,15 +12,11 @@ mod tiles;
 
 pub(crate) use plan::splitk_plan;
 
-use super::{
-    Ops,
-    matmul_gemv::BLayout,
-    operand::{Operand, operand},
-};
-use crate::{DType, DeviceTensor, TensorDesc};
+use super::{Ops, matmul_gemv::BLayout, operand::Operand};
+use crate::{DType, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
-use hrx_runtime::{Completion, Graph};
+use hrx_runtime::Graph;
 
 /// Columns per workgroup: one 16-column fragment for each of the four
 /// subgroups of a row group.
@@ -105,28 +101,17 @@ impl Ops {
             result,
         } = call;
         let target = self.registry.target()?;
-        let desc = TensorDesc::new(DType::F32, vec![batch * plan.splits * plan.mp * plan.npad])?;
-        let kernel = self.registry.kernel(plan.key(act, result))?;
-        // The kernel was built first, so a failure there takes no scratch
-        // from the graph.
-        let storage = graph.scratch(desc.bytes())?;
-        let scratch = DeviceTensor::from_parts(
-            self.runtime().clone(),
-            desc,
-            Some(storage),
-            Completion::ready(),
-        )?;
-        let kw = operand(&scratch, &target, operation)?;
-        if kw.offset != 0 {
-            return Err(Error::Message(format!(
-                "{operation}: the split-k scratch is not bound at its start"
-            )));
-        }
+        let partials =
+            TensorDesc::new(DType::F32, vec![batch * plan.splits * plan.mp * plan.npad])?;
         // Each slab's counter is back at zero when the kernel completes,
         // so all split-k matmuls of the graph share one zeroed storage.
         let slabs = batch * plan.npad / BN;
-        let counters = graph.zeroed_scratch(4 * slabs)?;
+        let counter_bytes = 4 * slabs;
+        fits_storage_range(&target, operation, partials.bytes())?;
+        let kernel = self.registry.kernel(plan.key(act, result))?;
         let ((kbias, bias_stride), (kc, out_batch_stride)) = (bias, out);
+        // The scratch is bound whole from its storage's first byte (as
+        // `Graph::scratch` hands it out): offset 0, every element.
         let scalars: Vec<ScalarValue> = [m, n, k, plan.ks, sab, sam, sak]
             .map(index)
             .into_iter()
@@ -134,22 +119,42 @@ impl Ops {
             .chain([sbb, sbk, sbn].map(index))
             .chain(kb.scalars())
             .chain([plan.splits, plan.npad].map(index))
-            .chain([ScalarValue::Index(kw.len)])
+            .chain([index(partials.elements())])
             .chain([index(bias_stride)])
             .chain(kbias.scalars())
             .chain([index(out_batch_stride)])
             .chain(kc.scalars())
             .chain([index(slabs)])
             .collect();
-        let workload = [n as u64, plan.splits as u64, batch as u64];
-        kernel.record(
-            graph,
+        let launch = kernel.launch(
             operation,
-            &[ka.view, kb.view, kw.view, kbias.view, kc.view, counters],
             &scalars,
-            &workload,
+            &[n as u64, plan.splits as u64, batch as u64],
+        )?;
+        // Scratch is taken from the caller's graph only now, so that none
+        // of the failures above leaves it holding storage for a dispatch
+        // that never comes.
+        let storage = graph.scratch(partials.bytes())?;
+        let counters = graph.zeroed_scratch(counter_bytes)?;
+        launch.record(
+            graph,
+            &[ka.view, kb.view, storage, kbias.view, kc.view, counters],
         )
     }
+}
+
+/// Fail unless the partial sums' `bytes` can be bound as one storage
+/// range on `target`: the scratch is the one binding the caller did not
+/// size, so a plan too large for the device is reported as such before
+/// the graph's scratch is taken.
+fn fits_storage_range(target: &Target, operation: &str, bytes: usize) -> Result<()> {
+    if bytes as u64 > target.max_storage_buffer_range {
+        return Err(Error::Unsupported(format!(
+            "{operation}: the split-k partial sums take {bytes} bytes, beyond the device's storage range of {}",
+            target.max_storage_buffer_range
+        )));
+    }
+    Ok(())
 }
 
 /// How the operands of [`coop_splitk_source`]'s kernel are laid out.

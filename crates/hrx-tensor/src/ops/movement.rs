@@ -4,7 +4,7 @@
 use super::{
     Ops,
     indexing::coalesce,
-    operand::{check_inputs, operand},
+    operand::{check_inputs, check_output, operand},
     registry::KernelKey,
 };
 use crate::{DeviceTensor, TensorDesc};
@@ -29,7 +29,18 @@ impl Ops {
         dst: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("copy of {} into {}", src.desc(), dst.desc());
-        let operation = operation.as_str();
+        self.record_copy_as(graph, src, dst, &operation)
+    }
+
+    /// [`Ops::record_copy`] for an operator built on it: errors name
+    /// `operation`.
+    fn record_copy_as(
+        &self,
+        graph: &mut Graph,
+        src: &DeviceTensor,
+        dst: &DeviceTensor,
+        operation: &str,
+    ) -> Result<()> {
         check_inputs(self.runtime(), operation, &[src, dst])?;
         if src.desc().dtype() != dst.desc().dtype() || src.desc().shape() != dst.desc().shape() {
             return Err(Error::Message(format!(
@@ -207,42 +218,117 @@ impl Ops {
         })
     }
 
+    /// The shape of `a` padded by `pads[i] = (before, after)` on axis `i`
+    /// (one pair per axis), or an error naming the pad and the shape.
+    ///
+    /// ```
+    /// use hrx_tensor::{DType, Ops, TensorDesc};
+    /// let a = TensorDesc::new(DType::F32, vec![2, 3])?;
+    /// assert_eq!(Ops::pad_shape(&a, &[(1, 0), (0, 2)])?, [3, 5]);
+    /// assert!(Ops::pad_shape(&a, &[(1, 0)]).is_err());
+    /// # Ok::<(), hrx_tensor::Error>(())
+    /// ```
+    pub fn pad_shape(a: &TensorDesc, pads: &[(usize, usize)]) -> Result<Vec<usize>> {
+        let fail = |why: String| Err(Error::Message(format!("pad of {a} by {pads:?}: {why}")));
+        if pads.len() != a.rank() {
+            return fail(format!(
+                "one (before, after) pair per axis is required ({} axes, {} pairs)",
+                a.rank(),
+                pads.len()
+            ));
+        }
+        let shape: Option<Vec<usize>> = a
+            .shape()
+            .iter()
+            .zip(pads)
+            .map(|(&d, &(b, e))| d.checked_add(b)?.checked_add(e))
+            .collect();
+        // The byte size must fit too, so the eager form's allocation and a
+        // caller's output descriptor cannot fail where this succeeded.
+        match shape.filter(|s| TensorDesc::new(a.dtype(), s.clone()).is_ok()) {
+            Some(shape) => Ok(shape),
+            None => fail("the padded shape overflows".into()),
+        }
+    }
+
+    /// Record `out = a` padded with `pads[i] = (before, after)` elements of
+    /// `value` on each axis `i` ([`Ops::pad_shape`] gives the shape). 4-byte
+    /// dtypes; `a` may be strided, `out` must be a contiguous tensor of
+    /// `a`'s dtype and the padded shape (it may start anywhere in its
+    /// storage). `value` is stored as the dtype holds it ([`crate::encode`]:
+    /// f32 rounds to nearest, integers convert like Rust's `as`). At most 4
+    /// axes may remain after merging `a` with the part of `out` it lands in.
+    ///
+    /// ```
+    /// use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let ops = Ops::new(&runtime);
+    /// let a = DeviceTensor::from_values(&runtime, DType::I32, vec![2, 2], &[1., 2., 3., 4.])?;
+    /// let pads = [(0, 1), (1, 0)];
+    /// let shape = Ops::pad_shape(a.desc(), &pads)?;
+    /// let mut out = ops.output(TensorDesc::new(DType::I32, shape)?)?;
+    /// let mut graph = runtime.graph();
+    /// ops.record_pad(&mut graph, &a, &pads, -1.0, &out)?;
+    /// out.set_producer(graph.prepare()?.submit_after(&[a.completion().clone()])?);
+    /// assert_eq!(out.to_values()?, [-1., 1., 2., -1., 3., 4., -1., -1., -1.]);
+    /// # Ok::<(), hrx_tensor::Error>(())
+    /// ```
+    pub fn record_pad(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        pads: &[(usize, usize)],
+        value: f64,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let shape = Self::pad_shape(a.desc(), pads)?;
+        let operation = format!("pad of {} by {pads:?}", a.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[a])?;
+        let dtype = a.desc().dtype();
+        if dtype.bytes() != 4 {
+            return Err(Error::Unsupported(format!(
+                "{operation}: only 4-byte dtypes are padded (the padding is filled by words)"
+            )));
+        }
+        check_output(runtime, operation, out, dtype, &shape)?;
+        let Some(binding) = out.binding() else {
+            return Ok(());
+        };
+        let mut interior = out.clone();
+        for (axis, (&(before, _), &d)) in pads.iter().zip(a.desc().shape()).enumerate() {
+            interior = interior.slice(axis, before..before + d)?;
+        }
+        let bits = crate::encode(dtype, &[value]);
+        let word = u32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
+        // `out` is contiguous, so its binding holds exactly its elements
+        // and the fill touches nothing of a larger buffer it is cut from.
+        // With no padding the copy writes every element by itself.
+        let fill = out.desc().elements() != a.desc().elements();
+        let record = |g: &mut Graph| -> Result<()> {
+            if fill {
+                g.fill(binding.clone(), word)?;
+            }
+            self.record_copy_as(g, a, &interior, operation)
+        };
+        // The copy can still refuse `a` (too many axes, a binding too
+        // large) after the fill: a dry run into a scratch graph keeps the
+        // caller's graph untouched then.
+        record(&mut runtime.graph())?;
+        record(graph)
+    }
+
     /// `a` padded with `pads[i] = (before, after)` elements of `value` on
-    /// each axis, run eagerly. 4-byte dtypes (`value` is stored as the
-    /// dtype's bits: f32, or the integer it converts to).
+    /// each axis, run eagerly (see [`Ops::record_pad`]).
     pub fn pad(
         &self,
         a: &DeviceTensor,
         pads: &[(usize, usize)],
         value: f64,
     ) -> Result<DeviceTensor> {
-        let operation = format!("pad of {} by {pads:?}", a.desc());
-        if pads.len() != a.desc().rank() || a.desc().dtype().bytes() != 4 {
-            return Err(Error::Message(format!(
-                "{operation}: one (before, after) pair per axis and a 4-byte dtype are required"
-            )));
-        }
-        let shape: Option<Vec<usize>> = a
-            .desc()
-            .shape()
-            .iter()
-            .zip(pads)
-            .map(|(&d, &(b, e))| d.checked_add(b)?.checked_add(e))
-            .collect();
-        let shape =
-            shape.ok_or_else(|| Error::Message(format!("{operation}: the shape overflows")))?;
+        let shape = Self::pad_shape(a.desc(), pads)?;
         let desc = TensorDesc::new(a.desc().dtype(), shape)?;
-        let bits = crate::encode(a.desc().dtype(), &[value]);
-        let word = u32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
-        self.eager(&[a], desc, |g, out| {
-            let mut interior = out.clone();
-            for (axis, (&(before, _), &d)) in pads.iter().zip(a.desc().shape()).enumerate() {
-                interior = interior.slice(axis, before..before + d)?;
-            }
-            if let Some(view) = out.binding() {
-                g.fill(view, word)?;
-            }
-            self.record_copy(g, a, &interior)
-        })
+        self.eager(&[a], desc, |g, out| self.record_pad(g, a, pads, value, out))
     }
 }

@@ -3,13 +3,13 @@
 use super::{
     Ops,
     indexing::coalesce,
-    operand::{check_inputs, check_output, operand},
-    registry::KernelKey,
+    operand::{Operand, check_inputs, check_output, operand},
+    registry::{Kernel, KernelKey},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
-use hrx_runtime::Graph;
+use hrx_runtime::{BufferView, Graph};
 
 const REDUCE: &str = include_str!("../../kernels/reduce.loom");
 const ARGMAX: &str = include_str!("../../kernels/argmax.loom");
@@ -23,6 +23,52 @@ pub enum Reduction {
     Max,
     /// The mean (NaN over an empty axis).
     Mean,
+}
+
+impl Reduction {
+    /// The reduce kernel's INIT, STEP and FINISH for this reduction.
+    fn substitutions(self) -> Vec<(&'static str, String)> {
+        let (init, step, finish) = match self {
+            Reduction::Sum => (
+                "0.0",
+                "      %acc2 = scalar.addf %acc, %x : f32",
+                "    %res = scalar.addf %total, %init : f32",
+            ),
+            Reduction::Max => (
+                "-inf",
+                "      %acc2 = scalar.maxnumf %acc, %x : f32",
+                "    %res = scalar.maxnumf %total, %init : f32",
+            ),
+            Reduction::Mean => (
+                "0.0",
+                "      %acc2 = scalar.addf %acc, %x : f32",
+                "    %res = scalar.divf %total, %nf : f32",
+            ),
+        };
+        vec![
+            ("INIT", init.into()),
+            ("STEP", step.into()),
+            ("FINISH", finish.into()),
+        ]
+    }
+}
+
+fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelKey {
+    KernelKey {
+        template: REDUCE,
+        substitutions: reduction.substitutions(),
+        symbol: "reduce",
+        config,
+    }
+}
+
+fn argmax_key(config: Vec<(&'static str, u64)>) -> KernelKey {
+    KernelKey {
+        template: ARGMAX,
+        substitutions: Vec::new(),
+        symbol: "argmax",
+        config,
+    }
 }
 
 fn index(v: usize) -> ScalarValue {
@@ -46,6 +92,42 @@ fn split(desc: &TensorDesc, axis: usize, operation: &str) -> Result<[(usize, usi
     ])
 }
 
+/// One kernel launch with every fallible preparation done, so that
+/// recording it fails only where the graph itself refuses it.
+struct Dispatch {
+    kernel: Kernel,
+    views: [BufferView; 2],
+    scalars: Vec<ScalarValue>,
+    workload: u64,
+}
+
+impl Dispatch {
+    fn new(kernel: Kernel, input: Operand, out: Operand, sizes: &[usize], workload: usize) -> Self {
+        let scalars = sizes
+            .iter()
+            .map(|&v| index(v))
+            .chain(input.scalars())
+            .chain(out.scalars())
+            .collect();
+        Dispatch {
+            kernel,
+            views: [input.view, out.view],
+            scalars,
+            workload: workload as u64,
+        }
+    }
+
+    fn record(&self, graph: &mut Graph, operation: &str) -> Result<()> {
+        self.kernel.record(
+            graph,
+            operation,
+            &self.views,
+            &self.scalars,
+            &[self.workload],
+        )
+    }
+}
+
 impl Ops {
     /// Record `out = reduction(a)` over `axis` (removed from the shape).
     /// f32; `a` may be strided.
@@ -60,81 +142,21 @@ impl Ops {
         let operation = format!("{reduction:?} of {} over axis {axis}", a.desc()).to_lowercase();
         let operation = operation.as_str();
         let shape = reduced_shape(a.desc(), axis, operation)?;
-        let runtime = self.runtime();
-        check_inputs(runtime, operation, &[a])?;
-        if a.desc().dtype() != DType::F32 {
-            return Err(Error::Unsupported(format!("{operation}: f32 only")));
-        }
-        check_output(runtime, operation, out, DType::F32, &shape)?;
+        self.check_reduction(operation, a, out, DType::F32, &shape)?;
         if out.desc().is_empty() {
             return Ok(());
         }
-        // Axes that do not merge (e.g. a padded inner axis) are packed first.
-        // An empty input reads nothing, so its strides do not matter: plan
-        // it as if contiguous.
-        let packed;
-        let planned;
-        let (a, plan) = if a.desc().is_empty() {
-            planned = TensorDesc::new(DType::F32, a.desc().shape().to_vec())?;
-            (a, &planned)
-        } else {
-            let a = match split(a.desc(), axis, operation) {
-                Ok(_) => a,
-                Err(_) => {
-                    packed = self.record_contiguous(graph, a)?;
-                    &packed
-                }
-            };
-            (a, a.desc())
-        };
-        let [(_, so), (len, sk), (inner, si)] = split(plan, axis, operation)?;
-        let target = self.registry.target()?;
-        let ko = operand(out, &target, operation)?;
-        // An empty axis reads nothing: bind the zeros in place of `a`.
-        let ka = if a.desc().is_empty() {
-            super::operand::Operand {
-                view: self.registry.zeros()?,
-                offset: 0,
-                len: 4,
-            }
-        } else {
-            operand(a, &target, operation)?
-        };
-        let (init, step, finish) = match reduction {
-            Reduction::Sum => (
-                "0.0",
-                "      %acc2 = scalar.addf %acc, %x : f32",
-                "    %res = scalar.addf %total, %init : f32",
-            ),
-            Reduction::Max => (
-                "-inf",
-                "      %acc2 = scalar.maxnumf %acc, %x : f32",
-                "    %res = scalar.maxnumf %total, %init : f32",
-            ),
-            Reduction::Mean => (
-                "0.0",
-                "      %acc2 = scalar.addf %acc, %x : f32",
-                "    %res = scalar.divf %total, %nf : f32",
-            ),
-        };
-        let kernel = self.registry.kernel(KernelKey {
-            template: REDUCE,
-            substitutions: vec![
-                ("INIT", init.into()),
-                ("STEP", step.into()),
-                ("FINISH", finish.into()),
-            ],
-            symbol: "reduce",
-            config: Vec::new(),
-        })?;
-        let n = out.desc().elements();
-        let scalars: Vec<ScalarValue> = [n, len, inner.max(1), so, sk, si]
-            .map(index)
-            .into_iter()
-            .chain(ka.scalars())
-            .chain(ko.scalars())
-            .collect();
-        kernel.record(graph, operation, &[ka.view, ko.view], &scalars, &[n as u64])
+        let packed = self.packing(a, axis, operation)?;
+        let config = self.grid_config("reduce.wg", "reduce.max_groups")?;
+        let dispatch = self.reduce_dispatch(
+            reduction,
+            packed.as_ref().unwrap_or(a),
+            axis,
+            out,
+            config,
+            operation,
+        )?;
+        self.record_packed(graph, operation, a, packed.as_ref(), &dispatch)
     }
 
     /// `reduction(a)` over `axis`, run eagerly.
@@ -169,48 +191,15 @@ impl Ops {
             )));
         }
         let shape = reduced_shape(a.desc(), rank - 1, operation)?;
-        let runtime = self.runtime();
-        check_inputs(runtime, operation, &[a])?;
-        if a.desc().dtype() != DType::F32 {
-            return Err(Error::Unsupported(format!("{operation}: f32 only")));
-        }
-        check_output(runtime, operation, out, DType::I32, &shape)?;
+        self.check_reduction(operation, a, out, DType::I32, &shape)?;
         if out.desc().is_empty() {
             return Ok(());
         }
-        let packed;
-        let a = match split(a.desc(), rank - 1, operation) {
-            Ok(_) => a,
-            Err(_) => {
-                packed = self.record_contiguous(graph, a)?;
-                &packed
-            }
-        };
-        let [(rows, srow), (cols, scol), _] = split(a.desc(), rank - 1, operation)?;
-        let target = self.registry.target()?;
-        let (ka, ko) = (
-            operand(a, &target, operation)?,
-            operand(out, &target, operation)?,
-        );
-        let kernel = self.registry.kernel(KernelKey {
-            template: ARGMAX,
-            substitutions: Vec::new(),
-            symbol: "argmax",
-            config: Vec::new(),
-        })?;
-        let scalars: Vec<ScalarValue> = [rows, cols, srow, scol]
-            .map(index)
-            .into_iter()
-            .chain(ka.scalars())
-            .chain(ko.scalars())
-            .collect();
-        kernel.record(
-            graph,
-            operation,
-            &[ka.view, ko.view],
-            &scalars,
-            &[rows as u64],
-        )
+        let packed = self.packing(a, rank - 1, operation)?;
+        let config = self.grid_config("argmax.wg", "argmax.max_groups")?;
+        let dispatch =
+            self.argmax_dispatch(packed.as_ref().unwrap_or(a), out, config, operation)?;
+        self.record_packed(graph, operation, a, packed.as_ref(), &dispatch)
     }
 
     /// Argmax over the last axis, run eagerly.
@@ -222,6 +211,118 @@ impl Ops {
             .ok_or_else(|| Error::Message(format!("{operation}: a scalar has no last axis")))?;
         let desc = TensorDesc::new(DType::I32, reduced_shape(a.desc(), axis, &operation)?)?;
         self.eager(&[a], desc, |g, out| self.record_argmax(g, a, out))
+    }
+
+    /// The checks every reduction makes: `a` and `out` in this domain, `a`
+    /// f32, `out` a contiguous `dtype` tensor of `shape`.
+    fn check_reduction(
+        &self,
+        operation: &str,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<()> {
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[a])?;
+        if a.desc().dtype() != DType::F32 {
+            return Err(Error::Unsupported(format!("{operation}: f32 only")));
+        }
+        check_output(runtime, operation, out, dtype, shape)
+    }
+
+    /// Storage for a packed copy of `a` when the axes around `axis` do not
+    /// merge (e.g. a padded inner axis); the copy itself is left to
+    /// [`Ops::record_packed`]. An empty input reads nothing, so it is never
+    /// packed.
+    fn packing(
+        &self,
+        a: &DeviceTensor,
+        axis: usize,
+        operation: &str,
+    ) -> Result<Option<DeviceTensor>> {
+        if a.desc().is_empty() || split(a.desc(), axis, operation).is_ok() {
+            return Ok(None);
+        }
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        self.output(desc).map(Some)
+    }
+
+    /// Record the packing copy of `a` into `packed` (when there is one),
+    /// then `dispatch`, leaving `graph` as it was on an error: the copy
+    /// checks everything before it records, and the dispatch is rehearsed
+    /// in a scratch graph first so that it cannot fail behind a queued copy.
+    fn record_packed(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        a: &DeviceTensor,
+        packed: Option<&DeviceTensor>,
+        dispatch: &Dispatch,
+    ) -> Result<()> {
+        if let Some(packed) = packed {
+            dispatch.record(&mut self.runtime().graph(), operation)?;
+            self.record_copy(graph, a, packed)?;
+        }
+        dispatch.record(graph, operation)
+    }
+
+    /// The reduce kernel's launch for a non-empty `out`; `a`'s axes around
+    /// `axis` merge (or `a` is empty).
+    fn reduce_dispatch(
+        &self,
+        reduction: Reduction,
+        a: &DeviceTensor,
+        axis: usize,
+        out: &DeviceTensor,
+        config: Vec<(&'static str, u64)>,
+        operation: &str,
+    ) -> Result<Dispatch> {
+        let target = self.registry.target()?;
+        // An empty input (an empty axis, as `out` is not empty) reads
+        // nothing: plan it as if contiguous and bind the zeros in its place.
+        let (plan, ka) = if a.desc().is_empty() {
+            let plan = TensorDesc::new(DType::F32, a.desc().shape().to_vec())?;
+            let zeros = Operand {
+                view: self.registry.zeros()?,
+                offset: 0,
+                len: 4,
+            };
+            (plan, zeros)
+        } else {
+            (a.desc().clone(), operand(a, &target, operation)?)
+        };
+        let [(_, so), (len, sk), (inner, si)] = split(&plan, axis, operation)?;
+        let ko = operand(out, &target, operation)?;
+        let kernel = self.registry.kernel(reduce_key(reduction, config))?;
+        let n = out.desc().elements();
+        let sizes = [n, len, inner.max(1), so, sk, si];
+        Ok(Dispatch::new(kernel, ka, ko, &sizes, n))
+    }
+
+    /// The argmax kernel's launch for a non-empty `a` and `out`; `a`'s
+    /// axes before the last merge.
+    fn argmax_dispatch(
+        &self,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+        config: Vec<(&'static str, u64)>,
+        operation: &str,
+    ) -> Result<Dispatch> {
+        let [(rows, srow), (cols, scol), _] = split(a.desc(), a.desc().rank() - 1, operation)?;
+        let target = self.registry.target()?;
+        let (ka, ko) = (
+            operand(a, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let kernel = self.registry.kernel(argmax_key(config))?;
+        Ok(Dispatch::new(
+            kernel,
+            ka,
+            ko,
+            &[rows, cols, srow, scol],
+            rows,
+        ))
     }
 }
 
@@ -235,4 +336,126 @@ fn reduced_shape(desc: &TensorDesc, axis: usize, operation: &str) -> Result<Vec<
     let mut shape = desc.shape().to_vec();
     shape.remove(axis);
     Ok(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hrx_core::Target;
+    use hrx_loom::{Compiler, Specialization};
+    use hrx_runtime::Runtime;
+
+    /// The config for a device of at most 64 invocations a workgroup and 4
+    /// workgroups a dispatch (what `grid_config` picks for such a target).
+    fn small(kernel: &str) -> Vec<(&'static str, u64)> {
+        match kernel {
+            "reduce" => vec![("reduce.wg", 64), ("reduce.max_groups", 4)],
+            _ => vec![("argmax.wg", 64), ("argmax.max_groups", 4)],
+        }
+    }
+
+    fn keys() -> Vec<KernelKey> {
+        [Reduction::Sum, Reduction::Max, Reduction::Mean]
+            .map(|r| reduce_key(r, small("reduce")))
+            .into_iter()
+            .chain([argmax_key(small("argmax"))])
+            .collect()
+    }
+
+    /// Neither kernel hard-codes a workgroup or grid the target cannot take.
+    #[test]
+    fn kernels_fit_a_target_with_small_limits() {
+        let mut target = Target::lavapipe();
+        target.max_workgroup_invocations = 64;
+        target.max_workgroup_count[0] = 4;
+        let compiler = Compiler::for_target(None, &target).unwrap();
+        for key in keys() {
+            let module = compiler.module(&key.source()).unwrap();
+            let spec = key.config.iter().fold(
+                Specialization::new(format!("@{}", key.symbol)),
+                |s, &(k, v)| s.with_config(k, v),
+            );
+            let artifact = module.compile(&spec).unwrap();
+            assert_eq!(artifact.workgroup_size(), [64, 1, 1], "{}", key.symbol);
+            assert_eq!(artifact.launch(&[100]).unwrap(), [2, 1, 1]);
+            assert_eq!(artifact.launch(&[1 << 24]).unwrap(), [4, 1, 1]);
+        }
+    }
+
+    /// Run `dispatch` writing `out` (first filled with a pattern no result
+    /// has: NaN as f32, -1 as i32) after `a`'s producer; the first output
+    /// that differs from `want`.
+    fn first_wrong(
+        rt: &Runtime,
+        a: &DeviceTensor,
+        mut out: DeviceTensor,
+        dispatch: &Dispatch,
+        want: &[f64],
+    ) -> Option<(usize, f64)> {
+        let mut graph = rt.graph();
+        graph.fill(out.binding().unwrap(), u32::MAX).unwrap();
+        dispatch.record(&mut graph, "test").unwrap();
+        let done = graph
+            .prepare()
+            .unwrap()
+            .submit_after(&[a.completion().clone()]);
+        out.set_producer(done.unwrap());
+        let got = out.to_values().unwrap();
+        assert_eq!(got.len(), want.len());
+        got.into_iter()
+            .zip(want)
+            .enumerate()
+            .find(|(_, (g, w))| g != *w)
+            .map(|(i, (g, _))| (i, g))
+    }
+
+    /// With the grid capped at 4 workgroups of 64, each invocation reaches
+    /// several of the 1,000 outputs through the grid-stride loop.
+    #[test]
+    fn a_capped_grid_reaches_every_output() {
+        let rt = Runtime::new().unwrap();
+        let ops = Ops::new(&rt);
+        let (rows, cols) = (1000, 3);
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .collect();
+        let values: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        let a = DeviceTensor::from_values(&rt, DType::F32, vec![rows, cols], &values).unwrap();
+        let output = |dtype| {
+            ops.output(TensorDesc::new(dtype, vec![rows]).unwrap())
+                .unwrap()
+        };
+        for reduction in [Reduction::Sum, Reduction::Max, Reduction::Mean] {
+            let out = output(DType::F32);
+            let d = ops
+                .reduce_dispatch(reduction, &a, 1, &out, small("reduce"), "test")
+                .unwrap();
+            assert_eq!(d.kernel.artifact.launch(&[rows as u64]).unwrap(), [4, 1, 1]);
+            let want: Vec<f64> = v
+                .chunks(cols)
+                .map(|row| match reduction {
+                    Reduction::Sum => row.iter().sum::<f32>(),
+                    Reduction::Max => row.iter().cloned().fold(f32::NEG_INFINITY, f32::max),
+                    Reduction::Mean => row.iter().sum::<f32>() / cols as f32,
+                })
+                .map(f64::from)
+                .collect();
+            let wrong = first_wrong(&rt, &a, out, &d, &want);
+            assert_eq!(wrong, None, "{reduction:?}: (index, got)");
+        }
+        let out = output(DType::I32);
+        let d = ops
+            .argmax_dispatch(&a, &out, small("argmax"), "test")
+            .unwrap();
+        assert_eq!(d.kernel.artifact.launch(&[rows as u64]).unwrap(), [4, 1, 1]);
+        let want: Vec<f64> = v
+            .chunks(cols)
+            .map(|row| {
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                row.iter().position(|&x| x == max).unwrap() as f64
+            })
+            .collect();
+        let wrong = first_wrong(&rt, &a, out, &d, &want);
+        assert_eq!(wrong, None, "argmax: (index, got)");
+    }
 }

@@ -30,15 +30,46 @@ impl Kernel {
         scalars: &[ScalarValue],
         workload: &[u64],
     ) -> Result<()> {
+        self.launch(operation, scalars, workload)?
+            .record(graph, views)
+    }
+
+    /// The push constants and grid of one dispatch, checked without
+    /// touching a graph, for operators that must take graph resources
+    /// (scratch) only once nothing else can fail.
+    pub(crate) fn launch<'a>(
+        &'a self,
+        operation: &'a str,
+        scalars: &[ScalarValue],
+        workload: &[u64],
+    ) -> Result<Launch<'a>> {
         let context = |e: Error| Error::Message(format!("{operation}: {e}"));
-        let constants = self
-            .artifact
-            .push_constants_from(scalars)
-            .map_err(context)?;
-        let grid = self.artifact.launch(workload).map_err(context)?;
+        Ok(Launch {
+            kernel: self,
+            operation,
+            constants: self
+                .artifact
+                .push_constants_from(scalars)
+                .map_err(context)?,
+            grid: self.artifact.launch(workload).map_err(context)?,
+        })
+    }
+}
+
+/// A dispatch of a [`Kernel`] whose push constants and grid are built.
+pub(crate) struct Launch<'a> {
+    kernel: &'a Kernel,
+    operation: &'a str,
+    constants: Vec<u8>,
+    grid: [u32; 3],
+}
+
+impl Launch<'_> {
+    /// Record the dispatch over `views`.
+    pub(crate) fn record(&self, graph: &mut Graph, views: &[BufferView]) -> Result<()> {
         graph
-            .dispatch(&self.gpu, views, &constants, grid)
-            .map_err(context)
+            .dispatch(&self.kernel.gpu, views, &self.constants, self.grid)
+            .map_err(|e| Error::Message(format!("{}: {e}", self.operation)))
     }
 }
 

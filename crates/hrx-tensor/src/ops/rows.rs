@@ -83,7 +83,53 @@ enum Norm {
     Rms,
 }
 
+/// A checked norm: everything [`Ops::record_norm_rows`] takes besides the
+/// graph and the (possibly packed) input.
+#[derive(Clone, Copy)]
+struct NormCall<'a> {
+    kind: Norm,
+    weight: Option<&'a DeviceTensor>,
+    bias: Option<&'a DeviceTensor>,
+    eps: f32,
+    out: &'a DeviceTensor,
+    operation: &'a str,
+}
+
 impl Ops {
+    /// Storage to pack `a` into when its leading axes do not merge into
+    /// one (allocated, not yet written); `None` when they merge.
+    fn row_packing(&self, a: &DeviceTensor, operation: &str) -> Result<Option<DeviceTensor>> {
+        if rows(a.desc(), operation).is_ok() {
+            return Ok(None);
+        }
+        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
+        self.output(desc).map(Some)
+    }
+
+    /// Record `kernel` over the rows of `a`, or of `packed` after a copy of
+    /// `a` into it. The copy and the kernel are two recordings, and the
+    /// kernel's can still fail (an output that does not bind, a grid
+    /// beyond the device's limits) after the copy's succeeded: both are
+    /// tried on a graph of their own first, so that a failure leaves the
+    /// caller's graph as it was.
+    fn record_packed_rows(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        packed: Option<&DeviceTensor>,
+        kernel: impl Fn(&mut Graph, &DeviceTensor) -> Result<()>,
+    ) -> Result<()> {
+        let Some(packed) = packed else {
+            return kernel(graph, a);
+        };
+        let both = |g: &mut Graph| {
+            self.record_copy(g, a, packed)?;
+            kernel(g, packed)
+        };
+        both(&mut self.runtime().graph())?;
+        both(graph)
+    }
+
     fn row_workgroup(&self) -> Result<usize> {
         let target = self.registry.target()?;
         let wanted = if target.kind == hrx_core::DeviceKind::Cpu {
@@ -115,14 +161,22 @@ impl Ops {
         if out.desc().is_empty() {
             return Ok(());
         }
-        let packed;
-        let a = match rows(a.desc(), operation) {
-            Ok(_) => a,
-            Err(_) => {
-                packed = self.record_contiguous(graph, a)?;
-                &packed
-            }
-        };
+        let packed = self.row_packing(a, operation)?;
+        self.record_packed_rows(graph, a, packed.as_ref(), |g, a| {
+            self.record_softmax_rows(g, log, a, out, operation)
+        })
+    }
+
+    /// Record the softmax kernel over the rows of `a`, whose leading axes
+    /// merge.
+    fn record_softmax_rows(
+        &self,
+        graph: &mut Graph,
+        log: bool,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+        operation: &str,
+    ) -> Result<()> {
         let r = rows(a.desc(), operation)?;
         let target = self.registry.target()?;
         let (ka, ko) = (
@@ -273,14 +327,31 @@ impl Ops {
         if out.desc().is_empty() {
             return Ok(());
         }
-        let packed;
-        let a = match rows(a.desc(), operation) {
-            Ok(_) => a,
-            Err(_) => {
-                packed = self.record_contiguous(graph, a)?;
-                &packed
-            }
+        let packed = self.row_packing(a, operation)?;
+        let call = NormCall {
+            kind,
+            weight,
+            bias,
+            eps,
+            out,
+            operation,
         };
+        self.record_packed_rows(graph, a, packed.as_ref(), |g, a| {
+            self.record_norm_rows(g, a, &call)
+        })
+    }
+
+    /// Record the norm kernel over the rows of `a`, whose leading axes
+    /// merge.
+    fn record_norm_rows(&self, graph: &mut Graph, a: &DeviceTensor, call: &NormCall) -> Result<()> {
+        let NormCall {
+            kind,
+            weight,
+            bias,
+            eps,
+            out,
+            operation,
+        } = *call;
         let r = rows(a.desc(), operation)?;
         let target = self.registry.target()?;
         let dummy = || -> Result<Operand> {

@@ -1,6 +1,7 @@
-//! Helpers shared by the matmul test binaries: transposed storage, f16
-//! rounding of reference inputs, error bounds, and `spirv-val` runs on
-//! kernels compiled for targets lavapipe cannot execute.
+//! Helpers shared by the matmul test binaries: random operands (either
+//! batch broadcast), transposed storage, f16 rounding of reference inputs,
+//! error bounds, and `spirv-val` runs on kernels compiled for targets
+//! lavapipe cannot execute.
 
 use super::bounds::{Precision, U32, assert_within, unary_bound};
 use hrx_tensor::{
@@ -56,6 +57,76 @@ impl Operands {
             vbias,
             with_bias: rng.below(2) == 0,
         }
+    }
+}
+
+/// Random operand values of a batched matmul test where either batch may
+/// be broadcast (batch stride 0 in the kernel): a third of the time A's
+/// batch is dropped or all ones, a third of the time B's, else both are
+/// `batch`. Values are rounded as in [`Operands`]; the bias is used half
+/// of the time.
+pub struct BatchedOperands {
+    pub a_batch: Vec<usize>,
+    pub b_batch: Vec<usize>,
+    /// Entries of the output's batch, of A's and of B's.
+    pub nb: usize,
+    pub nab: usize,
+    pub nbb: usize,
+    pub va: Vec<f64>,
+    pub vb: Vec<f64>,
+    pub vbias: Vec<f64>,
+    pub with_bias: bool,
+}
+
+impl BatchedOperands {
+    pub fn random(
+        rng: &mut super::Gen,
+        batch: &[usize],
+        (m, k, n): (usize, usize, usize),
+        round: impl Fn(f64) -> f64,
+    ) -> BatchedOperands {
+        // Missing axes and extent-1 axes both broadcast; draw both.
+        let broadcast = |rng: &mut super::Gen| {
+            if rng.below(2) == 0 {
+                vec![]
+            } else {
+                vec![1; batch.len()]
+            }
+        };
+        let (a_batch, b_batch) = match rng.below(3) {
+            0 => (broadcast(rng), batch.to_vec()),
+            1 => (batch.to_vec(), broadcast(rng)),
+            _ => (batch.to_vec(), batch.to_vec()),
+        };
+        let nb: usize = batch.iter().product();
+        let nab: usize = a_batch.iter().product();
+        let nbb: usize = b_batch.iter().product();
+        let mut drawn = |count: usize, round: &dyn Fn(f64) -> f64| -> Vec<f64> {
+            super::values(rng, count, -1.0, 1.0)
+                .into_iter()
+                .map(round)
+                .collect()
+        };
+        let va = drawn(nab * m * k, &round);
+        let vb = drawn(nbb * k * n, &round);
+        let vbias = drawn(n, &f32_round);
+        BatchedOperands {
+            a_batch,
+            b_batch,
+            nb,
+            nab,
+            nbb,
+            va,
+            vb,
+            vbias,
+            with_bias: rng.below(2) == 0,
+        }
+    }
+
+    /// Whether A and B have one matrix per output batch entry (else the
+    /// one matrix is broadcast).
+    pub fn batched(&self) -> (bool, bool) {
+        (self.nab == self.nb, self.nbb == self.nb)
     }
 }
 
@@ -138,18 +209,31 @@ pub fn matmul_bound(u: f64, k: usize, abs_sum: f64, s: f64, activation: Option<U
 /// A and `k x n` B (one B for every entry unless `b_batched`), and each
 /// element's error bound ([`matmul_bound`] with unit roundoff `u`).
 pub fn reference(
-    (a, b, bias): (&[f64], &[f64], Option<&[f64]>),
+    operands: (&[f64], &[f64], Option<&[f64]>),
     (batch, b_batched): (usize, bool),
+    dims: (usize, usize, usize),
+    activation: Option<UnaryOp>,
+    u: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    reference_batched(operands, (batch, true, b_batched), dims, activation, u)
+}
+
+/// [`reference`] where A too may be one matrix broadcast over the batch
+/// (unless `a_batched`).
+pub fn reference_batched(
+    (a, b, bias): (&[f64], &[f64], Option<&[f64]>),
+    (batch, a_batched, b_batched): (usize, bool, bool),
     (m, k, n): (usize, usize, usize),
     activation: Option<UnaryOp>,
     u: f64,
 ) -> (Vec<f64>, Vec<f64>) {
     let (mut want, mut tol) = (Vec::new(), Vec::new());
     for bi in 0..batch {
+        let ba = if a_batched { bi } else { 0 };
         let bb = if b_batched { bi } else { 0 };
         for i in 0..m {
             for j in 0..n {
-                let terms = (0..k).map(|q| a[bi * m * k + i * k + q] * b[bb * k * n + q * n + j]);
+                let terms = (0..k).map(|q| a[ba * m * k + i * k + q] * b[bb * k * n + q * n + j]);
                 let bias_term = bias.map_or(0.0, |v| v[j]);
                 let s: f64 = terms.clone().sum::<f64>() + bias_term;
                 let abs_sum: f64 = terms.map(f64::abs).sum::<f64>() + bias_term.abs();
@@ -167,13 +251,32 @@ pub fn reference(
 /// row-major `m x k` and `k x n` per batch entry) within its bound for unit
 /// roundoff `u`.
 pub fn check_matmul(
+    operands: (
+        &DeviceTensor,
+        &DeviceTensor,
+        Option<(&DeviceTensor, &[f64])>,
+    ),
+    values: (&[f64], &[f64]),
+    (batch, b_batched): (usize, bool),
+    dims: (usize, usize, usize),
+    options: MatmulOptions,
+    u: f64,
+    what: &str,
+) {
+    let batches = (batch, true, b_batched);
+    check_matmul_batched(operands, values, batches, dims, options, u, what);
+}
+
+/// [`check_matmul`] where A too may be broadcast over the batch (see
+/// [`reference_batched`]).
+pub fn check_matmul_batched(
     (a, b, bias): (
         &DeviceTensor,
         &DeviceTensor,
         Option<(&DeviceTensor, &[f64])>,
     ),
     (va, vb): (&[f64], &[f64]),
-    batches: (usize, bool),
+    batches: (usize, bool, bool),
     dims: (usize, usize, usize),
     options: MatmulOptions,
     u: f64,
@@ -189,7 +292,7 @@ pub fn check_matmul(
         |g, out| super::ops().record_matmul(g, a, b, bias_tensor, options, out),
     )
     .unwrap();
-    let (want, tol) = reference(
+    let (want, tol) = reference_batched(
         (va, vb, bias.map(|(_, v)| v)),
         batches,
         dims,
