@@ -408,6 +408,12 @@ fn aligned_rows_take_the_vector_path_exactly() {
 #[test]
 fn too_many_rows_queue_nothing_after_packing() {
     let limit = ops().runtime().gpu().unwrap().target().max_workgroup_count[0] as usize;
+    // More rows than a grid of 2^31 - 1 workgroups (a GPU's limit) would
+    // not fit in host memory; lavapipe's 65,535 keeps the input small.
+    if limit > 1 << 20 {
+        eprintln!("skipped: {limit} workgroups take more rows than the host can build");
+        return;
+    }
     let side = (limit as f64).sqrt() as usize + 2;
     let (p, q, c) = (side, side, 4);
     let v: Vec<f64> = (0..p * q * c).map(|i| (i % 13) as f64 + 1.0).collect();

@@ -405,7 +405,13 @@ mod tests {
         got.into_iter()
             .zip(want)
             .enumerate()
-            .find(|(_, (g, w))| g != *w)
+            // Within an ulp or two: a device may divide (mean) by
+            // multiplying with the reciprocal. The poison is a NaN, so an
+            // unwritten output still fails.
+            .find(|(_, (g, w))| {
+                let off = (g - *w).abs();
+                off.is_nan() || off > 1e-6 * w.abs().max(1.0)
+            })
             .map(|(i, (g, _))| (i, g))
     }
 
