@@ -87,6 +87,40 @@ impl Ops {
         kernel.record(graph, operation, &[ka.view, ko.view], &scalars, &[n as u64])
     }
 
+    /// New contiguous storage of `a`'s dtype and shape, for an operator
+    /// whose kernel cannot read `a`'s layout: see
+    /// [`Ops::record_after_packing`].
+    pub(crate) fn packing_storage(&self, a: &DeviceTensor) -> Result<DeviceTensor> {
+        self.output(TensorDesc::new(
+            a.desc().dtype(),
+            a.desc().shape().to_vec(),
+        )?)
+    }
+
+    /// Record `kernel` over `a`, or over `packed` after a copy of `a` into
+    /// it. The copy and the kernel are two recordings, and the kernel's
+    /// can still fail (an output that does not bind, a grid beyond the
+    /// device's limits) after the copy's succeeded: both are tried on a
+    /// graph of their own first, so that a failure leaves the caller's
+    /// graph as it was.
+    pub(crate) fn record_after_packing(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        packed: Option<&DeviceTensor>,
+        kernel: impl Fn(&mut Graph, &DeviceTensor) -> Result<()>,
+    ) -> Result<()> {
+        let Some(packed) = packed else {
+            return kernel(graph, a);
+        };
+        let both = |g: &mut Graph| {
+            self.record_copy(g, a, packed)?;
+            kernel(g, packed)
+        };
+        both(&mut self.runtime().graph())?;
+        both(graph)
+    }
+
     /// A contiguous copy of `a` recorded into `graph` (new storage), or `a`
     /// itself when it is already contiguous.
     pub fn record_contiguous(&self, graph: &mut Graph, a: &DeviceTensor) -> Result<DeviceTensor> {

@@ -156,7 +156,9 @@ impl Ops {
             config,
             operation,
         )?;
-        self.record_packed(graph, operation, a, packed.as_ref(), &dispatch)
+        self.record_after_packing(graph, a, packed.as_ref(), |g, _| {
+            dispatch.record(g, operation)
+        })
     }
 
     /// `reduction(a)` over `axis`, run eagerly.
@@ -199,7 +201,9 @@ impl Ops {
         let config = self.grid_config("argmax.wg", "argmax.max_groups")?;
         let dispatch =
             self.argmax_dispatch(packed.as_ref().unwrap_or(a), out, config, operation)?;
-        self.record_packed(graph, operation, a, packed.as_ref(), &dispatch)
+        self.record_after_packing(graph, a, packed.as_ref(), |g, _| {
+            dispatch.record(g, operation)
+        })
     }
 
     /// Argmax over the last axis, run eagerly.
@@ -233,7 +237,7 @@ impl Ops {
 
     /// Storage for a packed copy of `a` when the axes around `axis` do not
     /// merge (e.g. a padded inner axis); the copy itself is left to
-    /// [`Ops::record_packed`]. An empty input reads nothing, so it is never
+    /// [`Ops::record_after_packing`]. An empty input reads nothing, so it is never
     /// packed.
     fn packing(
         &self,
@@ -244,27 +248,7 @@ impl Ops {
         if a.desc().is_empty() || split(a.desc(), axis, operation).is_ok() {
             return Ok(None);
         }
-        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
-        self.output(desc).map(Some)
-    }
-
-    /// Record the packing copy of `a` into `packed` (when there is one),
-    /// then `dispatch`, leaving `graph` as it was on an error: the copy
-    /// checks everything before it records, and the dispatch is rehearsed
-    /// in a scratch graph first so that it cannot fail behind a queued copy.
-    fn record_packed(
-        &self,
-        graph: &mut Graph,
-        operation: &str,
-        a: &DeviceTensor,
-        packed: Option<&DeviceTensor>,
-        dispatch: &Dispatch,
-    ) -> Result<()> {
-        if let Some(packed) = packed {
-            dispatch.record(&mut self.runtime().graph(), operation)?;
-            self.record_copy(graph, a, packed)?;
-        }
-        dispatch.record(graph, operation)
+        self.packing_storage(a).map(Some)
     }
 
     /// The reduce kernel's launch for a non-empty `out`; `a`'s axes around

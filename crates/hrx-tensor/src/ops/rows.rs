@@ -97,37 +97,12 @@ struct NormCall<'a> {
 
 impl Ops {
     /// Storage to pack `a` into when its leading axes do not merge into
-    /// one (allocated, not yet written); `None` when they merge.
+    /// one; `None` when they merge.
     fn row_packing(&self, a: &DeviceTensor, operation: &str) -> Result<Option<DeviceTensor>> {
         if rows(a.desc(), operation).is_ok() {
             return Ok(None);
         }
-        let desc = TensorDesc::new(a.desc().dtype(), a.desc().shape().to_vec())?;
-        self.output(desc).map(Some)
-    }
-
-    /// Record `kernel` over the rows of `a`, or of `packed` after a copy of
-    /// `a` into it. The copy and the kernel are two recordings, and the
-    /// kernel's can still fail (an output that does not bind, a grid
-    /// beyond the device's limits) after the copy's succeeded: both are
-    /// tried on a graph of their own first, so that a failure leaves the
-    /// caller's graph as it was.
-    fn record_packed_rows(
-        &self,
-        graph: &mut Graph,
-        a: &DeviceTensor,
-        packed: Option<&DeviceTensor>,
-        kernel: impl Fn(&mut Graph, &DeviceTensor) -> Result<()>,
-    ) -> Result<()> {
-        let Some(packed) = packed else {
-            return kernel(graph, a);
-        };
-        let both = |g: &mut Graph| {
-            self.record_copy(g, a, packed)?;
-            kernel(g, packed)
-        };
-        both(&mut self.runtime().graph())?;
-        both(graph)
+        self.packing_storage(a).map(Some)
     }
 
     fn row_workgroup(&self) -> Result<usize> {
@@ -162,7 +137,7 @@ impl Ops {
             return Ok(());
         }
         let packed = self.row_packing(a, operation)?;
-        self.record_packed_rows(graph, a, packed.as_ref(), |g, a| {
+        self.record_after_packing(graph, a, packed.as_ref(), |g, a| {
             self.record_softmax_rows(g, log, a, out, operation)
         })
     }
@@ -336,7 +311,7 @@ impl Ops {
             out,
             operation,
         };
-        self.record_packed_rows(graph, a, packed.as_ref(), |g, a| {
+        self.record_after_packing(graph, a, packed.as_ref(), |g, a| {
             self.record_norm_rows(g, a, &call)
         })
     }
