@@ -4,8 +4,9 @@ use hrx_core::{Error, Result};
 use std::{fmt, str::FromStr};
 
 /// A checked label saying what a tensor's axes mean. It never changes how
-/// elements are addressed (strides do that); operators and models use it to
-/// refuse mixing, say, NCHW and NHWC activations.
+/// elements are addressed (strides do that). The operators of this crate
+/// work on shapes and strides and do not read it; it is for models and
+/// callers, to refuse mixing, say, NCHW and NHWC activations.
 ///
 /// Each label fixes the rank it applies to, checked by
 /// [`TensorDesc::with_layout`](crate::TensorDesc::with_layout).
