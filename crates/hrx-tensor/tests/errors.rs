@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Placement, input, ops};
+use common::{Placement, input, ops, unbindable};
 use hrx_runtime::{Graph, Runtime};
 use hrx_tensor::ops::MatmulOptions;
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
@@ -44,27 +44,6 @@ fn theirs(dtype: DType, shape: &[usize]) -> DeviceTensor {
 fn unmergeable() -> DeviceTensor {
     let v: Vec<f64> = (0..24).map(f64::from).collect();
     input(DType::F32, &[2, 3, 4], &v, Placement::Transposed)
-}
-
-/// A contiguous tensor that passes every shape, dtype and domain check but
-/// cannot be bound: its storage view starts 4 bytes into an allocation,
-/// off the device's storage offset alignment.
-fn unbindable(dtype: DType, shape: &[usize]) -> DeviceTensor {
-    let rt = ops().runtime();
-    let align = rt.gpu().unwrap().target().storage_buffer_offset_alignment;
-    assert!(align > 4, "a 4-byte offset is bindable on this device");
-    let desc = desc(dtype, shape);
-    let storage = rt
-        .allocate(desc.bytes() + 4, hrx_runtime::MemoryPlacement::GpuLocal)
-        .unwrap();
-    let view = storage.view().slice(4..desc.bytes() + 4).unwrap();
-    DeviceTensor::from_parts(
-        rt.clone(),
-        desc,
-        Some(view),
-        hrx_runtime::Completion::ready(),
-    )
-    .unwrap()
 }
 
 /// Record into a fresh graph; what is wrong unless it failed with an

@@ -176,27 +176,6 @@ fn run_bits(
         .collect())
 }
 
-/// A contiguous output of `dtype` and `shape` that cannot be bound: its
-/// storage view starts 4 bytes into an allocation, off the device's storage
-/// offset alignment. Every check before binding passes on it.
-fn unbindable_output(dtype: DType, shape: &[usize]) -> DeviceTensor {
-    let rt = ops().runtime();
-    let align = rt.gpu().unwrap().target().storage_buffer_offset_alignment;
-    assert!(align > 4, "a 4-byte offset is bindable on this device");
-    let desc = TensorDesc::new(dtype, shape.to_vec()).unwrap();
-    let storage = rt
-        .allocate(desc.bytes() + 4, hrx_runtime::MemoryPlacement::GpuLocal)
-        .unwrap();
-    let view = storage.view().slice(4..desc.bytes() + 4).unwrap();
-    DeviceTensor::from_parts(
-        rt.clone(),
-        desc,
-        Some(view),
-        hrx_runtime::Completion::ready(),
-    )
-    .unwrap()
-}
-
 /// An input whose axes do not merge needs a packing copy; an output that
 /// fails to bind after it must still leave the caller's graph empty (no
 /// copy queued for a dispatch that never comes).
@@ -207,7 +186,7 @@ fn unbindable_output_after_packing_records_nothing() {
     let padded = input(DType::F32, &[2, 3, 4], &v, Placement::Padded);
     for reduction in [Reduction::Sum, Reduction::Max, Reduction::Mean] {
         let mut graph = ops().runtime().graph();
-        let out = unbindable_output(DType::F32, &[3, 4]);
+        let out = unbindable(DType::F32, &[3, 4]);
         let e = ops()
             .record_reduce(&mut graph, reduction, &padded, 0, &out)
             .unwrap_err();
@@ -221,7 +200,7 @@ fn unbindable_output_after_packing_records_nothing() {
     // Transposed [2, 3, 4]: axes 0 and 1 do not merge before the last.
     let transposed = input(DType::F32, &[2, 3, 4], &v, Placement::Transposed);
     let mut graph = ops().runtime().graph();
-    let out = unbindable_output(DType::I32, &[2, 3]);
+    let out = unbindable(DType::I32, &[2, 3]);
     let e = ops()
         .record_argmax(&mut graph, &transposed, &out)
         .unwrap_err();

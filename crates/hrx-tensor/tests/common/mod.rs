@@ -185,3 +185,24 @@ pub fn ravel_broadcast(index: &[usize], shape: &[usize]) -> usize {
         acc * d + if d == 1 { 0 } else { index[pad + axis] }
     })
 }
+
+/// A contiguous tensor of `dtype` and `shape` that passes every shape,
+/// dtype and domain check but cannot be bound: its storage view starts 4
+/// bytes into an allocation, off the device's storage offset alignment.
+pub fn unbindable(dtype: DType, shape: &[usize]) -> DeviceTensor {
+    let rt = ops().runtime();
+    let align = rt.gpu().unwrap().target().storage_buffer_offset_alignment;
+    assert!(align > 4, "a 4-byte offset is bindable on this device");
+    let desc = TensorDesc::new(dtype, shape.to_vec()).unwrap();
+    let storage = rt
+        .allocate(desc.bytes() + 4, hrx_runtime::MemoryPlacement::GpuLocal)
+        .unwrap();
+    let view = storage.view().slice(4..desc.bytes() + 4).unwrap();
+    DeviceTensor::from_parts(
+        rt.clone(),
+        desc,
+        Some(view),
+        hrx_runtime::Completion::ready(),
+    )
+    .unwrap()
+}
