@@ -41,6 +41,7 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod context;
 mod inference;
 mod model;
@@ -50,6 +51,7 @@ mod readback;
 mod slot;
 mod transfer;
 
+pub use builder::{SharedWeights, SlotBuilder};
 pub use context::ModelContext;
 pub use inference::{Inference, InferenceReadback};
 pub use model::{AcquireSlot, InferenceGraph, PreparedModel};

@@ -120,7 +120,7 @@ impl Mlp {
         Ok(Mlp {
             context: context.clone(),
             config,
-            weights: SharedWeights::upload(context, &used)?,
+            weights: SharedWeights::upload_f32(context, used.iter())?,
             ops: Ops::new(context.runtime()),
         })
     }

@@ -19,7 +19,6 @@
 //!   accumulates in f64; [`compare`] is the closeness test used by tests,
 //!   examples and the demo.
 
-mod builder;
 mod layers;
 mod mlp;
 mod reference;
@@ -27,7 +26,7 @@ mod safetensors;
 mod transformer;
 mod weights;
 
-pub use builder::{SharedWeights, SlotBuilder};
+pub use crate::{SharedWeights, SlotBuilder};
 pub use mlp::{Mlp, MlpConfig};
 pub use transformer::{Transformer, TransformerConfig};
 pub use weights::Weights;

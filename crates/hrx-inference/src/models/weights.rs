@@ -65,7 +65,7 @@ impl Weights {
     }
 
     /// Every tensor with its shape and values, in name order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
         self.tensors
             .iter()
             .map(|(name, (shape, values))| (name.as_str(), shape.as_slice(), values.as_slice()))

@@ -1,6 +1,5 @@
 //! Per-slot graph building and weights shared by every slot.
 
-use super::Weights;
 use crate::{InferenceGraph, ModelContext};
 use hrx_core::{Error, Result};
 use hrx_runtime::{Completion, Graph};
@@ -99,27 +98,66 @@ pub struct SharedWeights {
 }
 
 impl SharedWeights {
-    /// Upload every tensor of `weights` as f32 device-local storage and
-    /// wait for the copies.
-    pub fn upload(context: &ModelContext, weights: &Weights) -> Result<SharedWeights> {
-        let mut tensors: BTreeMap<String, DeviceTensor> = BTreeMap::new();
+    /// Upload every `(name, descriptor, little-endian bytes)` as
+    /// device-local storage and wait for the copies. Any dtype the
+    /// descriptor names is accepted; a byte count that differs from the
+    /// descriptor's or a repeated name is an error naming the tensor.
+    pub fn upload<'w>(
+        context: &ModelContext,
+        tensors: impl IntoIterator<Item = (&'w str, TensorDesc, &'w [u8])>,
+    ) -> Result<SharedWeights> {
+        let mut uploaded: BTreeMap<String, DeviceTensor> = BTreeMap::new();
         let mut bytes = 0usize;
-        for (name, shape, values) in weights.iter() {
-            let desc = TensorDesc::new(DType::F32, shape.to_vec())?;
+        for (name, desc, data) in tensors {
+            if data.len() != desc.bytes() {
+                return Err(Error::Message(format!(
+                    "shared weight {name:?}: {} bytes given for {desc} ({} bytes)",
+                    data.len(),
+                    desc.bytes()
+                )));
+            }
+            if uploaded.contains_key(name) {
+                return Err(Error::Message(format!(
+                    "shared weight {name:?} is given twice"
+                )));
+            }
             bytes = bytes
                 .checked_add(desc.bytes())
                 .ok_or_else(|| Error::Message("weights exceed the address space".into()))?;
-            let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            tensors.insert(name.to_owned(), context.upload(desc, &data)?);
+            uploaded.insert(name.to_owned(), context.upload(desc, data)?);
         }
-        for tensor in tensors.values_mut() {
+        for tensor in uploaded.values_mut() {
             tensor.completion().wait()?;
             // Holding the finished upload's completion forever would keep
             // the runtime from recycling its state, and replays would then
             // allocate new ones.
             tensor.set_producer(Completion::ready());
         }
-        Ok(SharedWeights { tensors, bytes })
+        Ok(SharedWeights {
+            tensors: uploaded,
+            bytes,
+        })
+    }
+
+    /// Upload f32 host tensors `(name, shape, values)`, as
+    /// [`upload`](Self::upload) does.
+    pub fn upload_f32<'w>(
+        context: &ModelContext,
+        tensors: impl IntoIterator<Item = (&'w str, &'w [usize], &'w [f32])>,
+    ) -> Result<SharedWeights> {
+        let encoded = tensors
+            .into_iter()
+            .map(|(name, shape, values)| {
+                let desc = TensorDesc::new(DType::F32, shape.to_vec())?;
+                Ok((name, desc, values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        SharedWeights::upload(
+            context,
+            encoded
+                .iter()
+                .map(|(name, desc, bytes)| (*name, desc.clone(), bytes.as_slice())),
+        )
     }
 
     /// The device tensor `name`, or an error naming it.

@@ -1,0 +1,1 @@
+//! bert (in progress)

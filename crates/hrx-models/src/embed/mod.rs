@@ -1,0 +1,1 @@
+//! embed (in progress)

@@ -1,0 +1,1 @@
+//! toy (in progress)
