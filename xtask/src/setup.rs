@@ -63,9 +63,25 @@ pub(crate) fn ensure_vulkan() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
+    apt_install(
+        PACKAGES,
+        &format!("missing Vulkan packages: {}", missing.join(", ")),
+    )?;
+    let still = missing_after_install();
+    if still.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("still missing after install: {}", still.join(", ")))
+    }
+}
+
+/// Install Debian `packages` with apt-get when that can work unattended (as
+/// root, with apt-get present); otherwise fail with `why` and the exact
+/// command to run, so a developer without root knows what to do.
+pub(crate) fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
     let command = format!(
         "apt-get update && apt-get install -y {}",
-        PACKAGES.join(" ")
+        packages.join(" ")
     );
     let is_root = Command::new("id")
         .arg("-u")
@@ -73,29 +89,18 @@ pub(crate) fn ensure_vulkan() -> Result<(), String> {
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
     let has_apt = Path::new("/usr/bin/apt-get").exists();
     if !(is_root && has_apt) {
-        return Err(format!(
-            "missing Vulkan packages: {}.\nInstall them with:\n  sudo sh -c '{command}'",
-            missing.join(", ")
-        ));
+        return Err(format!("{why}.\nInstall with:\n  sudo sh -c '{command}'"));
     }
-    println!(
-        "xtask: installing {} (missing: {})",
-        PACKAGES.join(" "),
-        missing.join(", ")
-    );
+    println!("xtask: installing {} ({why})", packages.join(" "));
     let status = Command::new("sh")
         .args(["-c", &command])
         .env("DEBIAN_FRONTEND", "noninteractive")
         .status()
         .map_err(|e| format!("cannot run apt-get: {e}"))?;
-    if !status.success() {
-        return Err(format!("`{command}` failed ({status})"));
-    }
-    let still = missing_after_install();
-    if still.is_empty() {
+    if status.success() {
         Ok(())
     } else {
-        Err(format!("still missing after install: {}", still.join(", ")))
+        Err(format!("`{command}` failed ({status})"))
     }
 }
 
