@@ -1,12 +1,13 @@
-//! `hrx::inference::models::Mlp` served through a pool of 4 slots by 64
+//! `hrx::models::toy::Mlp` served through a pool of 4 slots by 64
 //! concurrent tokio tasks, every answer checked against the f64 CPU
 //! reference.
 
 use hrx::{
     execution::RuntimeOptions,
-    inference::{
-        ModelContext,
-        models::{Mlp, MlpConfig, compare},
+    inference::ModelContext,
+    models::{
+        compare,
+        toy::{Mlp, MlpConfig},
     },
 };
 use hrx_tests::{f32_bytes, f32_values, values};

@@ -149,7 +149,14 @@ impl SharedWeights {
             .into_iter()
             .map(|(name, shape, values)| {
                 let desc = TensorDesc::new(DType::F32, shape.to_vec())?;
-                Ok((name, desc, values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()))
+                Ok((
+                    name,
+                    desc,
+                    values
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         SharedWeights::upload(

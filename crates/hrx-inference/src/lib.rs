@@ -34,10 +34,11 @@
 //!   tensors are materialised only when the caller asks for them
 //!   ([`Inference::outputs`], [`Inference::wait`]), so `submit_host` then
 //!   [`InferenceReadback::read_into`] performs no heap allocation once warm.
-//! - **Models from operators.** [`models`] builds a slot's graph from the
-//!   tensor operators over weights uploaded once and shared by every slot,
-//!   reads safetensors, and ships an MLP and a small transformer with f64
-//!   CPU references.
+//! - **Slots from operators.** A [`SlotBuilder`] allocates one slot's
+//!   private inputs, outputs and scratch and records tensor operators into
+//!   the slot's graph; [`SharedWeights`] uploads a model's weights once,
+//!   read-only, so every slot of a pool binds the same storage. Models
+//!   built this way (and their host weights) live in hrx-models.
 
 #![warn(missing_docs)]
 
@@ -45,7 +46,6 @@ mod builder;
 mod context;
 mod inference;
 mod model;
-pub mod models;
 mod pool;
 mod readback;
 mod slot;

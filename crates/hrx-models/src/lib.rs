@@ -1,11 +1,66 @@
 //! hrx-models: real models on the hrx runtime: model files, tokenizers,
 //! BERT-style sentence encoders, batching, and the toy models.
 //!
-//! Design choices and contracts: (filled in as the modules land)
+//! Design choices and contracts:
+//!
+//! - **Host weights are plain f32.** [`Weights`] maps unique names to
+//!   row-major f32 tensors whose value count always matches the shape.
+//!   Safetensors files with F32, F16 or BF16 tensors convert to it
+//!   ([`Weights::from_safetensors`]), and it writes F32 safetensors back
+//!   ([`Weights::to_safetensors`]). Malformed files (bad header, data
+//!   ranges out of bounds, overlapping or leaving gaps, repeated names)
+//!   are errors, and a known dtype that is not converted is
+//!   `Error::Unsupported`. A model checks the presence and shape of every
+//!   tensor it reads before it uploads anything.
+//! - **Weights once, scratch per slot.** A model uploads its weights once
+//!   as [`SharedWeights`](hrx_inference::SharedWeights), read-only and
+//!   bound by every slot of its pool; each slot's inputs, outputs and
+//!   activations come from a [`SlotBuilder`](hrx_inference::SlotBuilder)
+//!   that records the whole forward pass into the slot's one prepared
+//!   graph, so the warm path (`submit_host`, then `read_into`) allocates
+//!   nothing.
+//! - **Toys with references.** [`toy`] ships a 3-layer MLP and a small
+//!   GPT-style transformer with deterministic seeded weights (the same seed
+//!   gives the same weights on every platform, and no value is zero, so a
+//!   dropped term always shows) and CPU references that accumulate in f64.
+//!   [`compare`] is the closeness test used by tests, examples, benchmarks
+//!   and the demo.
 
 #![warn(missing_docs)]
 
 pub mod bert;
 pub mod embed;
+mod safetensors;
 pub mod tokenizer;
 pub mod toy;
+mod weights;
+
+pub use weights::Weights;
+
+/// Elementwise closeness: `|a - b| <= atol + rtol * |b|` for every pair.
+/// On failure, the index of the worst offender (the largest excess over
+/// the bound; a NaN counts as infinitely far), or the shorter length when
+/// the lengths differ.
+pub fn compare(
+    actual: &[f32],
+    expected: &[f32],
+    atol: f32,
+    rtol: f32,
+) -> std::result::Result<(), usize> {
+    if actual.len() != expected.len() {
+        return Err(actual.len().min(expected.len()));
+    }
+    let mut worst: Option<(usize, f32)> = None;
+    for (index, (&a, &b)) in actual.iter().zip(expected).enumerate() {
+        let excess = (a - b).abs() - (atol + rtol * b.abs());
+        let excess = if excess.is_nan() {
+            f32::INFINITY
+        } else {
+            excess
+        };
+        if excess > 0.0 && worst.is_none_or(|(_, w)| excess > w) {
+            worst = Some((index, excess));
+        }
+    }
+    worst.map_or(Ok(()), |(index, _)| Err(index))
+}

@@ -9,8 +9,9 @@
 //!   [`execution`] (the Vulkan runtime: buffers, graphs, completions,
 //!   kernels from SPIR-V), [`loom`] (the kernel compiler, which never links
 //!   Vulkan), [`tensor`] (descriptors, device tensors, the operator
-//!   library) and [`inference`] (model contexts and bounded pools of
-//!   inference slots).
+//!   library), [`inference`] (model contexts and bounded pools of
+//!   inference slots) and [`models`] (host weights and safetensors,
+//!   tokenizers, sentence encoders, and the toy models).
 //! - **Root re-exports** for what every layer shares: [`Runtime`],
 //!   [`Completion`], [`Error`], [`Result`], [`Target`] and [`cached_init`].
 //!   Paths written against the inner crates work with `hrx` in their place,
@@ -94,4 +95,11 @@ pub mod tensor {
 /// inference slots (the `hrx-inference` crate).
 pub mod inference {
     pub use hrx_inference::*;
+}
+
+/// Models: host weights and safetensors files, tokenizers, BERT-style
+/// sentence encoders, batching, and the toy MLP and transformer with their
+/// CPU references (the `hrx-models` crate).
+pub mod models {
+    pub use hrx_models::*;
 }

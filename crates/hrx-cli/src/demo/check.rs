@@ -1,7 +1,7 @@
 //! Checking one output against its CPU reference.
 
 use hrx_core::{Error, Result};
-use hrx_inference::models::{TransformerConfig, compare};
+use hrx_models::{compare, toy::TransformerConfig};
 
 /// Absolute tolerance: f32 device arithmetic against an f64 reference over
 /// two blocks of sums of up to `d_ff` terms.

@@ -2,7 +2,8 @@
 
 use super::{check, requests::Request};
 use hrx_core::{Error, Result};
-use hrx_inference::{PreparedModel, models::TransformerConfig};
+use hrx_inference::PreparedModel;
+use hrx_models::toy::TransformerConfig;
 use indicatif::ProgressBar;
 use std::sync::{
     Arc,

@@ -14,10 +14,8 @@ mod weights;
 pub use flags::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
 
 use hrx_core::{DeviceKind, Error, Result};
-use hrx_inference::{
-    ModelContext,
-    models::{Transformer, TransformerConfig},
-};
+use hrx_inference::ModelContext;
+use hrx_models::toy::{Transformer, TransformerConfig};
 use hrx_runtime::RuntimeOptions;
 use std::{sync::Arc, time::Instant};
 

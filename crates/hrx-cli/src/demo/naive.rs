@@ -3,7 +3,7 @@
 
 use super::{check, clients::Served, requests::Request};
 use hrx_core::{Error, Result};
-use hrx_inference::models::Transformer;
+use hrx_models::toy::Transformer;
 use indicatif::ProgressBar;
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! references, made before any timing starts.
 
 use hrx_core::{Error, Result};
-use hrx_inference::models::{TransformerConfig, Weights};
+use hrx_models::{Weights, toy::TransformerConfig};
 
 /// One request: token ids as the device reads them, and the logits the CPU
 /// reference expects.

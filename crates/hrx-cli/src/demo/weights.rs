@@ -2,11 +2,11 @@
 //! against the config before any device work.
 
 use hrx_core::{Error, Result};
-use hrx_inference::models::{TransformerConfig, Weights};
+use hrx_models::{Weights, toy::TransformerConfig};
 use std::path::Path;
 
 /// Every tensor the transformer reads, with its shape (the naming contract
-/// of `hrx_inference::models`).
+/// of `hrx_models::toy::Transformer`).
 pub fn expected_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
     let (d, ff, vocab) = (config.d_model, config.d_ff, config.vocab);
     let mut shapes = vec![

@@ -5,10 +5,8 @@
 //! grouped into regions (overlapping views share one) and read back, so
 //! the baseline starts from the same bytes (weights, zeroed scratch).
 
-use hrx_inference::{
-    ModelContext,
-    models::{Mlp, SlotBuilder},
-};
+use hrx_inference::{ModelContext, SlotBuilder};
+use hrx_models::toy::Mlp;
 use hrx_runtime::{BufferView, KernelContract, MemoryPlacement, Operation};
 use hrx_tensor::Ops;
 

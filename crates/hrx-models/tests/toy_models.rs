@@ -1,12 +1,15 @@
-//! The model library: MLP and transformer against their f64 CPU
+//! The toy models: MLP and transformer against their f64 CPU
 //! references, weights shared by every slot, safetensors reading and
 //! writing, and configuration errors.
 
-mod common;
+mod toy_common;
 
-use common::context;
 use hrx_core::Error;
-use hrx_inference::models::{Mlp, MlpConfig, Transformer, TransformerConfig, compare};
+use hrx_models::{
+    compare,
+    toy::{Mlp, MlpConfig, Transformer, TransformerConfig},
+};
+use toy_common::context;
 
 /// Deterministic inputs in about [-1, 1], never all zero.
 fn inputs(seed: u32, n: usize) -> Vec<f32> {

@@ -1,5 +1,5 @@
 //! Host-side named f32 tensors and the deterministic generator that fills
-//! the models' seeded weights.
+//! the toy models' seeded weights.
 
 use hrx_core::{Error, Result};
 use std::collections::BTreeMap;

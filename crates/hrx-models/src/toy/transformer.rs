@@ -1,14 +1,13 @@
 //! A small GPT-style transformer: its configuration, seeded weights, CPU
 //! reference and the device model.
 
-use super::{
-    SharedWeights, SlotBuilder, Weights,
-    mlp::run_once,
-    reference,
+use super::{mlp::run_once, reference};
+use crate::{
+    Weights,
     weights::{Seeded, elements},
 };
-use crate::{ModelContext, PreparedModel};
 use hrx_core::{Error, Result};
+use hrx_inference::{ModelContext, PreparedModel, SharedWeights, SlotBuilder};
 use hrx_tensor::Ops;
 
 /// Sizes of a [`Transformer`]: pre-norm blocks with causal self-attention

@@ -2,11 +2,12 @@
 //! the logits against the f64 CPU reference. Exits non-zero on a
 //! mismatch.
 //!
-//! `cargo run -p hrx-inference --example transformer`
+//! `cargo run -p hrx-models --example transformer`
 
-use hrx_inference::{
-    ModelContext,
-    models::{Transformer, TransformerConfig, compare},
+use hrx_inference::ModelContext;
+use hrx_models::{
+    compare,
+    toy::{Transformer, TransformerConfig},
 };
 use hrx_runtime::RuntimeOptions;
 use std::time::Instant;

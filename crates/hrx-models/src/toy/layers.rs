@@ -1,8 +1,10 @@
 //! The transformer's device weights and the recording of its forward pass
 //! into a slot.
 
-use super::{SlotBuilder, Transformer, TransformerConfig, Weights, reference::LN_EPS};
+use super::{Transformer, TransformerConfig, reference::LN_EPS};
+use crate::Weights;
 use hrx_core::Result;
+use hrx_inference::SlotBuilder;
 use hrx_tensor::{
     DType, DeviceTensor, Ops, TensorDesc,
     ops::{BinaryOp, MatmulOptions, UnaryOp},

@@ -1,11 +1,12 @@
 //! Serve the small 3-layer MLP through a pool of slots and check every
 //! answer against the f64 CPU reference. Exits non-zero on a mismatch.
 //!
-//! `cargo run -p hrx-inference --example mlp`
+//! `cargo run -p hrx-models --example mlp`
 
-use hrx_inference::{
-    ModelContext,
-    models::{Mlp, MlpConfig, compare},
+use hrx_inference::ModelContext;
+use hrx_models::{
+    compare,
+    toy::{Mlp, MlpConfig},
 };
 use hrx_runtime::RuntimeOptions;
 use std::time::Instant;

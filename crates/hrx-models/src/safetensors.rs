@@ -2,7 +2,7 @@
 //! length, a JSON header of dtype, shape and byte range per tensor, then
 //! the packed data).
 
-use super::Weights;
+use crate::Weights;
 use hrx_core::{Error, Result};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 

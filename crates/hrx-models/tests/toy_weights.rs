@@ -2,10 +2,13 @@
 //! files, missing or misshapen tensors and invalid configurations. None of
 //! these touches a device except the model constructors' checks.
 
-mod common;
+mod toy_common;
 
 use hrx_core::Error;
-use hrx_inference::models::{Mlp, MlpConfig, Transformer, TransformerConfig, Weights, compare};
+use hrx_models::{
+    Weights, compare,
+    toy::{Mlp, MlpConfig, Transformer, TransformerConfig},
+};
 
 /// A safetensors file from a header and data, as a foreign writer would
 /// produce it.
@@ -162,7 +165,7 @@ fn weights_check_names_and_shapes() {
 
 #[test]
 fn models_reject_missing_and_misshapen_weights() {
-    let context = common::context();
+    let context = toy_common::context();
     let config = MlpConfig::small();
     let good = config.seeded_weights(1);
     let (mut missing, mut misshapen) = (Weights::new(), Weights::new());
@@ -249,7 +252,7 @@ fn invalid_configurations_are_errors() {
     ] {
         assert!(config.validate().is_err(), "{config:?}");
     }
-    let context = common::context();
+    let context = toy_common::context();
     let weights = m.seeded_weights(1);
     assert!(Mlp::new(&context, MlpConfig { batch: 0, ..m }, &weights).is_err());
     let weights = t.seeded_weights(1);

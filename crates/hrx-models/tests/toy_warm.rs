@@ -2,17 +2,20 @@
 //! allocations: the MLP's whole forward pass is one prepared graph per
 //! slot, so `submit_host` -> `download` -> `read_into` allocates nothing.
 
-mod common;
+mod toy_common;
 
-#[path = "common/counting.rs"]
+#[path = "../../hrx-inference/tests/common/counting.rs"]
 mod counting;
 
-use hrx_inference::models::{Mlp, MlpConfig, compare};
+use hrx_models::{
+    compare,
+    toy::{Mlp, MlpConfig},
+};
 
 /// One test only: the counter is process-wide.
 #[test]
 fn mlp_submit_host_then_read_into_allocates_nothing_once_warm() {
-    let context = common::context();
+    let context = toy_common::context();
     let config = MlpConfig::small();
     let weights = config.seeded_weights(3);
     let mlp = Mlp::new(&context, config, &weights).unwrap();

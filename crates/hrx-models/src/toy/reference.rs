@@ -1,6 +1,7 @@
-//! CPU references of the models, accumulated in f64.
+//! CPU references of the toy models, accumulated in f64.
 
-use super::{MlpConfig, TransformerConfig, Weights};
+use super::{MlpConfig, TransformerConfig};
+use crate::Weights;
 use hrx_core::{Error, Result};
 
 /// Layer-norm epsilon of every norm in the transformer.

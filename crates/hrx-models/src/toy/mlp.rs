@@ -1,8 +1,9 @@
 //! A 3-layer perceptron: `y = relu(relu(x W0 + b0) W1 + b1) W2 + b2`.
 
-use super::{SharedWeights, SlotBuilder, Weights, reference, weights::Seeded};
-use crate::{ModelContext, PreparedModel};
+use super::reference;
+use crate::{Weights, weights::Seeded};
 use hrx_core::{Error, Result};
+use hrx_inference::{ModelContext, PreparedModel, SharedWeights, SlotBuilder};
 use hrx_tensor::{
     DType, Ops, TensorDesc,
     ops::{MatmulOptions, UnaryOp},

@@ -36,9 +36,10 @@ mod raw_side;
 #[path = "../../../bench/common/report.rs"]
 mod report;
 
-use hrx_inference::{
-    ModelContext, PreparedModel,
-    models::{Mlp, MlpConfig, Weights, compare},
+use hrx_inference::{ModelContext, PreparedModel};
+use hrx_models::{
+    Weights, compare,
+    toy::{Mlp, MlpConfig},
 };
 use hrx_runtime::{DeviceKind, RuntimeOptions};
 use load::{Measured, Window};
