@@ -1,138 +1,166 @@
-//! Command-line parsing for `hrx` (small enough not to need a framework).
+//! The command line of `hrx`, declared with clap: the doc comments below
+//! are the help text.
 
-use crate::demo::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
-use hrx_loom::specialize::ConfigValue;
+use crate::demo::DemoArgs;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hrx::loom::ConfigValue;
 use std::path::PathBuf;
 
-/// The command lines, printed after usage errors.
-pub fn usage() -> String {
-    format!("usage:\n{DEMO_USAGE}\n{COMMANDS}")
+/// hrx: GPU compute and inference on Vulkan.
+#[derive(Debug, Parser)]
+#[command(name = "hrx", version)]
+#[command(
+    after_help = "`hrx <COMMAND> --help` describes a command and its options.\n\
+Exit codes: 0 success, 1 runtime or compile error, 2 usage error."
+)]
+#[command(subcommand_required = true, arg_required_else_help = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-/// `hrx help`: the command lines and what the flags mean.
-pub fn help() -> String {
-    format!("{}\n\n{DEMO_HELP}\n\n{CONFIG_HELP}", usage())
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve a model to concurrent clients through a pool of slots, checking
+    /// every output.
+    Demo(DemoArgs),
+    /// Embed sentences with a sentence-encoder model (JSON Lines out).
+    Embed(EmbedArgs),
+    /// Compile a loom kernel to SPIR-V.
+    Compile(CompileArgs),
+    /// List the Vulkan devices and their limits.
+    Devices,
+    /// Run the benchmark suites of the checkout this binary was built from.
+    Bench(BenchArgs),
 }
-
-const COMMANDS: &str = "  hrx compile FILE --kernel @name [--config key=value]... \
-[--target lavapipe|hopper|device] -o OUT.spv [--report]
-  hrx devices
-  hrx bench [all|runtime|loom|tensor|inference|wgpu] [--quick]
-  hrx help";
-
-const CONFIG_HELP: &str = "\
-compile config values: integers (index keys), `Nu32`, `Ni32`, floats (`1.5`, `2f32`),
-`true`/`false`.";
 
 /// Which target profile to compile for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TargetChoice {
-    /// `Target::lavapipe()`
+    /// The lavapipe software rasterizer's profile.
     Lavapipe,
-    /// `Target::hopper()`
+    /// The NVIDIA Hopper (H100/H200) profile.
     Hopper,
-    /// The live device, through the runtime.
+    /// The live device the runtime opens (HRX_DEVICE selects it).
     Device,
 }
 
-/// `hrx compile ...`
-#[derive(Debug)]
+/// `hrx compile FILE --kernel @name ...`
+#[derive(Debug, Args)]
+#[command(after_help = "Exit codes: 0 compiled, 1 compile or I/O error \
+(`FILE:LINE:COL: error[CODE]: message` on stderr), 2 usage error.")]
 pub struct CompileArgs {
+    /// The loom source file.
     pub file: PathBuf,
+    /// The kernel to compile, such as `@scale`.
+    #[arg(short, long, value_name = "@NAME")]
     pub kernel: String,
+    /// A compile-time configuration value, `key=value` (repeatable). The
+    /// value's spelling picks its type: an integer for index keys, `Nu32`,
+    /// `Ni32` (or a negative integer), a float (`1.5`, `2f32`), `true` or
+    /// `false`.
+    #[arg(short, long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
     pub config: Vec<(String, ConfigValue)>,
+    /// The target profile to compile for.
+    #[arg(short, long, value_enum, default_value_t = TargetChoice::Lavapipe)]
     pub target: TargetChoice,
+    /// Where to write the SPIR-V (required unless --report).
+    #[arg(
+        short,
+        long,
+        value_name = "OUT.spv",
+        required_unless_present = "report"
+    )]
     pub output: Option<PathBuf>,
+    /// Print the artifact's report: workgroup size, bindings, push
+    /// constants.
+    #[arg(long)]
     pub report: bool,
 }
 
-/// A parsed command line.
-#[derive(Debug)]
-pub enum Command {
-    Demo(DemoArgs),
-    Compile(CompileArgs),
-    Devices,
-    /// `hrx bench [suite|all] [--quick]`: the benchmark suites of the
-    /// checkout this binary was built from.
-    Bench(Vec<String>),
-    Help,
+/// `hrx embed --model DIR ...`
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct EmbedArgs {
+    /// The model directory: config.json, tokenizer.json and
+    /// model.safetensors of a BERT-style sentence encoder.
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+    /// The sentences: UTF-8 text, one sentence per line [default: stdin].
+    #[arg(long, short, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Where to write the embeddings, as JSON Lines: one JSON object per
+    /// input sentence, in input order [default: stdout].
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Sentences per batch on the device.
+    #[arg(long, value_name = "B", default_value_t = 16, value_parser = positive)]
+    pub batch: usize,
+    /// Slots of the prepared pool (batches in flight at once).
+    #[arg(long, value_name = "S", default_value_t = 2, value_parser = positive)]
+    pub slots: usize,
+    /// A device index or a name fragment, as `hrx devices` lists them
+    /// [default: HRX_DEVICE, then the first GPU, then a CPU device such as
+    /// lavapipe].
+    #[arg(long, value_name = "SEL", value_parser = nonempty)]
+    pub device: Option<String>,
+    /// Run the encoder in f16 (weights and activations; f32 accumulation)
+    /// instead of f32.
+    #[arg(long)]
+    pub f16: bool,
 }
 
-/// Parse the arguments after the program name.
-pub fn parse(args: &[String]) -> Result<Command, String> {
-    let Some((cmd, rest)) = args.split_first() else {
-        return Err("no command given".into());
-    };
-    match cmd.as_str() {
-        "demo" if rest.iter().any(|a| a == "--help" || a == "-h") => Ok(Command::Help),
-        "demo" => parse_demo(rest).map(Command::Demo),
-        "compile" => parse_compile(rest).map(Command::Compile),
-        "devices" if rest.is_empty() => Ok(Command::Devices),
-        "devices" => Err("`hrx devices` takes no arguments".into()),
-        // xtask checks the suite names and flags and prints its own usage.
-        "bench" => Ok(Command::Bench(rest.to_vec())),
-        "help" | "--help" | "-h" => Ok(Command::Help),
-        other => Err(format!("unknown command `{other}`")),
-    }
+/// `hrx bench [SUITE] [--quick]`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The suite to run: all, runtime, loom, tensor, inference or wgpu
+    /// [default: all].
+    #[arg(value_name = "SUITE")]
+    pub suite: Option<String>,
+    /// Fewer iterations per benchmark.
+    #[arg(long)]
+    pub quick: bool,
 }
 
-fn parse_compile(args: &[String]) -> Result<CompileArgs, String> {
-    let mut file = None;
-    let mut kernel = None;
-    let mut config = Vec::new();
-    let mut target = TargetChoice::Lavapipe;
-    let mut output = None;
-    let mut report = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match a.as_str() {
-            "--kernel" | "-k" => kernel = Some(value("--kernel")?),
-            "--config" | "-c" => config.push(parse_config(&value("--config")?)?),
-            "--target" | "-t" => {
-                target = match value("--target")?.as_str() {
-                    "lavapipe" => TargetChoice::Lavapipe,
-                    "hopper" => TargetChoice::Hopper,
-                    "device" => TargetChoice::Device,
-                    other => return Err(format!("unknown target `{other}`")),
-                }
-            }
-            "-o" | "--output" => output = Some(PathBuf::from(value("-o")?)),
-            "--report" => report = true,
-            flag if flag.starts_with('-') && flag.len() > 1 => {
-                return Err(format!("unknown option `{flag}`"));
-            }
-            path if file.is_none() => file = Some(PathBuf::from(path)),
-            extra => return Err(format!("unexpected argument `{extra}`")),
+impl BenchArgs {
+    /// The arguments for `cargo xtask bench`, which checks the suite name.
+    pub fn xtask_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self.suite.iter().cloned().collect();
+        if self.quick {
+            args.push("--quick".into());
         }
+        args
     }
-    let file = file.ok_or("compile needs a FILE")?;
-    let kernel = kernel.ok_or("compile needs --kernel @name")?;
-    if output.is_none() && !report {
-        return Err("compile needs -o OUT.spv (or --report)".into());
+}
+
+/// A count of at least 1 (zero clients, slots, requests or batch rows would
+/// make an empty run).
+pub fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a positive integer")),
     }
-    Ok(CompileArgs {
-        file,
-        kernel,
-        config,
-        target,
-        output,
-        report,
-    })
+}
+
+/// A value that is not blank.
+pub fn nonempty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("needs a non-empty value".into())
+    } else {
+        Ok(text.to_string())
+    }
 }
 
 /// `key=value`; the value's spelling picks its type.
 fn parse_config(text: &str) -> Result<(String, ConfigValue), String> {
     let (key, value) = text
         .split_once('=')
-        .ok_or_else(|| format!("--config `{text}` is not key=value"))?;
+        .ok_or_else(|| format!("`{text}` is not key=value"))?;
     let key = key.trim().trim_start_matches('@').to_string();
     let v = value.trim();
-    let bad = || format!("--config {key}: cannot read `{v}`");
+    let bad = || format!("{key}: cannot read `{v}`");
     let parsed = if v == "true" || v == "false" {
         ConfigValue::Bool(v == "true")
     } else if let Some(n) = v.strip_suffix("u32") {
@@ -154,17 +182,23 @@ fn parse_config(text: &str) -> Result<(String, ConfigValue), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("hrx").chain(args.iter().copied())).map(|c| c.command)
+    }
+
+    #[test]
+    fn the_declarations_are_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn compile_line_parses() {
-        let c = parse(&s(&[
+        let c = parse(&[
             "compile", "k.loom", "--kernel", "@k", "--config", "a.b=64", "-c", "x=1.5", "-o",
             "o.spv", "--target", "hopper",
-        ]))
+        ])
         .unwrap();
         let Command::Compile(c) = c else { panic!() };
         assert_eq!(c.kernel, "@k");
@@ -175,10 +209,56 @@ mod tests {
 
     #[test]
     fn bench_passes_its_arguments_through() {
-        match parse(&s(&["bench", "runtime", "--quick"])).unwrap() {
-            Command::Bench(args) => assert_eq!(args, ["runtime", "--quick"]),
+        match parse(&["bench", "runtime", "--quick"]).unwrap() {
+            Command::Bench(args) => assert_eq!(args.xtask_args(), ["runtime", "--quick"]),
             other => panic!("{other:?}"),
         }
+        match parse(&["bench"]).unwrap() {
+            Command::Bench(args) => assert!(args.xtask_args().is_empty()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn embed_defaults_and_every_flag() {
+        let Command::Embed(e) = parse(&["embed", "--model", "m"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            e,
+            EmbedArgs {
+                model: "m".into(),
+                input: None,
+                output: None,
+                batch: 16,
+                slots: 2,
+                device: None,
+                f16: false,
+            }
+        );
+        let Command::Embed(e) = parse(&[
+            "embed",
+            "--model",
+            "m",
+            "--input",
+            "in.txt",
+            "--output",
+            "out.jsonl",
+            "--batch",
+            "4",
+            "--slots",
+            "3",
+            "--device",
+            "1",
+            "--f16",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((e.batch, e.slots, e.f16), (4, 3, true));
+        assert_eq!(e.input, Some("in.txt".into()));
+        assert_eq!(e.output, Some("out.jsonl".into()));
+        assert_eq!(e.device.as_deref(), Some("1"));
     }
 
     #[test]
@@ -192,9 +272,19 @@ mod tests {
 
     #[test]
     fn missing_pieces_are_usage_errors() {
-        assert!(parse(&s(&["compile", "f"])).is_err());
-        assert!(parse(&s(&["compile", "f", "--kernel", "@k"])).is_err());
-        assert!(parse(&s(&["frobnicate"])).is_err());
-        assert!(parse(&s(&["compile", "f", "--kernel"])).is_err());
+        for bad in [
+            &[][..],
+            &["compile", "f"],
+            &["compile", "f", "--kernel", "@k"],
+            &["compile", "f", "--kernel"],
+            &["frobnicate"],
+            &["devices", "extra"],
+            &["embed"],
+            &["embed", "--model", "m", "--batch", "0"],
+            &["embed", "--model", "m", "--device", " "],
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad:?}: {error}");
+        }
     }
 }

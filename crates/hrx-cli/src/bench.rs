@@ -2,7 +2,7 @@
 //! separate wgpu workspace, built from source, so the command runs
 //! `cargo xtask bench` in the checkout this binary was built from.
 
-use hrx_core::Error;
+use hrx::Error;
 use std::{path::PathBuf, process::Command};
 
 /// The checkout this binary was built from, if it is still there.

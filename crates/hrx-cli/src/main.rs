@@ -1,5 +1,6 @@
-//! `hrx`: the demo (a small transformer served through a slot pool),
-//! compile loom kernels to SPIR-V, and inspect devices.
+//! `hrx`: the demo (a model served through a slot pool), sentence
+//! embeddings, compile loom kernels to SPIR-V, inspect devices, and run the
+//! benchmarks.
 //!
 //! Exit codes: 0 success, 1 compile or runtime error (diagnostics on
 //! stderr as `FILE:LINE:COL: error[CODE]: message` plus a caret excerpt),
@@ -8,28 +9,26 @@
 mod args;
 mod bench;
 mod demo;
+mod embed;
 
-use args::{Command, CompileArgs, TargetChoice, help, usage};
-use hrx_core::{Error, Target};
-use hrx_loom::compiler::Compiler;
-use hrx_loom::specialize::Specialization;
+use args::{Cli, Command, CompileArgs, TargetChoice};
+use clap::Parser;
+use hrx::{
+    Error, Target,
+    execution::Runtime,
+    loom::{Compiler, Specialization},
+};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    match args::parse(&argv) {
-        Ok(Command::Help) => {
-            println!("{}", help());
-            ExitCode::SUCCESS
-        }
-        Ok(Command::Demo(d)) => report("hrx demo", demo::run(&d)),
-        Ok(Command::Compile(c)) => report(&c.file.display().to_string(), compile(&c)),
-        Ok(Command::Devices) => report("hrx", devices()),
-        Ok(Command::Bench(args)) => report("hrx bench", bench::run(&args)),
-        Err(e) => {
-            eprintln!("hrx: {e}\n{}", usage());
-            ExitCode::from(2)
-        }
+    // Usage errors exit 2 and `--help` exits 0, both from clap.
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(d) => report("hrx demo", demo::run(&d)),
+        Command::Embed(e) => report("hrx embed", embed::run(&e)),
+        Command::Compile(c) => report(&c.file.display().to_string(), compile(&c)),
+        Command::Devices => report("hrx", devices()),
+        Command::Bench(b) => report("hrx bench", bench::run(&b.xtask_args())),
     }
 }
 
@@ -61,7 +60,7 @@ fn target(choice: TargetChoice) -> Result<Target, Error> {
         TargetChoice::Lavapipe => Ok(Target::lavapipe()),
         TargetChoice::Hopper => Ok(Target::hopper()),
         // The device `HRX_DEVICE` (or the type preference) selects.
-        TargetChoice::Device => Ok(hrx_runtime::Runtime::new()?.gpu()?.target().clone()),
+        TargetChoice::Device => Ok(Runtime::new()?.gpu()?.target().clone()),
     }
 }
 
@@ -80,13 +79,13 @@ fn compile(c: &CompileArgs) -> Result<(), Error> {
             .map_err(|e| Error::msg(format!("cannot write {}: {e}", out.display())))?;
     }
     if c.report {
-        print!("{}", hrx_loom::artifact::report(&artifact));
+        print!("{}", hrx::loom::artifact::report(&artifact));
     }
     Ok(())
 }
 
 fn devices() -> Result<(), Error> {
-    for (index, t) in &hrx_runtime::available_devices()? {
+    for (index, t) in &hrx::execution::available_devices()? {
         let (major, minor, patch) = t.api_version;
         println!(
             "{index}: {} ({:?}, vendor {:#06x}, Vulkan {major}.{minor}.{patch})",

@@ -117,3 +117,119 @@ fn unknown_kernel_and_usage_errors_fail_cleanly() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
 }
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_lists_every_command_and_exits_zero() {
+    for flag in ["--help", "-h", "help"] {
+        let o = hrx().arg(flag).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{flag}: {}", text(&o.stderr));
+        let help = text(&o.stdout);
+        for command in ["demo", "embed", "compile", "devices", "bench"] {
+            assert!(
+                help.lines().any(|l| l.trim_start().starts_with(command)),
+                "{flag}: `{command}` missing from:\n{help}"
+            );
+        }
+        assert!(help.contains("Usage: hrx <COMMAND>"), "{help}");
+    }
+}
+
+#[test]
+fn every_command_has_help() {
+    for (command, needles) in [
+        (
+            "embed",
+            &[
+                "--model <DIR>",
+                "--input <FILE>",
+                "--output <FILE>",
+                "--batch <B>",
+                "--slots <S>",
+                "--device <SEL>",
+                "--f16",
+                "one sentence per line",
+                "JSON Lines",
+                "[default: 16]",
+                "[default: 2]",
+            ][..],
+        ),
+        (
+            "demo",
+            &["--model <toy|DIR>", "--clients <M>", "--reference <FILE>"],
+        ),
+        (
+            "compile",
+            &[
+                "--kernel <@NAME>",
+                "--config <KEY=VALUE>",
+                "--target <TARGET>",
+                "--report",
+            ],
+        ),
+        ("devices", &["Usage: hrx devices"]),
+        ("bench", &["[SUITE]", "--quick"]),
+    ] {
+        let o = hrx().args([command, "--help"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{command}: {}", text(&o.stderr));
+        let help = text(&o.stdout);
+        for needle in needles {
+            assert!(
+                help.contains(needle),
+                "{command}: `{needle}` missing from:\n{help}"
+            );
+        }
+    }
+}
+
+#[test]
+fn embed_without_a_model_is_a_usage_error_naming_it() {
+    let o = hrx().args(["embed", "--input", "x.txt"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(err.contains("--model <DIR>"), "{err}");
+    assert!(err.contains("Usage: hrx embed"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn unknown_flags_commands_and_values_are_usage_errors() {
+    for args in [
+        &[][..],
+        &["--frobnicate"],
+        &["frobnicate"],
+        &[
+            "compile",
+            "k.loom",
+            "--kernel",
+            "@k",
+            "-o",
+            "k.spv",
+            "--frobnicate",
+        ],
+        &[
+            "compile", "k.loom", "--kernel", "@k", "-o", "k.spv", "--target", "mars",
+        ],
+        &[
+            "compile", "k.loom", "--kernel", "@k", "-o", "k.spv", "--config", "nokey",
+        ],
+        &["devices", "extra"],
+        &["embed", "--model", "m", "--frobnicate"],
+        &["embed", "--model", "m", "--batch", "0"],
+        &["bench", "runtime", "--frobnicate"],
+    ] {
+        let o = hrx().args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(!o.stderr.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn version_prints_and_exits_zero() {
+    let o = hrx().arg("--version").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o.stdout).starts_with("hrx "), "{}", text(&o.stdout));
+}

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// `hrx demo --model toy ARGS`.
 fn hrx_demo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hrx"))
-        .arg("demo")
+        .args(["demo", "--model", "toy"])
         .args(args)
         .output()
         .unwrap()
@@ -136,13 +137,20 @@ fn weights_of_another_shape_fail_naming_the_tensor() {
 #[test]
 fn bad_flags_are_usage_errors() {
     for (args, message) in [
-        (&["--clients", "0"][..], "--clients must be at least 1"),
-        (&["--requests"], "--requests needs a value"),
-        (&["--slots", "two"], "not a positive integer"),
-        (&["--frobnicate"], "unknown option `--frobnicate`"),
+        (
+            &["--clients", "0"][..],
+            "'--clients <M>': must be at least 1",
+        ),
+        (&["--requests"], "a value is required for '--requests <N>'"),
+        (&["--slots", "two"], "`two` is not a positive integer"),
+        (
+            &["--device", ""],
+            "'--device <SEL>': needs a non-empty value",
+        ),
+        (&["--frobnicate"], "unexpected argument '--frobnicate'"),
         (
             &["--weights", "a", "--save-weights", "b"],
-            "exclude each other",
+            "cannot be used with '--save-weights <FILE>'",
         ),
     ] {
         let o = hrx_demo(args);
@@ -150,17 +158,33 @@ fn bad_flags_are_usage_errors() {
         let err = text(&o.stderr);
         assert!(err.contains(message), "{args:?}: {err}");
         assert!(
-            err.contains("hrx demo [--clients M]"),
-            "usage expected: {err}"
+            err.contains("try '--help'"),
+            "a pointer to the help expected: {err}"
         );
     }
+    // The model is required.
+    let o = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["demo", "--requests", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(err.contains("--model <toy|DIR>"), "{err}");
+    assert!(err.contains("Usage: hrx demo"), "usage expected: {err}");
     let o = hrx_demo(&["--help"]);
     assert!(o.status.success());
-    assert!(
-        text(&o.stdout).contains("--save-weights FILE"),
-        "{}",
-        text(&o.stdout)
-    );
+    let help = text(&o.stdout);
+    for flag in [
+        "--model <toy|DIR>",
+        "--clients <M>",
+        "--slots <S>",
+        "--requests <N>",
+        "--save-weights <FILE>",
+        "--reference <FILE>",
+        "--sentences <N>",
+    ] {
+        assert!(help.contains(flag), "`{flag}` missing from:\n{help}");
+    }
 }
 
 #[test]
@@ -176,6 +200,8 @@ fn a_mismatch_exits_non_zero_naming_request_and_index() {
     let o = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args([
             "demo",
+            "--model",
+            "toy",
             "--requests",
             "4",
             "--clients",

@@ -1,7 +1,9 @@
 //! Checking one output against its CPU reference.
 
-use hrx_core::{Error, Result};
-use hrx_models::{compare, toy::TransformerConfig};
+use hrx::{
+    Error, Result,
+    models::{compare, toy::TransformerConfig},
+};
 
 /// Absolute tolerance: f32 device arithmetic against an f64 reference over
 /// two blocks of sums of up to `d_ff` terms.

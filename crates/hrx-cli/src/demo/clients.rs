@@ -1,9 +1,7 @@
 //! Concurrent tokio clients serving requests through the prepared pool.
 
 use super::{check, requests::Request};
-use hrx_core::{Error, Result};
-use hrx_inference::PreparedModel;
-use hrx_models::toy::TransformerConfig;
+use hrx::{Error, Result, inference::PreparedModel, models::toy::TransformerConfig};
 use indicatif::ProgressBar;
 use std::sync::{
     Arc,

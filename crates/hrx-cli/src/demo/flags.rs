@@ -1,145 +1,173 @@
-//! The flags of `hrx demo`.
+//! The flags of `hrx demo`, declared with clap: the doc comments below are
+//! the help text.
 
-use std::path::PathBuf;
+use crate::args::{nonempty, positive};
+use clap::Args;
+use std::path::{Path, PathBuf};
 
-/// The usage line of `hrx demo`.
-pub const DEMO_USAGE: &str =
-    "  hrx demo [--clients M] [--slots S] [--requests N] [--batch B] [--seq T]
-           [--device INDEX|NAME] [--weights FILE | --seed SEED]
-           [--save-weights FILE] [--quiet]";
+/// Clients of the toy demo unless `--clients` says otherwise.
+pub const TOY_CLIENTS: usize = 8;
+/// Clients of a model directory's demo unless `--clients` says otherwise.
+pub const MODEL_CLIENTS: usize = 16;
 
-/// What `hrx demo` does and what its flags mean, for `hrx help`.
-pub const DEMO_HELP: &str = "\
-demo: serves N requests (default 256) of a small transformer from M concurrent
-tokio clients (default 8) through a pool of S slots (default 4), checks every
-output against a CPU reference, then runs the naive path (allocate, record,
-prepare, submit per request) for min(N, 32) requests and compares the two.
-  --batch B, --seq T    sequences per request (default 1) and tokens per
-                        sequence (default 16)
-  --device SEL          a device index or a name fragment, as `hrx devices`
-                        lists them (default: HRX_DEVICE, then the first GPU,
-                        then a CPU device such as lavapipe)
-  --weights FILE        load the model from a safetensors file instead of
-                        seeding it (names and shapes must fit the config)
-  --seed SEED           seed of the weights and of the request tokens (default 0)
-  --save-weights FILE   write the weights the flags select as safetensors
-                        (F32) and exit without running
-  --quiet               no progress bar";
+/// What `hrx demo` serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DemoModel {
+    /// `toy`: the small seeded transformer, no files needed.
+    Toy,
+    /// A sentence-encoder model directory (config.json, tokenizer.json,
+    /// model.safetensors).
+    Dir(PathBuf),
+}
 
-/// `hrx demo ...`
-#[derive(Clone, Debug, PartialEq)]
+impl DemoModel {
+    /// `toy`, else a directory (write `./toy` for a directory named toy).
+    fn parse(text: &str) -> Result<DemoModel, String> {
+        match text {
+            "toy" => Ok(DemoModel::Toy),
+            "" => Err("needs `toy` or a model directory".into()),
+            dir => Ok(DemoModel::Dir(PathBuf::from(dir))),
+        }
+    }
+}
+
+/// `hrx demo --model <toy|DIR> ...`
+#[derive(Clone, Debug, PartialEq, Args)]
+#[command(after_help = "\
+With --model toy: serves N requests of a small transformer (seeded, or loaded with
+--weights) through the pool, checks every output against its CPU reference, then
+runs the naive path (allocate, record, prepare and submit per request) for
+min(N, 32) requests and compares the two.
+With --model DIR: embeds sentences with the sentence encoder in DIR (config.json,
+tokenizer.json, model.safetensors), checking them against --reference when given.
+
+Exit codes: 0 every output matched, 1 a mismatch or a runtime error, 2 usage error.")]
 pub struct DemoArgs {
-    /// Concurrent tokio clients.
-    pub clients: usize,
+    /// `toy` for the built-in small transformer, or a sentence-encoder model
+    /// directory (write `./toy` for a directory named toy).
+    #[arg(long, value_name = "toy|DIR", value_parser = DemoModel::parse)]
+    pub model: DemoModel,
+    /// Concurrent tokio clients [default: 8 with toy, 16 with a model
+    /// directory].
+    #[arg(long = "clients", value_name = "M", value_parser = positive)]
+    pub clients: Option<usize>,
     /// Slots of the prepared pool.
+    #[arg(long, value_name = "S", default_value_t = 4, value_parser = positive)]
     pub slots: usize,
-    /// Requests served through the pool.
-    pub requests: usize,
-    /// Sequences per request; `None` keeps the model config's default.
-    pub batch: Option<usize>,
-    /// Tokens per sequence; `None` keeps the model config's default.
-    pub seq: Option<usize>,
-    /// Device index or name fragment.
+    /// A device index or a name fragment, as `hrx devices` lists them
+    /// [default: HRX_DEVICE, then the first GPU, then a CPU device such as
+    /// lavapipe].
+    #[arg(long, value_name = "SEL", value_parser = nonempty)]
     pub device: Option<String>,
-    /// Safetensors file to load the weights from.
-    pub weights: Option<PathBuf>,
-    /// Where to write the selected weights (then exit).
-    pub save_weights: Option<PathBuf>,
-    /// Seed of the weights and the request tokens.
-    pub seed: u64,
     /// No progress bar.
+    #[arg(short, long)]
     pub quiet: bool,
+
+    /// Requests served through the pool.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 256,
+        value_parser = positive,
+        help_heading = "With --model toy"
+    )]
+    pub requests: usize,
+    /// Sequences per request [default: 1].
+    #[arg(long, value_name = "B", value_parser = positive, help_heading = "With --model toy")]
+    pub batch: Option<usize>,
+    /// Tokens per sequence [default: 16].
+    #[arg(long, value_name = "T", value_parser = positive, help_heading = "With --model toy")]
+    pub seq: Option<usize>,
+    /// Load the weights from a safetensors file instead of seeding them
+    /// (names and shapes must fit the config).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "save_weights",
+        help_heading = "With --model toy"
+    )]
+    pub weights: Option<PathBuf>,
+    /// Write the weights the flags select as safetensors (F32) and exit
+    /// without running.
+    #[arg(long, value_name = "FILE", help_heading = "With --model toy")]
+    pub save_weights: Option<PathBuf>,
+    /// Seed of the weights and of the request tokens.
+    #[arg(long, default_value_t = 0, help_heading = "With --model toy")]
+    pub seed: u64,
+
+    /// A reference.json of expected embeddings to check the outputs
+    /// against.
+    #[arg(long, value_name = "FILE", help_heading = "With --model DIR")]
+    pub reference: Option<PathBuf>,
+    /// Sentences to embed [default: all of the reference's, or of the
+    /// built-in set].
+    #[arg(long, value_name = "N", value_parser = positive, help_heading = "With --model DIR")]
+    pub sentences: Option<usize>,
+}
+
+impl DemoArgs {
+    /// The model directory, unless the model is the toy.
+    pub fn model_dir(&self) -> Option<&Path> {
+        match &self.model {
+            DemoModel::Toy => None,
+            DemoModel::Dir(dir) => Some(dir),
+        }
+    }
+
+    /// `--clients`, else the model's default ([`TOY_CLIENTS`] or
+    /// [`MODEL_CLIENTS`]).
+    pub fn clients(&self) -> usize {
+        self.clients.unwrap_or(match self.model {
+            DemoModel::Toy => TOY_CLIENTS,
+            DemoModel::Dir(_) => MODEL_CLIENTS,
+        })
+    }
 }
 
 impl Default for DemoArgs {
+    /// The toy demo with every default, as `hrx demo --model toy` parses.
     fn default() -> Self {
         DemoArgs {
-            clients: 8,
+            model: DemoModel::Toy,
+            clients: None,
             slots: 4,
+            device: None,
+            quiet: false,
             requests: 256,
             batch: None,
             seq: None,
-            device: None,
             weights: None,
             save_weights: None,
             seed: 0,
-            quiet: false,
+            reference: None,
+            sentences: None,
         }
-    }
-}
-
-/// Parse the arguments after `demo`.
-pub fn parse_demo(args: &[String]) -> Result<DemoArgs, String> {
-    let mut demo = DemoArgs::default();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag.as_str() {
-            "--clients" => demo.clients = count("--clients", &value("--clients")?)?,
-            "--slots" => demo.slots = count("--slots", &value("--slots")?)?,
-            "--requests" => demo.requests = count("--requests", &value("--requests")?)?,
-            "--batch" => demo.batch = Some(count("--batch", &value("--batch")?)?),
-            "--seq" => demo.seq = Some(count("--seq", &value("--seq")?)?),
-            "--device" => demo.device = Some(nonempty("--device", value("--device")?)?),
-            "--weights" => {
-                demo.weights = Some(PathBuf::from(nonempty("--weights", value("--weights")?)?))
-            }
-            "--save-weights" => {
-                demo.save_weights = Some(PathBuf::from(nonempty(
-                    "--save-weights",
-                    value("--save-weights")?,
-                )?))
-            }
-            "--seed" => {
-                let v = value("--seed")?;
-                demo.seed = v
-                    .parse()
-                    .map_err(|_| format!("--seed: `{v}` is not a non-negative integer"))?;
-            }
-            "--quiet" | "-q" => demo.quiet = true,
-            other if other.starts_with('-') => return Err(format!("unknown option `{other}`")),
-            other => return Err(format!("unexpected argument `{other}`")),
-        }
-    }
-    if demo.weights.is_some() && demo.save_weights.is_some() {
-        return Err("--weights and --save-weights exclude each other".into());
-    }
-    Ok(demo)
-}
-
-/// A positive count; zero clients, slots or requests would make an empty demo.
-fn count(name: &str, text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err(format!("{name} must be at least 1")),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{name}: `{text}` is not a positive integer")),
-    }
-}
-
-fn nonempty(name: &str, text: String) -> Result<String, String> {
-    if text.trim().is_empty() {
-        Err(format!("{name} needs a non-empty value"))
-    } else {
-        Ok(text)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
+    #[derive(Debug, Parser)]
+    struct Demo {
+        #[command(flatten)]
+        args: DemoArgs,
+    }
+
+    fn parse_demo(args: &[&str]) -> Result<DemoArgs, clap::Error> {
+        Demo::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|d| d.args)
     }
 
     #[test]
     fn defaults_and_every_flag() {
-        assert_eq!(parse_demo(&[]).unwrap(), DemoArgs::default());
-        let d = parse_demo(&s(&[
+        let toy = parse_demo(&["--model", "toy"]).unwrap();
+        assert_eq!(toy, DemoArgs::default());
+        assert_eq!((toy.clients(), toy.model_dir()), (TOY_CLIENTS, None));
+        let d = parse_demo(&[
+            "--model",
+            "toy",
             "--clients",
             "3",
             "--slots",
@@ -157,9 +185,9 @@ mod tests {
             "--seed",
             "7",
             "-q",
-        ]))
+        ])
         .unwrap();
-        assert_eq!((d.clients, d.slots, d.requests), (3, 2, 9));
+        assert_eq!((d.clients(), d.slots, d.requests), (3, 2, 9));
         assert_eq!(
             (d.batch, d.seq, d.seed, d.quiet),
             (Some(2), Some(8), 7, true)
@@ -169,19 +197,42 @@ mod tests {
     }
 
     #[test]
+    fn a_model_directory_and_its_flags() {
+        let d = parse_demo(&[
+            "--model",
+            "models/minilm",
+            "--reference",
+            "r.json",
+            "--sentences",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(d.model_dir(), Some(Path::new("models/minilm")));
+        assert_eq!(d.clients(), MODEL_CLIENTS);
+        assert_eq!(d.reference, Some(PathBuf::from("r.json")));
+        assert_eq!(d.sentences, Some(5));
+        let local = parse_demo(&["--model", "./toy"]).unwrap();
+        assert_eq!(local.model_dir(), Some(Path::new("./toy")));
+    }
+
+    #[test]
     fn bad_flags_are_usage_errors() {
         for bad in [
-            &["--clients"][..],
-            &["--clients", "0"],
-            &["--slots", "-1"],
-            &["--requests", "many"],
-            &["--seed", "-3"],
-            &["--device", ""],
-            &["--frobnicate"],
-            &["extra"],
-            &["--weights", "a", "--save-weights", "b"],
+            &[][..],
+            &["--model", ""],
+            &["--model", "toy", "--clients"],
+            &["--model", "toy", "--clients", "0"],
+            &["--model", "toy", "--slots", "-1"],
+            &["--model", "toy", "--requests", "many"],
+            &["--model", "toy", "--seed", "-3"],
+            &["--model", "toy", "--device", ""],
+            &["--model", "toy", "--frobnicate"],
+            &["--model", "toy", "extra"],
+            &["--model", "toy", "--weights", "a", "--save-weights", "b"],
+            &["--model", "m", "--sentences", "0"],
         ] {
-            assert!(parse_demo(&s(bad)).is_err(), "{bad:?}");
+            let error = parse_demo(bad).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad:?}: {error}");
         }
     }
 }

@@ -1,30 +1,44 @@
-//! `hrx demo`: the main job. A small transformer served through a bounded
-//! pool of slots by concurrent tokio clients, every output checked against
-//! a CPU reference, then the same requests through the naive path.
+//! `hrx demo`: the main job. A model served through a bounded pool of slots
+//! by concurrent tokio clients, every output checked against a reference.
+//! With `--model toy`, a small transformer checked against its CPU
+//! reference, then the same requests through the naive path; with a model
+//! directory, a sentence encoder ([`minilm`]).
 
 mod check;
 mod clients;
 mod flags;
+pub mod minilm;
 mod naive;
 mod progress;
 mod report;
 mod requests;
 mod weights;
 
-pub use flags::{DEMO_HELP, DEMO_USAGE, DemoArgs, parse_demo};
+pub use flags::DemoArgs;
 
-use hrx_core::{DeviceKind, Error, Result};
-use hrx_inference::ModelContext;
-use hrx_models::toy::{Transformer, TransformerConfig};
-use hrx_runtime::RuntimeOptions;
+use hrx::{
+    Error, Result,
+    execution::{DeviceKind, RuntimeOptions},
+    inference::ModelContext,
+    models::toy::{Transformer, TransformerConfig},
+};
 use std::{sync::Arc, time::Instant};
 
 /// The naive path reallocates and re-prepares per request, so a smaller
 /// sample of it is enough for a stable comparison.
 const NAIVE_REQUESTS: usize = 32;
 
-/// Run the demo and print its report on stdout.
+/// Run the demo `--model` selects and print its report on stdout.
 pub fn run(args: &DemoArgs) -> Result<()> {
+    match args.model_dir() {
+        None => run_toy(args),
+        Some(_) => minilm::run(args),
+    }
+}
+
+/// The toy demo: the small transformer, seeded or loaded.
+fn run_toy(args: &DemoArgs) -> Result<()> {
+    let clients = args.clients();
     let config = config(args)?;
     let weights = match &args.weights {
         Some(path) => weights::load(path, &config)?,
@@ -82,7 +96,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     );
 
     let bar = progress::bar(args.requests, "pool", args.quiet);
-    let pool = clients::serve(&model, config, requests.clone(), args.clients, &bar);
+    let pool = clients::serve(&model, config, requests.clone(), clients, &bar);
     bar.finish_and_clear();
     let pool = pool?;
     drop(model);
@@ -97,7 +111,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         "{}",
         report::results(
             &pool,
-            args.clients,
+            clients,
             args.slots,
             &naive,
             target.kind == DeviceKind::Cpu
@@ -119,7 +133,7 @@ fn config(args: &DemoArgs) -> Result<TransformerConfig> {
 }
 
 /// `--device` as the runtime reads `HRX_DEVICE`: an index, else a name fragment.
-fn device_options(device: Option<&str>) -> RuntimeOptions {
+pub(crate) fn device_options(device: Option<&str>) -> RuntimeOptions {
     let options = RuntimeOptions::default();
     match device.map(str::trim) {
         None => options,

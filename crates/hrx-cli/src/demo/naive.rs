@@ -2,8 +2,7 @@
 //! reads back on its own, one at a time, as code without a pool would.
 
 use super::{check, clients::Served, requests::Request};
-use hrx_core::{Error, Result};
-use hrx_models::toy::Transformer;
+use hrx::{Error, Result, models::toy::Transformer};
 use indicatif::ProgressBar;
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,10 @@
 //! The demo's requests: deterministic token inputs and their CPU
 //! references, made before any timing starts.
 
-use hrx_core::{Error, Result};
-use hrx_models::{Weights, toy::TransformerConfig};
+use hrx::{
+    Error, Result,
+    models::{Weights, toy::TransformerConfig},
+};
 
 /// One request: token ids as the device reads them, and the logits the CPU
 /// reference expects.

@@ -1,12 +1,14 @@
 //! The demo's weights: seeded, or loaded from safetensors and checked
 //! against the config before any device work.
 
-use hrx_core::{Error, Result};
-use hrx_models::{Weights, toy::TransformerConfig};
+use hrx::{
+    Error, Result,
+    models::{Weights, toy::TransformerConfig},
+};
 use std::path::Path;
 
 /// Every tensor the transformer reads, with its shape (the naming contract
-/// of `hrx_models::toy::Transformer`).
+/// of `hrx::models::toy::Transformer`).
 pub fn expected_shapes(config: &TransformerConfig) -> Vec<(String, Vec<usize>)> {
     let (d, ff, vocab) = (config.d_model, config.d_ff, config.vocab);
     let mut shapes = vec![
