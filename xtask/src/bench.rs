@@ -16,7 +16,7 @@ pub(crate) const SUITES: [(&str, &str); 4] = [
     ("runtime", "hrx-runtime"),
     ("loom", "hrx-loom"),
     ("tensor", "hrx-tensor"),
-    ("inference", "hrx-inference"),
+    ("inference", "hrx-models"),
 ];
 
 /// The wgpu peer's own workspace, relative to the root.

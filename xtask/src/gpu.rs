@@ -25,6 +25,8 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
             "hrx-tensor",
             "-p",
             "hrx-inference",
+            "-p",
+            "hrx-models",
         ],
     )?;
     let stage = root.join(STAGE);

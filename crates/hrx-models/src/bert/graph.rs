@@ -1,0 +1,290 @@
+//! The encoder's forward pass for one fixed shape (`batch` sentences of
+//! `seq` tokens), recorded into one slot's graph.
+//!
+//! Inputs (the slot's fixed-address IO, in this order):
+//! 0. `ids` i32 `[batch, seq]`: token ids, padding with any valid id;
+//! 1. `bias` f32 `[batch, seq]`: 0 for a token, [`MASKED`] for padding,
+//!    added to every attention score of that key position;
+//! 2. `pool` f32 `[batch, seq]`: the pooling weights (`1/len` on the
+//!    tokens for mean pooling, one-hot on `[CLS]` for CLS pooling, all
+//!    zero for an unused row).
+//!
+//! Output: `embeddings` f32 `[batch, hidden]`.
+//!
+//! Intermediates are allocated once per slot and reused by every layer;
+//! the graph derives the ordering between the layers' reads and writes.
+
+use super::{BertConfig, BertEncoder, Pooling, Precision};
+use hrx_core::Result;
+use hrx_inference::SlotBuilder;
+use hrx_tensor::{
+    DType, DeviceTensor, Ops, TensorDesc,
+    ops::{BinaryOp, MatmulOptions, UnaryOp},
+};
+
+/// The attention bias of a padding position: far below any real score,
+/// yet finite in f16 and f32, so a row with no token stays finite.
+pub const MASKED: f32 = -10_000.0;
+
+/// The per-slot intermediates.
+struct Scratch {
+    /// Hidden states between layers, and after attention: `[rows, d]`.
+    x: DeviceTensor,
+    y: DeviceTensor,
+    /// Residual sums before a norm: `[rows, d]`.
+    sum: DeviceTensor,
+    /// A projection's output: `[rows, d]`.
+    proj: DeviceTensor,
+    qkv: DeviceTensor,
+    /// q, k and v by head, in the matmul precision: `[batch, heads, seq, dh]`.
+    heads: [DeviceTensor; 3],
+    scores: DeviceTensor,
+    probs: DeviceTensor,
+    /// `probs` in f16 when the matmuls are f16.
+    probs_low: Option<DeviceTensor>,
+    context: DeviceTensor,
+    /// The context by position, in the matmul precision: `[rows, d]`.
+    packed: DeviceTensor,
+    up: DeviceTensor,
+    /// `x`-shaped and `up`-shaped f16 copies when the matmuls are f16.
+    x_low: Option<DeviceTensor>,
+    up_low: Option<DeviceTensor>,
+}
+
+struct Recorder<'e, 's, 'a> {
+    encoder: &'e BertEncoder,
+    slot: &'s mut SlotBuilder<'a>,
+    ops: &'a Ops,
+    batch: usize,
+    seq: usize,
+    s: Scratch,
+}
+
+impl<'e> Recorder<'e, '_, '_> {
+    fn weight(&self, name: &str) -> Result<&'e DeviceTensor> {
+        let encoder: &'e BertEncoder = self.encoder;
+        encoder.weights.get(name)
+    }
+
+    fn config(&self) -> &'e BertConfig {
+        let encoder: &'e BertEncoder = self.encoder;
+        &encoder.config
+    }
+
+    /// `a` as a matmul operand: itself in f32, cast into `low` in f16.
+    fn operand<'t>(&mut self, a: &'t DeviceTensor, low: &'t Option<DeviceTensor>) -> Result<&'t DeviceTensor> {
+        match low {
+            None => Ok(a),
+            Some(low) => {
+                self.ops.record_cast(self.slot.graph(), a, low)?;
+                Ok(low)
+            }
+        }
+    }
+
+    /// `out = act(a @ {name}.weight + {name}.bias)`.
+    fn linear(
+        &mut self,
+        a: &DeviceTensor,
+        name: &str,
+        activation: Option<UnaryOp>,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let w = self.weight(&format!("{name}.weight"))?;
+        let b = self.weight(&format!("{name}.bias"))?;
+        let options = MatmulOptions {
+            activation,
+            ..MatmulOptions::default()
+        };
+        self.ops
+            .record_matmul(self.slot.graph(), a, w, Some(b), options, out)
+    }
+
+    /// `out = layer_norm(a + b)` with the weights `{name}.*`; `sum` holds
+    /// the residual sum.
+    fn add_norm(&mut self, a: &DeviceTensor, b: &DeviceTensor, name: &str, out: &DeviceTensor) -> Result<()> {
+        let (weight, bias) = (
+            self.weight(&format!("{name}.weight"))?,
+            self.weight(&format!("{name}.bias"))?,
+        );
+        let sum = self.s.sum.clone();
+        self.ops.record_binary(self.slot.graph(), BinaryOp::Add, a, b, &sum)?;
+        let eps = self.config().layer_norm_eps;
+        self.ops
+            .record_layer_norm(self.slot.graph(), &sum, Some(weight), Some(bias), eps, out)
+    }
+
+    /// Self-attention of `x` into `s.packed` (the per-head contexts by
+    /// position, before the output projection).
+    fn attention(&mut self, layer: usize, x: &DeviceTensor, bias: &DeviceTensor) -> Result<()> {
+        let c = self.config();
+        let (b, s, d, h) = (self.batch, self.seq, c.hidden, c.heads);
+        let dh = c.head_dim();
+        let x_low = self.s.x_low.clone();
+        let x = self.operand(x, &x_low)?;
+        let qkv = self.s.qkv.clone();
+        self.linear(x, &format!("layer.{layer}.qkv"), None, &qkv)?;
+        // q, k and v by head: one packing copy each (a cast in f16), since
+        // a matmul batches over one merged axis.
+        for (part, out) in self.s.heads.clone().iter().enumerate() {
+            let desc = TensorDesc::strided(DType::F32, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
+            let view = qkv.view(part * d * 4, desc)?;
+            if out.desc().dtype() == DType::F32 {
+                self.ops.record_copy(self.slot.graph(), &view, out)?;
+            } else {
+                self.ops.record_cast(self.slot.graph(), &view, out)?;
+            }
+        }
+        let [q, k, v] = self.s.heads.clone();
+        let scores = self.s.scores.clone();
+        let transposed = MatmulOptions {
+            transpose_b: true,
+            ..MatmulOptions::default()
+        };
+        self.ops
+            .record_matmul(self.slot.graph(), &q, &k, None, transposed, &scores)?;
+        let key_bias = bias.reshape(vec![b, 1, 1, s])?;
+        let probs = self.s.probs.clone();
+        self.ops
+            .record_binary(self.slot.graph(), BinaryOp::Add, &scores, &key_bias, &probs)?;
+        self.ops.record_softmax(self.slot.graph(), &probs, &scores)?;
+        let probs_low = self.s.probs_low.clone();
+        let p = self.operand(&scores, &probs_low)?;
+        let context = self.s.context.clone();
+        self.ops
+            .record_matmul(self.slot.graph(), p, &v, None, MatmulOptions::default(), &context)?;
+        let by_position = Ops::permuted(&context, &[0, 2, 1, 3])?;
+        let packed = self.s.packed.reshape(vec![b, s, h, dh])?;
+        if packed.desc().dtype() == DType::F32 {
+            self.ops.record_copy(self.slot.graph(), &by_position, &packed)
+        } else {
+            self.ops.record_cast(self.slot.graph(), &by_position, &packed)
+        }
+    }
+
+    /// One encoder layer: `x` in, `x` out (through `y`).
+    fn layer(&mut self, layer: usize, bias: &DeviceTensor) -> Result<()> {
+        let name = |n: &str| format!("layer.{layer}.{n}");
+        let Scratch { x, y, proj, up, packed, .. } = &self.s;
+        let (x, y, proj, up, packed) = (x.clone(), y.clone(), proj.clone(), up.clone(), packed.clone());
+        self.attention(layer, &x, bias)?;
+        self.linear(&packed, &name("attn_out"), None, &proj)?;
+        self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
+        let activation = match self.config().activation {
+            super::Activation::Gelu => UnaryOp::Gelu,
+            super::Activation::GeluTanh => UnaryOp::GeluTanh,
+        };
+        let x_low = self.s.x_low.clone();
+        let y_op = self.operand(&y, &x_low)?;
+        self.linear(y_op, &name("up"), Some(activation), &up)?;
+        let up_low = self.s.up_low.clone();
+        let up_op = self.operand(&up, &up_low)?;
+        self.linear(up_op, &name("down"), None, &proj)?;
+        self.add_norm(&y, &proj, &name("out_norm"), &x)
+    }
+}
+
+impl Scratch {
+    fn new(slot: &mut SlotBuilder<'_>, c: &BertConfig, precision: Precision, batch: usize, seq: usize) -> Result<Scratch> {
+        let (d, h, dh) = (c.hidden, c.heads, c.head_dim());
+        let rows = batch * seq;
+        let low = match precision {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+        };
+        let mut f32s = |shape: &[usize]| slot.scratch_f32(shape);
+        let (x, y, sum, proj) = (f32s(&[rows, d])?, f32s(&[rows, d])?, f32s(&[rows, d])?, f32s(&[rows, d])?);
+        let qkv = f32s(&[rows, 3 * d])?;
+        let scores = f32s(&[batch, h, seq, seq])?;
+        let probs = f32s(&[batch, h, seq, seq])?;
+        let context = f32s(&[batch, h, seq, dh])?;
+        let up = f32s(&[rows, c.intermediate])?;
+        let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
+        let heads = [typed(&[batch, h, seq, dh])?, typed(&[batch, h, seq, dh])?, typed(&[batch, h, seq, dh])?];
+        let packed = typed(&[rows, d])?;
+        let (probs_low, x_low, up_low) = match precision {
+            Precision::F32 => (None, None, None),
+            Precision::F16 => (
+                Some(typed(&[batch, h, seq, seq])?),
+                Some(typed(&[rows, d])?),
+                Some(typed(&[rows, c.intermediate])?),
+            ),
+        };
+        Ok(Scratch {
+            x,
+            y,
+            sum,
+            proj,
+            qkv,
+            heads,
+            scores,
+            probs,
+            probs_low,
+            context,
+            packed,
+            up,
+            x_low,
+            up_low,
+        })
+    }
+}
+
+/// Record the whole forward pass of `encoder` for `batch` sentences of
+/// `seq` tokens into `slot`.
+pub(crate) fn record(encoder: &BertEncoder, slot: &mut SlotBuilder<'_>, batch: usize, seq: usize) -> Result<()> {
+    let c = &encoder.config;
+    let d = c.hidden;
+    let ops = slot.ops();
+    let ids = slot.input(TensorDesc::new(DType::I32, vec![batch, seq])?)?;
+    let bias = slot.input(TensorDesc::new(DType::F32, vec![batch, seq])?)?;
+    let pool = slot.input(TensorDesc::new(DType::F32, vec![batch, seq])?)?;
+    let embeddings = slot.output(TensorDesc::new(DType::F32, vec![batch, d])?)?;
+    let s = Scratch::new(slot, c, encoder.precision, batch, seq)?;
+    let mut r = Recorder {
+        encoder,
+        slot,
+        ops,
+        batch,
+        seq,
+        s,
+    };
+    // Embeddings: word rows plus the (position + token type 0) rows.
+    let words = r.s.proj.reshape(vec![batch, seq, d])?;
+    let word = r.weight("embed.word")?;
+    ops.record_gather(r.slot.graph(), word, &ids, &words)?;
+    let positions = r.weight("embed.position")?.slice(0, 0..seq)?;
+    let x = r.s.x.clone();
+    let (weight, norm_bias) = (r.weight("embed.norm.weight")?, r.weight("embed.norm.bias")?);
+    let sum = r.s.sum.clone();
+    let sum3 = sum.reshape(vec![batch, seq, d])?;
+    ops.record_binary(r.slot.graph(), BinaryOp::Add, &words, &positions, &sum3)?;
+    ops.record_layer_norm(r.slot.graph(), &sum, Some(weight), Some(norm_bias), c.layer_norm_eps, &x)?;
+    for layer in 0..c.layers {
+        r.layer(layer, &bias)?;
+    }
+    // Pooling as a batched matmul: [batch, 1, seq] @ [batch, seq, d].
+    let weights = pool.reshape(vec![batch, 1, seq])?;
+    let states = x.reshape(vec![batch, seq, d])?;
+    let pooled = r.s.proj.slice(0, 0..batch)?.reshape(vec![batch, 1, d])?;
+    ops.record_matmul(r.slot.graph(), &weights, &states, None, MatmulOptions::default(), &pooled)?;
+    let pooled = pooled.reshape(vec![batch, d])?;
+    if c.normalize {
+        // x / max(|x|, 1e-12) as x / sqrt(sum(x^2) + 1e-24): an RMS norm
+        // whose weight is 1/sqrt(d) and whose epsilon is 1e-24/d.
+        let unit = r.weight("pool.unit")?;
+        let eps = 1e-24 / d as f32;
+        ops.record_rms_norm(r.slot.graph(), &pooled, Some(unit), None, eps, &embeddings)
+    } else {
+        ops.record_copy(r.slot.graph(), &pooled, &embeddings)
+    }
+}
+
+/// Which rows of the pooling weights a sentence of `len` tokens (padded
+/// to `seq`) gives weight to, and how much.
+pub(crate) fn pool_weight(pooling: Pooling, len: usize, position: usize) -> f32 {
+    match pooling {
+        Pooling::Mean if position < len => 1.0 / len as f32,
+        Pooling::Cls if position == 0 && len > 0 => 1.0,
+        _ => 0.0,
+    }
+}

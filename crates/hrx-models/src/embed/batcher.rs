@@ -1,0 +1,183 @@
+//! Dynamic batching: one task per length bucket takes sentences from a
+//! bounded queue, gathers what is queued (waiting at most the batch
+//! window for more), picks the smallest batch tier that holds them,
+//! submits them as one inference and answers each sentence from the
+//! readback while the next batch gathers.
+
+use super::{Bucket, Stats};
+use crate::bert::BertEncoder;
+use hrx_core::{Error, Result};
+use hrx_inference::PreparedModel;
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+use tokio::{
+    sync::{OnceCell, mpsc, oneshot},
+    time::Instant,
+};
+
+/// One sentence waiting for its embedding.
+pub(crate) struct Job {
+    pub ids: Vec<u32>,
+    pub reply: oneshot::Sender<Result<Vec<f32>>>,
+}
+
+/// A pool for `batch` sentences of the bucket's length, prepared on first
+/// use (or by [`BucketWorker::prepare_all`]).
+pub(crate) struct Tier {
+    pub batch: usize,
+    pub model: OnceCell<PreparedModel>,
+}
+
+/// What a bucket's task needs.
+pub(crate) struct BucketWorker {
+    pub bucket: Bucket,
+    /// Ascending batch sizes, the last equal to the bucket's batch.
+    pub tiers: Vec<Tier>,
+    pub slots: usize,
+    pub encoder: Arc<BertEncoder>,
+    pub window: Duration,
+    pub stats: Arc<Stats>,
+}
+
+/// Batch tiers for a bucket of `batch`: powers of two below it, then it.
+pub(crate) fn tier_sizes(batch: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
+        .take_while(|&n| n < batch)
+        .collect();
+    sizes.push(batch);
+    sizes
+}
+
+impl BucketWorker {
+    /// The pool of `tier`, preparing it on first use off the batching
+    /// thread.
+    async fn model(&self, tier: &Tier) -> Result<PreparedModel> {
+        tier.model
+            .get_or_try_init(|| async {
+                let encoder = Arc::clone(&self.encoder);
+                let (batch, seq, slots) = (tier.batch, self.bucket.seq, self.slots);
+                tokio::task::spawn_blocking(move || encoder.prepare(batch, seq, slots))
+                    .await
+                    .map_err(|e| Error::msg(format!("preparing an encoder pool failed: {e}")))?
+            })
+            .await
+            .cloned()
+    }
+
+    /// Prepare every tier's pool now (building graphs and compiling
+    /// kernels), on the calling thread.
+    pub fn prepare_all(&self) -> Result<()> {
+        for tier in &self.tiers {
+            if tier.model.get().is_none() {
+                let model = self.encoder.prepare(tier.batch, self.bucket.seq, self.slots)?;
+                let _ = tier.model.set(model);
+            }
+        }
+        Ok(())
+    }
+
+    /// Serve `queue` until every sender is gone and the queue is drained.
+    pub async fn run(self: Arc<Self>, mut queue: mpsc::Receiver<Job>) {
+        while let Some(first) = queue.recv().await {
+            let jobs = self.gather(first, &mut queue).await;
+            if !jobs.is_empty() {
+                self.submit(jobs).await;
+            }
+        }
+    }
+
+    /// `first` and whatever else is queued, up to the bucket's batch,
+    /// waiting at most the window after `first` for more; callers that
+    /// went away are dropped.
+    async fn gather(&self, first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+        let deadline = Instant::now() + self.window;
+        let mut jobs = vec![first];
+        while jobs.len() < self.bucket.batch {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) if self.window.is_zero() => break,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    match tokio::time::timeout_at(deadline, queue.recv()).await {
+                        Ok(Some(job)) => jobs.push(job),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+        }
+        self.stats.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
+        jobs.retain(|job| !job.reply.is_closed());
+        jobs
+    }
+
+    /// Run `jobs` as one inference of the smallest tier that holds them;
+    /// a task answers them when the readback lands.
+    async fn submit(self: &Arc<Self>, jobs: Vec<Job>) {
+        let Some(tier) = self.tiers.iter().find(|t| t.batch >= jobs.len()) else {
+            let e = Error::msg(format!("{} sentences exceed the bucket's batch", jobs.len()));
+            return answer_all(jobs, &e);
+        };
+        let slot = match self.model(tier).await {
+            Ok(model) => model.acquire().await,
+            Err(e) => Err(e),
+        };
+        let sentences: Vec<&[u32]> = jobs.iter().map(|j| j.ids.as_slice()).collect();
+        let seq = self.bucket.seq;
+        let readback = slot
+            .and_then(|slot| {
+                slot.submit_host_with(|input, staging| {
+                    self.encoder.write_input(&sentences, seq, input, staging)
+                })
+            })
+            .and_then(|inference| inference.download());
+        match readback {
+            Ok(readback) => {
+                let tokens = sentences.iter().map(|s| s.len()).sum();
+                self.stats.record_batch(jobs.len(), tokens);
+                let width = self.encoder.config().hidden;
+                tokio::spawn(async move { answer(jobs, width, readback.await) });
+            }
+            Err(e) => answer_all(jobs, &e),
+        }
+    }
+}
+
+/// Split a batch's embeddings (rows of `width` f32) back to its sentences.
+fn answer(jobs: Vec<Job>, width: usize, outputs: Result<Vec<Vec<u8>>>) {
+    let bytes = match outputs {
+        Ok(mut outputs) if outputs.len() == 1 => outputs.remove(0),
+        Ok(outputs) => {
+            let e = Error::msg(format!("the encoder gave {} outputs, not 1", outputs.len()));
+            return answer_all(jobs, &e);
+        }
+        Err(e) => return answer_all(jobs, &e),
+    };
+    for (job, row) in jobs.into_iter().zip(bytes.chunks_exact(width * 4)) {
+        let vector = row
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        // The caller may have gone away meanwhile; nothing to do then.
+        let _ = job.reply.send(Ok(vector));
+    }
+}
+
+fn answer_all(jobs: Vec<Job>, error: &Error) {
+    for job in jobs {
+        let _ = job.reply.send(Err(error.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tier_sizes;
+
+    #[test]
+    fn tiers_double_up_to_the_batch() {
+        assert_eq!(tier_sizes(1), [1]);
+        assert_eq!(tier_sizes(16), [1, 2, 4, 8, 16]);
+        assert_eq!(tier_sizes(42), [1, 2, 4, 8, 16, 32, 42]);
+    }
+}
