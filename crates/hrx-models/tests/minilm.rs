@@ -4,7 +4,7 @@
 //! sentence cosine >= 0.99999, max |difference| <= 1e-4, unit norm.
 //!
 //! The model folder is fetched by `cargo xtask models` into
-//! `target/models/all-MiniLM-L6-v2`.
+//! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
 use hrx_core::Error;
 use hrx_inference::ModelContext;
@@ -37,8 +37,13 @@ struct Pair {
     b: usize,
 }
 
+/// `target/models/all-MiniLM-L6-v2`, or the folder `HRX_MINILM_DIR`
+/// names (where the tests run away from the checkout).
 fn model_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2");
+    let dir = std::env::var_os("HRX_MINILM_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2"),
+        PathBuf::from,
+    );
     assert!(
         dir.join("model.safetensors").exists(),
         "model files missing in {}: run `cargo xtask models`",
@@ -50,8 +55,7 @@ fn model_dir() -> PathBuf {
 fn reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
     REFERENCE.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/minilm/reference.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("reference.json")).expect("parse")
+        serde_json::from_str(include_str!("reference/minilm/reference.json")).expect("reference.json")
     })
 }
 

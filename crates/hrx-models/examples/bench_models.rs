@@ -1,0 +1,354 @@
+//! The sentence-embedding benchmark: a BERT encoder of
+//! all-MiniLM-L6-v2's shapes on hrx against a baseline measured on the
+//! same machine: PyTorch (transformers, same shapes, read from the JSON of
+//! `bench/pytorch/minilm.py` through `--torch PATH` or
+//! `HRX_BENCH_TORCH`), or without it the naive path (a fresh one-slot
+//! pool prepared per sentence).
+//!
+//! Figures, each for f32 and (where the device has f16) f16:
+//! - **latency**: one sentence of 128 tokens through a one-sentence pool,
+//!   submitted and read back alone: p50 over many runs;
+//! - **throughput**: batches of `B` x 128 tokens through a two-slot pool,
+//!   two in flight: sentences/s (`B` = 1024 on a GPU, 16 on a CPU);
+//! - **through the embedder**: 64 concurrent clients each asking for
+//!   `B/64` sentences at a time through `SentenceEmbedder` (dynamic
+//!   batching up to `B`): sentences/s, against the direct batch.
+//!
+//! `--model DIR`: a sentence-transformers folder; its weights are used when
+//! it has `model.safetensors` (and with `--seeded` or without them, seeded
+//! weights of the shapes in its `config.json`: speed does not depend on
+//! the values). Writes `target/bench/models.json` (or `HRX_BENCH_OUT`) and
+//! prints a table. `HRX_BENCH_MS`: measured milliseconds per figure.
+
+#[path = "../../../bench/common/report.rs"]
+mod report;
+
+use hrx_core::{Error, Result};
+use hrx_inference::{ModelContext, PreparedModel};
+use hrx_models::{
+    bert::{BertConfig, BertEncoder, Precision},
+    embed::{EmbedderOptions, SentenceEmbedder},
+    tokenizer::WordPieceTokenizer,
+};
+use hrx_runtime::{DeviceKind, RuntimeOptions};
+use report::{Better, Entry, env_usize, percentile};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+const SEQ: usize = 128;
+const CLIENTS: usize = 64;
+
+struct Settings {
+    model: PathBuf,
+    seeded: bool,
+    torch: Option<PathBuf>,
+    batch: usize,
+    measure: Duration,
+}
+
+fn settings(cpu: bool) -> std::result::Result<Settings, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let ms = env_usize("HRX_BENCH_MS")?.unwrap_or(if cpu { 3000 } else { 1500 });
+    Ok(Settings {
+        model: PathBuf::from(value("--model").unwrap_or_else(|| "target/models/all-MiniLM-L6-v2".into())),
+        seeded: args.iter().any(|a| a == "--seeded"),
+        torch: value("--torch")
+            .or_else(|| std::env::var("HRX_BENCH_TORCH").ok())
+            .map(PathBuf::from),
+        batch: if cpu { 16 } else { 1024 },
+        measure: Duration::from_millis(ms as u64),
+    })
+}
+
+/// Deterministic weights of every tensor the encoder reads, with Hugging
+/// Face names, as an F32 safetensors checkpoint.
+fn seeded_checkpoint(c: &BertConfig) -> Vec<u8> {
+    let d = c.hidden;
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("embeddings.word_embeddings.weight".into(), vec![c.vocab_size, d]),
+        ("embeddings.position_embeddings.weight".into(), vec![c.max_position, d]),
+        ("embeddings.token_type_embeddings.weight".into(), vec![2, d]),
+    ];
+    let norm = |shapes: &mut Vec<(String, Vec<usize>)>, name: String| {
+        shapes.push((format!("{name}.weight"), vec![d]));
+        shapes.push((format!("{name}.bias"), vec![d]));
+    };
+    norm(&mut shapes, "embeddings.LayerNorm".into());
+    for l in 0..c.layers {
+        let p = format!("encoder.layer.{l}");
+        for (name, out, inp) in [
+            ("attention.self.query", d, d),
+            ("attention.self.key", d, d),
+            ("attention.self.value", d, d),
+            ("attention.output.dense", d, d),
+            ("intermediate.dense", c.intermediate, d),
+            ("output.dense", d, c.intermediate),
+        ] {
+            shapes.push((format!("{p}.{name}.weight"), vec![out, inp]));
+            shapes.push((format!("{p}.{name}.bias"), vec![out]));
+        }
+        norm(&mut shapes, format!("{p}.attention.output.LayerNorm"));
+        norm(&mut shapes, format!("{p}.output.LayerNorm"));
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let scale = 1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt();
+            let bytes = (0..n)
+                .flat_map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                    (unit * scale).to_le_bytes()
+                })
+                .collect();
+            (name, shape, bytes)
+        })
+        .collect();
+    let views = data.iter().map(|(name, shape, bytes)| {
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+            .expect("consistent shapes");
+        (name.as_str(), view)
+    });
+    safetensors::serialize(views, None).expect("serialize")
+}
+
+fn encoder(context: &ModelContext, s: &Settings, precision: Precision) -> Result<BertEncoder> {
+    let config = BertConfig::from_dir(&s.model)?;
+    let file = s.model.join("model.safetensors");
+    if s.seeded || !file.exists() {
+        BertEncoder::from_safetensors(context, config.clone(), &seeded_checkpoint(&config), precision)
+    } else {
+        BertEncoder::load(context, &s.model, precision)
+    }
+}
+
+/// Token ids of `batch` sentences of exactly `SEQ` tokens.
+fn sentences(batch: usize, vocab: usize) -> Vec<Vec<u32>> {
+    (0..batch)
+        .map(|b| {
+            let mut ids: Vec<u32> = (0..SEQ).map(|i| (1000 + (b * 131 + i * 17) % (vocab - 1000)) as u32).collect();
+            ids[0] = 101;
+            ids[SEQ - 1] = 102;
+            ids
+        })
+        .collect()
+}
+
+fn run(model: &PreparedModel, encoder: &BertEncoder, ids: &[Vec<u32>]) -> Result<()> {
+    let rows: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+    let inference = model
+        .acquire_blocking()?
+        .submit_host_with(|input, staging| encoder.write_input(&rows, SEQ, input, staging))?;
+    inference.download()?.wait().map(drop)
+}
+
+/// p50 latency (ms) of one sentence through a one-sentence pool.
+fn latency(encoder: &BertEncoder, measure: Duration) -> Result<f64> {
+    let model = encoder.prepare(1, SEQ, 2)?;
+    let ids = sentences(1, encoder.config().vocab_size);
+    for _ in 0..3 {
+        run(&model, encoder, &ids)?;
+    }
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < measure || samples.len() < 5 {
+        let t = Instant::now();
+        run(&model, encoder, &ids)?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(percentile(&mut samples, 50.0))
+}
+
+/// Sentences/s of back-to-back batches, two in flight.
+fn throughput(encoder: &BertEncoder, batch: usize, measure: Duration) -> Result<f64> {
+    let model = encoder.prepare(batch, SEQ, 2)?;
+    let ids = sentences(batch, encoder.config().vocab_size);
+    let rows: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+    run(&model, encoder, &ids)?;
+    let start = Instant::now();
+    let mut done = 0usize;
+    let mut in_flight = std::collections::VecDeque::new();
+    while start.elapsed() < measure || done < 4 {
+        if in_flight.len() == 2 {
+            let readback: hrx_inference::InferenceReadback = in_flight.pop_front().expect("two");
+            readback.wait()?;
+            done += batch;
+        }
+        let inference = model
+            .acquire_blocking()?
+            .submit_host_with(|input, staging| encoder.write_input(&rows, SEQ, input, staging))?;
+        in_flight.push_back(inference.download()?);
+    }
+    for readback in in_flight {
+        readback.wait()?;
+        done += batch;
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Sentences/s through the embedder from `CLIENTS` concurrent clients.
+fn through_embedder(
+    context: &ModelContext,
+    s: &Settings,
+    precision: Precision,
+) -> Result<f64> {
+    let encoder = encoder(context, s, precision)?;
+    let tokenizer = WordPieceTokenizer::from_dir(&s.model)?;
+    let options = EmbedderOptions {
+        precision,
+        max_batch: s.batch,
+        slots: 2,
+        prepare_all: false,
+        ..EmbedderOptions::default()
+    };
+    let embedder = SentenceEmbedder::new(tokenizer, encoder, &options)?;
+    let per_client = (s.batch / CLIENTS).max(1);
+    let ids = Arc::new(sentences(per_client, embedder.config().vocab_size));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .map_err(|e| Error::msg(e.to_string()))?;
+    // Warm every tier the load can use.
+    runtime.block_on(async {
+        for n in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024].into_iter().take_while(|&n| n <= s.batch) {
+            let warm: Vec<Vec<u32>> = sentences(n, embedder.config().vocab_size);
+            embedder.embed_ids_async(warm).await?;
+        }
+        Ok::<_, Error>(())
+    })?;
+    let measure = s.measure;
+    let start = Instant::now();
+    let done = runtime.block_on(async {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let embedder = embedder.clone();
+                let ids = Arc::clone(&ids);
+                tokio::spawn(async move {
+                    let mut done = 0usize;
+                    while start.elapsed() < measure {
+                        done += embedder.embed_ids_async(ids.to_vec()).await?.len();
+                    }
+                    Ok::<_, Error>(done)
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for client in clients {
+            total += client.await.map_err(|e| Error::msg(e.to_string()))??;
+        }
+        Ok::<_, Error>(total)
+    })?;
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The naive path: prepare a one-sentence pool for each sentence.
+fn naive_latency(encoder: &BertEncoder) -> Result<f64> {
+    let ids = sentences(1, encoder.config().vocab_size);
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let model = encoder.prepare(1, SEQ, 1)?;
+        run(&model, encoder, &ids)?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(percentile(&mut samples, 50.0))
+}
+
+fn torch_results(path: &Path) -> std::result::Result<(String, BTreeMap<String, f64>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let results = json["results"]
+        .as_object()
+        .ok_or("no results")?
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+        .collect();
+    let name = format!("PyTorch {} (transformers, eager)", json["torch"].as_str().unwrap_or("?"));
+    Ok((name, results))
+}
+
+fn main() -> std::result::Result<(), String> {
+    let context = ModelContext::new(RuntimeOptions::default()).map_err(|e| e.to_string())?;
+    let target = context.runtime().gpu().map_err(|e| e.to_string())?.target().clone();
+    let s = settings(target.kind == DeviceKind::Cpu)?;
+    let torch = s.torch.as_deref().map(torch_results).transpose()?;
+    let mut precisions = vec![Precision::F32];
+    if target.shader_f16 && target.storage_16bit && target.kind != DeviceKind::Cpu {
+        precisions.push(Precision::F16);
+    }
+    let mut entries = Vec::new();
+    let mut extra = Vec::new();
+    let e = |e: Error| e.to_string();
+    for precision in precisions {
+        let name = match precision {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        };
+        let enc = encoder(&context, &s, precision).map_err(e)?;
+        let latency = latency(&enc, s.measure).map_err(e)?;
+        let direct = throughput(&enc, s.batch, s.measure).map_err(e)?;
+        drop(enc);
+        let pooled = through_embedder(&context, &s, precision).map_err(e)?;
+        let base = |key: &str| torch.as_ref().and_then(|(n, r)| Some((n.clone(), *r.get(key)?)));
+        match base(&format!("latency_{name}_1x128_ms")) {
+            Some((baseline_name, baseline)) => entries.push(Entry {
+                name: format!("{name} one sentence of {SEQ} tokens, p50"),
+                unit: "ms",
+                hrx: latency,
+                baseline,
+                baseline_name,
+                better: Better::Lower,
+            }),
+            None if precision == Precision::F32 => {
+                let enc = encoder(&context, &s, precision).map_err(e)?;
+                entries.push(Entry {
+                    name: format!("{name} one sentence of {SEQ} tokens, p50"),
+                    unit: "ms",
+                    hrx: latency,
+                    baseline: naive_latency(&enc).map_err(e)?,
+                    baseline_name: "hrx naive path (a pool prepared per sentence)".into(),
+                    better: Better::Lower,
+                });
+            }
+            None => extra.push(format!("| {name} one sentence of {SEQ} tokens, p50 | ms | {latency:.3} | - | - | lower |")),
+        }
+        let key = format!("throughput_{name}_{}x{SEQ}", s.batch);
+        match base(&key) {
+            Some((baseline_name, baseline)) => entries.push(Entry {
+                name: format!("{name} batch {}x{SEQ}", s.batch),
+                unit: "sentences/s",
+                hrx: direct,
+                baseline,
+                baseline_name,
+                better: Better::Higher,
+            }),
+            None => extra.push(format!("| {name} batch {}x{SEQ} | sentences/s | {direct:.1} | - | - | higher |", s.batch)),
+        }
+        entries.push(Entry {
+            name: format!("{name} {CLIENTS} clients x {} sentences through the embedder", (s.batch / CLIENTS).max(1)),
+            unit: "sentences/s",
+            hrx: pooled,
+            baseline: direct,
+            baseline_name: format!("hrx direct batch of {} (same run)", s.batch),
+            better: Better::Higher,
+        });
+    }
+    let device = format!("{} ({:?})", target.name, target.kind);
+    println!("{}", report::table_with(&entries, &extra, &device, "baseline"));
+    let path = report::output_path("models.json");
+    report::write(&path, &report::json(&entries, &device))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
