@@ -34,8 +34,10 @@
 
 mod batcher;
 pub mod buckets;
+pub mod replicas;
 
 pub use buckets::Bucket;
+pub use replicas::{ReplicaStatus, Replicas};
 
 use crate::{
     bert::{BertConfig, BertEncoder, Precision},
