@@ -2,6 +2,7 @@
 //! are the help text.
 
 use crate::demo::DemoArgs;
+use crate::serve::ServeArgs;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hrx::loom::ConfigValue;
 use std::path::PathBuf;
@@ -28,6 +29,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Embed sentences with a sentence-encoder model (JSON Lines out).
     Embed(EmbedArgs),
+    /// Serve a sentence-encoder model over HTTP: OpenAI-compatible
+    /// embeddings, health, readiness and Prometheus metrics.
+    Serve(ServeArgs),
     /// Compile a loom kernel to SPIR-V.
     Compile(CompileArgs),
     /// List the Vulkan devices and their limits.

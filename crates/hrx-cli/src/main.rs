@@ -1,6 +1,6 @@
 //! `hrx`: the demo (a model served through a slot pool), sentence
-//! embeddings, compile loom kernels to SPIR-V, inspect devices, and run the
-//! benchmarks.
+//! embeddings, an embeddings server, compile loom kernels to SPIR-V,
+//! inspect devices, and run the benchmarks.
 //!
 //! Exit codes: 0 success, 1 compile or runtime error (diagnostics on
 //! stderr as `FILE:LINE:COL: error[CODE]: message` plus a caret excerpt),
@@ -10,6 +10,7 @@ mod args;
 mod bench;
 mod demo;
 mod embed;
+mod serve;
 
 use args::{Cli, Command, CompileArgs, TargetChoice};
 use clap::Parser;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(d) => report("hrx demo", demo::run(&d)),
         Command::Embed(e) => report("hrx embed", embed::run(&e)),
+        Command::Serve(s) => report("hrx serve", serve::run(&s)),
         Command::Compile(c) => report(&c.file.display().to_string(), compile(&c)),
         Command::Devices => report("hrx", devices()),
         Command::Bench(b) => report("hrx bench", bench::run(&b.xtask_args())),

@@ -4,15 +4,19 @@
 //! retried on the healthy one, with the healthy one's results.
 //!
 //! The model folder is fetched by `cargo xtask models` into
-//! `target/models/all-MiniLM-L6-v2`.
+//! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
 use hrx_inference::ModelContext;
 use hrx_models::embed::{EmbedderOptions, Replicas};
 use hrx_runtime::{Fault, RuntimeOptions};
 use std::{path::PathBuf, time::Duration};
 
+/// `target/models/all-MiniLM-L6-v2`, or the folder `HRX_MINILM_DIR` names.
 fn model_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2");
+    let dir = std::env::var_os("HRX_MINILM_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2"),
+        PathBuf::from,
+    );
     assert!(
         dir.join("model.safetensors").exists(),
         "model files missing in {}: run `cargo xtask models`",
@@ -40,12 +44,18 @@ fn pool() -> Replicas {
 }
 
 fn ids(replicas: &Replicas, texts: &[&str]) -> Vec<Vec<u32>> {
-    texts.iter().map(|t| replicas.tokenize(t).expect("tokenize")).collect()
+    texts
+        .iter()
+        .map(|t| replicas.tokenize(t).expect("tokenize"))
+        .collect()
 }
 
 fn max_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,14 +63,25 @@ async fn a_lost_replica_leaves_the_pool_and_its_requests_succeed_elsewhere() {
     let replicas = pool();
     assert_eq!((replicas.len(), replicas.healthy()), (2, 2));
     let texts = ["A man is playing a guitar.", "The weather is lovely today."];
-    let expected = replicas.embedder(0).embed_async(&texts).await.expect("replica 0");
+    let expected = replicas
+        .embedder(0)
+        .embed_async(&texts)
+        .await
+        .expect("replica 0");
 
     // Idle and healthy, sequential requests alternate between replicas.
     for _ in 0..2 {
-        replicas.try_embed(ids(&replicas, &texts)).await.expect("healthy pool");
+        replicas
+            .try_embed(ids(&replicas, &texts))
+            .await
+            .expect("healthy pool");
     }
     let status = replicas.status();
-    assert_eq!((status[0].requests, status[1].requests), (1, 1), "{status:?}");
+    assert_eq!(
+        (status[0].requests, status[1].requests),
+        (1, 1),
+        "{status:?}"
+    );
 
     replicas
         .embedder(1)
@@ -70,7 +91,10 @@ async fn a_lost_replica_leaves_the_pool_and_its_requests_succeed_elsewhere() {
         .inject_fault(Fault::LoseDevice)
         .expect("inject");
     for round in 0..4 {
-        let got = replicas.try_embed(ids(&replicas, &texts)).await.expect("retried on replica 0");
+        let got = replicas
+            .try_embed(ids(&replicas, &texts))
+            .await
+            .expect("retried on replica 0");
         for (g, e) in got.iter().zip(&expected) {
             assert_eq!(g.tokens, e.tokens);
             let d = max_difference(&g.vector, &e.vector);
@@ -80,10 +104,16 @@ async fn a_lost_replica_leaves_the_pool_and_its_requests_succeed_elsewhere() {
     let status = replicas.status();
     assert_eq!(replicas.healthy(), 1);
     assert!(status[0].healthy && !status[1].healthy, "{status:?}");
-    assert_eq!(status[1].failures, 1, "one failure, then no more traffic: {status:?}");
+    assert_eq!(
+        status[1].failures, 1,
+        "one failure, then no more traffic: {status:?}"
+    );
     assert_eq!(status[1].requests, 2, "{status:?}");
     assert!(
-        status[1].last_error.as_deref().is_some_and(|e| e.contains("device lost")),
+        status[1]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("device lost")),
         "{status:?}"
     );
     assert_eq!(status[0].requests, 5, "{status:?}");
@@ -92,7 +122,10 @@ async fn a_lost_replica_leaves_the_pool_and_its_requests_succeed_elsewhere() {
 
     // With no healthy replica left, requests fail (not Busy).
     replicas.mark_unhealthy(0, &hrx_core::Error::msg("taken out by the test"));
-    let error = replicas.try_embed(ids(&replicas, &texts)).await.unwrap_err();
+    let error = replicas
+        .try_embed(ids(&replicas, &texts))
+        .await
+        .unwrap_err();
     assert!(!error.is_busy(), "{error}");
 }
 
@@ -112,10 +145,17 @@ async fn bad_input_blames_no_replica_and_dropped_requests_free_their_load() {
     // Requests dropped while queued or running leave no load behind.
     for _ in 0..8 {
         let request = replicas.try_embed(ids(&replicas, &["A dropped request."]));
-        assert!(tokio::time::timeout(Duration::from_millis(2), request).await.is_err());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(2), request)
+                .await
+                .is_err()
+        );
     }
     assert!(replicas.status().iter().all(|s| s.in_flight == 0));
-    let done = replicas.try_embed(ids(&replicas, &["Still serving."])).await.expect("serving");
+    let done = replicas
+        .try_embed(ids(&replicas, &["Still serving."]))
+        .await
+        .expect("serving");
     assert_eq!(done.len(), 1);
     assert_eq!(replicas.healthy(), 2);
 }

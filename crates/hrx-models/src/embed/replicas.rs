@@ -96,7 +96,11 @@ impl Replicas {
     /// Load the model folder `dir` once per context (each its own runtime
     /// domain, on the same device or not), one replica each, in order;
     /// the replicas load in parallel, one thread each.
-    pub fn load(contexts: &[ModelContext], dir: &Path, options: &EmbedderOptions) -> Result<Replicas> {
+    pub fn load(
+        contexts: &[ModelContext],
+        dir: &Path,
+        options: &EmbedderOptions,
+    ) -> Result<Replicas> {
         let embedders = std::thread::scope(|scope| {
             let loads: Vec<_> = contexts
                 .iter()
@@ -128,7 +132,14 @@ impl Replicas {
         let replicas = embedders
             .into_iter()
             .map(|embedder| {
-                let device = embedder.encoder().context().runtime().gpu()?.target().name.clone();
+                let device = embedder
+                    .encoder()
+                    .context()
+                    .runtime()
+                    .gpu()?
+                    .target()
+                    .name
+                    .clone();
                 Ok(Replica {
                     embedder,
                     device,
@@ -203,7 +214,11 @@ impl Replicas {
                 requests: r.requests.load(Ordering::Relaxed),
                 sentences: r.sentences.load(Ordering::Relaxed),
                 failures: r.failures.load(Ordering::Relaxed),
-                last_error: r.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                last_error: r
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
                 stats: r.embedder.stats(),
                 memory: r.embedder.encoder().context().runtime().memory_stats(),
             })
@@ -262,7 +277,9 @@ impl Replicas {
                 }
             }
         }
-        Err(busy.or(failure).unwrap_or_else(|| Error::msg("no replica of the model is healthy")))
+        Err(busy
+            .or(failure)
+            .unwrap_or_else(|| Error::msg("no replica of the model is healthy")))
     }
 
     /// Take replica `index` out of the pool because of `error`.

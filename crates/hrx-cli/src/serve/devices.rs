@@ -1,0 +1,96 @@
+//! `--device`: one replica per selector (an index, a name fragment, or
+//! `all`), each in a runtime domain of its own.
+
+use super::ServeArgs;
+use hrx::{
+    Error, Result,
+    execution::{Fault, RuntimeOptions},
+    inference::ModelContext,
+    models::{
+        bert::Precision,
+        embed::{EmbedderOptions, Replicas},
+    },
+};
+
+/// The runtime options of each replica, in order.
+fn runtime_options(selectors: &[String]) -> Result<Vec<RuntimeOptions>> {
+    if selectors.is_empty() {
+        return Ok(vec![RuntimeOptions::default()]);
+    }
+    if selectors.iter().any(|s| s == "all") {
+        if selectors.len() > 1 {
+            return Err(Error::msg("--device all names every device; give it alone"));
+        }
+        let devices = hrx::execution::available_devices()?;
+        if devices.is_empty() {
+            return Err(Error::msg("no Vulkan device found"));
+        }
+        return Ok(devices
+            .into_iter()
+            .map(|(index, _)| RuntimeOptions::default().with_device_index(index))
+            .collect());
+    }
+    Ok(selectors
+        .iter()
+        .map(|s| match s.trim().parse::<usize>() {
+            Ok(index) => RuntimeOptions::default().with_device_index(index),
+            Err(_) => RuntimeOptions::default().with_device_name(s.trim()),
+        })
+        .collect())
+}
+
+/// Load the model once per selected device, every pool prepared.
+pub fn load(args: &ServeArgs) -> Result<Replicas> {
+    let mut options = runtime_options(&args.devices)?;
+    if let Some(faulty) = args.test_lose_device {
+        let count = options.len();
+        let replica = options.get_mut(faulty).ok_or_else(|| {
+            Error::msg(format!(
+                "--test-lose-device {faulty}: there are {count} replicas"
+            ))
+        })?;
+        *replica = replica.clone().with_fault_injection();
+    }
+    let contexts = options
+        .into_iter()
+        .map(ModelContext::new)
+        .collect::<Result<Vec<_>>>()?;
+    let embedder = EmbedderOptions {
+        precision: if args.f16 {
+            Precision::F16
+        } else {
+            Precision::F32
+        },
+        max_batch: args.max_batch,
+        slots: args.slots,
+        batch_window: args.batch_window(),
+        queue: args.queue,
+        prepare_all: true,
+    };
+    let replicas = Replicas::load(&contexts, &args.model, &embedder)?;
+    if let Some(faulty) = args.test_lose_device {
+        replicas
+            .embedder(faulty)
+            .encoder()
+            .context()
+            .runtime()
+            .inject_fault(Fault::LoseDevice)?;
+        eprintln!("hrx serve: --test-lose-device: replica {faulty}'s device is lost");
+    }
+    Ok(replicas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hrx::execution::DeviceSelector;
+
+    #[test]
+    fn selectors_become_options() {
+        assert_eq!(runtime_options(&[]).unwrap()[0].device, None);
+        let options = runtime_options(&["0".into(), "0".into(), "llvm".into()]).unwrap();
+        assert_eq!(options[1].device, Some(DeviceSelector::Index(0)));
+        assert_eq!(options[2].device, Some(DeviceSelector::Name("llvm".into())));
+        assert!(runtime_options(&["all".into(), "0".into()]).is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! `hrx serve`: an OpenAI-compatible embeddings server on tokio and axum.
+//!
+//! One concept per file: [`flags`] (the command line), [`devices`] (one
+//! replica per device), [`state`] (what handlers share), [`routes`] (the
+//! router and its layers), [`embeddings`] with [`request`] and
+//! [`response`] (the embeddings endpoint), [`errors`] and
+//! [`error_bodies`] (OpenAI's error object on every error), [`auth`]
+//! (the API key), [`probes`] (health, readiness, models, metrics),
+//! [`metrics`], [`histogram`], [`batch_sizes`] and [`exposition`] (what
+//! is counted and how it is written), [`shutdown`] (draining on SIGTERM
+//! and ctrl-c).
+
+mod auth;
+mod batch_sizes;
+mod devices;
+mod embeddings;
+mod error_bodies;
+mod errors;
+mod exposition;
+mod flags;
+mod histogram;
+mod metrics;
+mod probes;
+mod request;
+mod response;
+mod routes;
+mod shutdown;
+mod state;
+
+pub use flags::ServeArgs;
+
+use hrx::{Error, Result, models::embed::Replicas};
+use state::AppState;
+use std::{path::Path, sync::Arc};
+
+/// Load the model on every selected device, then serve until SIGTERM or
+/// ctrl-c and every accepted request is answered.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let name = model_name(&args.model)?;
+    eprintln!("hrx serve: loading {name}: preparing every pool");
+    let replicas = devices::load(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("hrx-serve")
+        .build()
+        .map_err(|e| Error::msg(format!("cannot start the server's runtime: {e}")))?;
+    runtime.block_on(serve(args, replicas, name))
+}
+
+async fn serve(args: &ServeArgs, replicas: Replicas, name: String) -> Result<()> {
+    let state = Arc::new(AppState::new(
+        replicas,
+        name,
+        args.max_inputs,
+        args.api_key.clone(),
+    ));
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .map_err(|e| Error::msg(format!("cannot listen on {}:{}: {e}", args.host, args.port)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| Error::msg(format!("cannot read the listening address: {e}")))?;
+    let signals = shutdown::Signals::register()?;
+    let sampler = tokio::spawn(batch_sizes::sample(Arc::clone(&state)));
+    println!("listening on http://{address}");
+    axum::serve(listener, routes::router(Arc::clone(&state), args))
+        .with_graceful_shutdown(signals.drained(Arc::clone(&state)))
+        .await
+        .map_err(|e| Error::msg(format!("the server failed: {e}")))?;
+    sampler.abort();
+    eprintln!("hrx serve: every accepted request answered; stopped");
+    Ok(())
+}
+
+/// The model's name: its folder's name.
+fn model_name(dir: &Path) -> Result<String> {
+    let dir = dir.canonicalize().map_err(|e| {
+        Error::msg(format!(
+            "cannot open the model directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| Error::msg(format!("{} has no usable folder name", dir.display())))
+}
