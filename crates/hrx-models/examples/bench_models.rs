@@ -19,9 +19,16 @@
 //! weights of the shapes in its `config.json`: speed does not depend on
 //! the values). Writes `target/bench/models.json` (or `HRX_BENCH_OUT`) and
 //! prints a table. `HRX_BENCH_MS`: measured milliseconds per figure.
+//!
+//! `--profile BATCH SEQ [f16]` instead prints the device time of each
+//! kernel of the encoder's graph for that shape.
 
+#[path = "bench_models/profile.rs"]
+mod profile;
 #[path = "../../../bench/common/report.rs"]
 mod report;
+#[path = "bench_models/seeded.rs"]
+mod seeded;
 
 use hrx_core::{Error, Result};
 use hrx_inference::{ModelContext, PreparedModel};
@@ -60,7 +67,9 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
     };
     let ms = env_usize("HRX_BENCH_MS")?.unwrap_or(if cpu { 3000 } else { 1500 });
     Ok(Settings {
-        model: PathBuf::from(value("--model").unwrap_or_else(|| "target/models/all-MiniLM-L6-v2".into())),
+        model: PathBuf::from(
+            value("--model").unwrap_or_else(|| "target/models/all-MiniLM-L6-v2".into()),
+        ),
         seeded: args.iter().any(|a| a == "--seeded"),
         torch: value("--torch")
             .or_else(|| std::env::var("HRX_BENCH_TORCH").ok())
@@ -70,65 +79,16 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
     })
 }
 
-/// Deterministic weights of every tensor the encoder reads, with Hugging
-/// Face names, as an F32 safetensors checkpoint.
-fn seeded_checkpoint(c: &BertConfig) -> Vec<u8> {
-    let d = c.hidden;
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![
-        ("embeddings.word_embeddings.weight".into(), vec![c.vocab_size, d]),
-        ("embeddings.position_embeddings.weight".into(), vec![c.max_position, d]),
-        ("embeddings.token_type_embeddings.weight".into(), vec![2, d]),
-    ];
-    let norm = |shapes: &mut Vec<(String, Vec<usize>)>, name: String| {
-        shapes.push((format!("{name}.weight"), vec![d]));
-        shapes.push((format!("{name}.bias"), vec![d]));
-    };
-    norm(&mut shapes, "embeddings.LayerNorm".into());
-    for l in 0..c.layers {
-        let p = format!("encoder.layer.{l}");
-        for (name, out, inp) in [
-            ("attention.self.query", d, d),
-            ("attention.self.key", d, d),
-            ("attention.self.value", d, d),
-            ("attention.output.dense", d, d),
-            ("intermediate.dense", c.intermediate, d),
-            ("output.dense", d, c.intermediate),
-        ] {
-            shapes.push((format!("{p}.{name}.weight"), vec![out, inp]));
-            shapes.push((format!("{p}.{name}.bias"), vec![out]));
-        }
-        norm(&mut shapes, format!("{p}.attention.output.LayerNorm"));
-        norm(&mut shapes, format!("{p}.output.LayerNorm"));
-    }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let data: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
-        .into_iter()
-        .map(|(name, shape)| {
-            let n: usize = shape.iter().product();
-            let scale = 1.0 / (*shape.last().unwrap_or(&1) as f32).sqrt();
-            let bytes = (0..n)
-                .flat_map(|_| {
-                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-                    (unit * scale).to_le_bytes()
-                })
-                .collect();
-            (name, shape, bytes)
-        })
-        .collect();
-    let views = data.iter().map(|(name, shape, bytes)| {
-        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-            .expect("consistent shapes");
-        (name.as_str(), view)
-    });
-    safetensors::serialize(views, None).expect("serialize")
-}
-
 fn encoder(context: &ModelContext, s: &Settings, precision: Precision) -> Result<BertEncoder> {
     let config = BertConfig::from_dir(&s.model)?;
     let file = s.model.join("model.safetensors");
     if s.seeded || !file.exists() {
-        BertEncoder::from_safetensors(context, config.clone(), &seeded_checkpoint(&config), precision)
+        BertEncoder::from_safetensors(
+            context,
+            config.clone(),
+            &seeded::checkpoint(&config),
+            precision,
+        )
     } else {
         BertEncoder::load(context, &s.model, precision)
     }
@@ -138,7 +98,9 @@ fn encoder(context: &ModelContext, s: &Settings, precision: Precision) -> Result
 fn sentences(batch: usize, vocab: usize) -> Vec<Vec<u32>> {
     (0..batch)
         .map(|b| {
-            let mut ids: Vec<u32> = (0..SEQ).map(|i| (1000 + (b * 131 + i * 17) % (vocab - 1000)) as u32).collect();
+            let mut ids: Vec<u32> = (0..SEQ)
+                .map(|i| (1000 + (b * 131 + i * 17) % (vocab - 1000)) as u32)
+                .collect();
             ids[0] = 101;
             ids[SEQ - 1] = 102;
             ids
@@ -199,11 +161,7 @@ fn throughput(encoder: &BertEncoder, batch: usize, measure: Duration) -> Result<
 }
 
 /// Sentences/s through the embedder from `CLIENTS` concurrent clients.
-fn through_embedder(
-    context: &ModelContext,
-    s: &Settings,
-    precision: Precision,
-) -> Result<f64> {
+fn through_embedder(context: &ModelContext, s: &Settings, precision: Precision) -> Result<f64> {
     let encoder = encoder(context, s, precision)?;
     let tokenizer = WordPieceTokenizer::from_dir(&s.model)?;
     let options = EmbedderOptions {
@@ -222,7 +180,10 @@ fn through_embedder(
         .map_err(|e| Error::msg(e.to_string()))?;
     // Warm every tier the load can use.
     runtime.block_on(async {
-        for n in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024].into_iter().take_while(|&n| n <= s.batch) {
+        for n in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+            .into_iter()
+            .take_while(|&n| n <= s.batch)
+        {
             let warm: Vec<Vec<u32>> = sentences(n, embedder.config().vocab_size);
             embedder.embed_ids_async(warm).await?;
         }
@@ -268,21 +229,44 @@ fn naive_latency(encoder: &BertEncoder) -> Result<f64> {
 
 fn torch_results(path: &Path) -> std::result::Result<(String, BTreeMap<String, f64>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let results = json["results"]
         .as_object()
         .ok_or("no results")?
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
         .collect();
-    let name = format!("PyTorch {} (transformers, eager)", json["torch"].as_str().unwrap_or("?"));
+    let name = format!(
+        "PyTorch {} (transformers, eager)",
+        json["torch"].as_str().unwrap_or("?")
+    );
     Ok((name, results))
 }
 
 fn main() -> std::result::Result<(), String> {
     let context = ModelContext::new(RuntimeOptions::default()).map_err(|e| e.to_string())?;
-    let target = context.runtime().gpu().map_err(|e| e.to_string())?.target().clone();
+    let target = context
+        .runtime()
+        .gpu()
+        .map_err(|e| e.to_string())?
+        .target()
+        .clone();
     let s = settings(target.kind == DeviceKind::Cpu)?;
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--profile") {
+        let number = |i: usize| {
+            args.get(at + i)
+                .and_then(|a| a.parse().ok())
+                .ok_or("--profile BATCH SEQ [f16]")
+        };
+        let precision = match args.get(at + 3).map(String::as_str) {
+            Some("f16") => Precision::F16,
+            _ => Precision::F32,
+        };
+        let enc = encoder(&context, &s, precision).map_err(|e| e.to_string())?;
+        return profile::run(&context, &enc, number(1)?, number(2)?);
+    }
     let torch = s.torch.as_deref().map(torch_results).transpose()?;
     let mut precisions = vec![Precision::F32];
     if target.shader_f16 && target.storage_16bit && target.kind != DeviceKind::Cpu {
@@ -301,7 +285,11 @@ fn main() -> std::result::Result<(), String> {
         let direct = throughput(&enc, s.batch, s.measure).map_err(e)?;
         drop(enc);
         let pooled = through_embedder(&context, &s, precision).map_err(e)?;
-        let base = |key: &str| torch.as_ref().and_then(|(n, r)| Some((n.clone(), *r.get(key)?)));
+        let base = |key: &str| {
+            torch
+                .as_ref()
+                .and_then(|(n, r)| Some((n.clone(), *r.get(key)?)))
+        };
         match base(&format!("latency_{name}_1x128_ms")) {
             Some((baseline_name, baseline)) => entries.push(Entry {
                 name: format!("{name} one sentence of {SEQ} tokens, p50"),
@@ -322,7 +310,9 @@ fn main() -> std::result::Result<(), String> {
                     better: Better::Lower,
                 });
             }
-            None => extra.push(format!("| {name} one sentence of {SEQ} tokens, p50 | ms | {latency:.3} | - | - | lower |")),
+            None => extra.push(format!(
+                "| {name} one sentence of {SEQ} tokens, p50 | ms | {latency:.3} | - | - | lower |"
+            )),
         }
         let key = format!("throughput_{name}_{}x{SEQ}", s.batch);
         match base(&key) {
@@ -334,10 +324,16 @@ fn main() -> std::result::Result<(), String> {
                 baseline_name,
                 better: Better::Higher,
             }),
-            None => extra.push(format!("| {name} batch {}x{SEQ} | sentences/s | {direct:.1} | - | - | higher |", s.batch)),
+            None => extra.push(format!(
+                "| {name} batch {}x{SEQ} | sentences/s | {direct:.1} | - | - | higher |",
+                s.batch
+            )),
         }
         entries.push(Entry {
-            name: format!("{name} {CLIENTS} clients x {} sentences through the embedder", (s.batch / CLIENTS).max(1)),
+            name: format!(
+                "{name} {CLIENTS} clients x {} sentences through the embedder",
+                (s.batch / CLIENTS).max(1)
+            ),
             unit: "sentences/s",
             hrx: pooled,
             baseline: direct,
@@ -346,7 +342,10 @@ fn main() -> std::result::Result<(), String> {
         });
     }
     let device = format!("{} ({:?})", target.name, target.kind);
-    println!("{}", report::table_with(&entries, &extra, &device, "baseline"));
+    println!(
+        "{}",
+        report::table_with(&entries, &extra, &device, "baseline")
+    );
     let path = report::output_path("models.json");
     report::write(&path, &report::json(&entries, &device))?;
     println!("wrote {}", path.display());

@@ -55,12 +55,17 @@ fn model_dir() -> PathBuf {
 fn reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
     REFERENCE.get_or_init(|| {
-        serde_json::from_str(include_str!("reference/minilm/reference.json")).expect("reference.json")
+        serde_json::from_str(include_str!("reference/minilm/reference.json"))
+            .expect("reference.json")
     })
 }
 
 fn texts() -> Vec<&'static str> {
-    reference().sentences.iter().map(|s| s.text.as_str()).collect()
+    reference()
+        .sentences
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect()
 }
 
 /// The reference sentences of at most `tokens` tokens (lavapipe runs a
@@ -91,13 +96,20 @@ fn shared() -> &'static SentenceEmbedder {
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
     let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b))
 }
 
 fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Every result against the reference, with `min_cosine` and `max_diff`.
@@ -105,10 +117,19 @@ fn check(results: &[Embedding], min_cosine: f64, max_diff: f32) {
     let reference = reference();
     assert_eq!(results.len(), reference.sentences.len());
     for (i, (got, want)) in results.iter().zip(&reference.sentences).enumerate() {
-        assert_eq!(got.tokens, want.ids, "token ids of sentence {i} {:?}", want.text);
+        assert_eq!(
+            got.tokens, want.ids,
+            "token ids of sentence {i} {:?}",
+            want.text
+        );
         let cos = cosine(&got.vector, &want.embedding);
         let diff = max_difference(&got.vector, &want.embedding);
-        let norm = got.vector.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+        let norm = got
+            .vector
+            .iter()
+            .map(|&x| f64::from(x).powi(2))
+            .sum::<f64>()
+            .sqrt();
         assert!(
             cos >= min_cosine && diff <= max_diff && (norm - 1.0).abs() <= 1e-5,
             "sentence {i} ({} tokens) {:?}: cosine {cos}, max difference {diff}, norm {norm}",
@@ -140,7 +161,10 @@ fn batch_size_does_not_change_results() {
     for (i, (a, b)) in single.iter().zip(&batched).enumerate() {
         assert_eq!(a.tokens, b.tokens);
         let diff = max_difference(&a.vector, &b.vector);
-        assert!(diff <= 1e-5, "sentence {i}: batch 1 and 16 differ by {diff}");
+        assert!(
+            diff <= 1e-5,
+            "sentence {i}: batch 1 and 16 differ by {diff}"
+        );
     }
 }
 
@@ -166,12 +190,16 @@ fn concurrent_clients_match_one_at_a_time() {
                     let mut order: Vec<usize> = (0..alone.len()).collect();
                     order.rotate_left(client * 5 % alone.len());
                     for chunk in order.chunks(1 + client % 3) {
-                        let request: Vec<&str> = chunk.iter().map(|&i| short_texts(16)[i]).collect();
+                        let request: Vec<&str> =
+                            chunk.iter().map(|&i| short_texts(16)[i]).collect();
                         let results = embedder.embed_async(&request).await.expect("embed");
                         for (&i, got) in chunk.iter().zip(&results) {
                             assert_eq!(got.tokens, alone[i].tokens);
                             let diff = max_difference(&got.vector, &alone[i].vector);
-                            assert!(diff <= 1e-5, "client {client}, sentence {i}: differs by {diff}");
+                            assert!(
+                                diff <= 1e-5,
+                                "client {client}, sentence {i}: differs by {diff}"
+                            );
                         }
                     }
                 })
@@ -209,17 +237,30 @@ fn f16_matches_the_reference_where_the_device_has_f16() {
 #[test]
 fn oversized_and_bad_inputs_are_errors() {
     let embedder = shared();
-    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("tokio");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("tokio");
     runtime.block_on(async {
         let too_long = vec![101; 257];
         let e = embedder.embed_ids_async(vec![too_long]).await.unwrap_err();
-        assert!(e.to_string().contains("257 tokens exceeds the model's 256"), "{e}");
+        assert!(
+            e.to_string().contains("257 tokens exceeds the model's 256"),
+            "{e}"
+        );
         let outside = vec![101, 40_000, 102];
         let e = embedder.embed_ids_async(vec![outside]).await.unwrap_err();
-        assert!(e.to_string().contains("token id 40000 at position 1"), "{e}");
+        assert!(
+            e.to_string().contains("token id 40000 at position 1"),
+            "{e}"
+        );
         let e = embedder.embed_ids_async(vec![vec![]]).await.unwrap_err();
         assert!(e.to_string().contains("at least one token"), "{e}");
     });
     // The embedder keeps serving afterwards.
-    assert_eq!(embedder.embed(&["still here"]).expect("embed")[0].vector.len(), 384);
+    assert_eq!(
+        embedder.embed(&["still here"]).expect("embed")[0]
+            .vector
+            .len(),
+        384
+    );
 }

@@ -124,10 +124,10 @@ impl BertConfig {
             .iter()
             .find(|m| m.kind.ends_with(".Pooling"))
             .map_or("1_Pooling", |m| m.path.as_str());
-        let pooling: Option<PoolingConfig> =
-            read_json(dir, &format!("{pooling_dir}/config.json"))?;
+        let pooling: Option<PoolingConfig> = read_json(dir, &format!("{pooling_dir}/config.json"))?;
         let sentence: Option<SentenceConfig> = read_json(dir, "sentence_bert_config.json")?;
-        let normalize = modules.is_empty() || modules.iter().any(|m| m.kind.ends_with(".Normalize"));
+        let normalize =
+            modules.is_empty() || modules.iter().any(|m| m.kind.ends_with(".Normalize"));
         let config = BertConfig::from_parts(hf, sentence, pooling, normalize)
             .map_err(|why| Error::msg(format!("model folder {}: {why}", dir.display())))?;
         Ok(config)
@@ -163,7 +163,9 @@ impl BertConfig {
             }
             Some(p) if p.pooling_mode_cls_token && !p.pooling_mode_mean_tokens => Pooling::Cls,
             Some(p) if p.pooling_mode_mean_tokens && !p.pooling_mode_cls_token => Pooling::Mean,
-            Some(_) => return Err("the pooling config must pick exactly one of cls and mean".into()),
+            Some(_) => {
+                return Err("the pooling config must pick exactly one of cls and mean".into());
+            }
         };
         let max_seq_length = sentence
             .and_then(|s| s.max_seq_length)
@@ -215,7 +217,10 @@ impl BertConfig {
                 self.max_seq_length
             ));
         }
-        let widest = self.vocab_size.max(self.max_position).max(self.intermediate);
+        let widest = self
+            .vocab_size
+            .max(self.max_position)
+            .max(self.intermediate);
         if widest
             .checked_mul(self.hidden)
             .and_then(|n| n.checked_mul(4 * self.layers.max(1)))
@@ -224,7 +229,10 @@ impl BertConfig {
             return Err("tensor sizes overflow".into());
         }
         if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps >= 0.0) {
-            return Err(format!("layer_norm_eps {} is not a finite non-negative number", self.layer_norm_eps));
+            return Err(format!(
+                "layer_norm_eps {} is not a finite non-negative number",
+                self.layer_norm_eps
+            ));
         }
         Ok(())
     }

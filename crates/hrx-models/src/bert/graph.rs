@@ -72,7 +72,11 @@ impl<'e> Recorder<'e, '_, '_> {
     }
 
     /// `a` as a matmul operand: itself in f32, cast into `low` in f16.
-    fn operand<'t>(&mut self, a: &'t DeviceTensor, low: &'t Option<DeviceTensor>) -> Result<&'t DeviceTensor> {
+    fn operand<'t>(
+        &mut self,
+        a: &'t DeviceTensor,
+        low: &'t Option<DeviceTensor>,
+    ) -> Result<&'t DeviceTensor> {
         match low {
             None => Ok(a),
             Some(low) => {
@@ -102,13 +106,20 @@ impl<'e> Recorder<'e, '_, '_> {
 
     /// `out = layer_norm(a + b)` with the weights `{name}.*`; `sum` holds
     /// the residual sum.
-    fn add_norm(&mut self, a: &DeviceTensor, b: &DeviceTensor, name: &str, out: &DeviceTensor) -> Result<()> {
+    fn add_norm(
+        &mut self,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        name: &str,
+        out: &DeviceTensor,
+    ) -> Result<()> {
         let (weight, bias) = (
             self.weight(&format!("{name}.weight"))?,
             self.weight(&format!("{name}.bias"))?,
         );
         let sum = self.s.sum.clone();
-        self.ops.record_binary(self.slot.graph(), BinaryOp::Add, a, b, &sum)?;
+        self.ops
+            .record_binary(self.slot.graph(), BinaryOp::Add, a, b, &sum)?;
         let eps = self.config().layer_norm_eps;
         self.ops
             .record_layer_norm(self.slot.graph(), &sum, Some(weight), Some(bias), eps, out)
@@ -127,7 +138,8 @@ impl<'e> Recorder<'e, '_, '_> {
         // q, k and v by head: one packing copy each (a cast in f16), since
         // a matmul batches over one merged axis.
         for (part, out) in self.s.heads.clone().iter().enumerate() {
-            let desc = TensorDesc::strided(DType::F32, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
+            let desc =
+                TensorDesc::strided(DType::F32, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
             let view = qkv.view(part * d * 4, desc)?;
             if out.desc().dtype() == DType::F32 {
                 self.ops.record_copy(self.slot.graph(), &view, out)?;
@@ -147,26 +159,48 @@ impl<'e> Recorder<'e, '_, '_> {
         let probs = self.s.probs.clone();
         self.ops
             .record_binary(self.slot.graph(), BinaryOp::Add, &scores, &key_bias, &probs)?;
-        self.ops.record_softmax(self.slot.graph(), &probs, &scores)?;
+        self.ops
+            .record_softmax(self.slot.graph(), &probs, &scores)?;
         let probs_low = self.s.probs_low.clone();
         let p = self.operand(&scores, &probs_low)?;
         let context = self.s.context.clone();
-        self.ops
-            .record_matmul(self.slot.graph(), p, &v, None, MatmulOptions::default(), &context)?;
+        self.ops.record_matmul(
+            self.slot.graph(),
+            p,
+            &v,
+            None,
+            MatmulOptions::default(),
+            &context,
+        )?;
         let by_position = Ops::permuted(&context, &[0, 2, 1, 3])?;
         let packed = self.s.packed.reshape(vec![b, s, h, dh])?;
         if packed.desc().dtype() == DType::F32 {
-            self.ops.record_copy(self.slot.graph(), &by_position, &packed)
+            self.ops
+                .record_copy(self.slot.graph(), &by_position, &packed)
         } else {
-            self.ops.record_cast(self.slot.graph(), &by_position, &packed)
+            self.ops
+                .record_cast(self.slot.graph(), &by_position, &packed)
         }
     }
 
     /// One encoder layer: `x` in, `x` out (through `y`).
     fn layer(&mut self, layer: usize, bias: &DeviceTensor) -> Result<()> {
         let name = |n: &str| format!("layer.{layer}.{n}");
-        let Scratch { x, y, proj, up, packed, .. } = &self.s;
-        let (x, y, proj, up, packed) = (x.clone(), y.clone(), proj.clone(), up.clone(), packed.clone());
+        let Scratch {
+            x,
+            y,
+            proj,
+            up,
+            packed,
+            ..
+        } = &self.s;
+        let (x, y, proj, up, packed) = (
+            x.clone(),
+            y.clone(),
+            proj.clone(),
+            up.clone(),
+            packed.clone(),
+        );
         self.attention(layer, &x, bias)?;
         self.linear(&packed, &name("attn_out"), None, &proj)?;
         self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
@@ -185,7 +219,13 @@ impl<'e> Recorder<'e, '_, '_> {
 }
 
 impl Scratch {
-    fn new(slot: &mut SlotBuilder<'_>, c: &BertConfig, precision: Precision, batch: usize, seq: usize) -> Result<Scratch> {
+    fn new(
+        slot: &mut SlotBuilder<'_>,
+        c: &BertConfig,
+        precision: Precision,
+        batch: usize,
+        seq: usize,
+    ) -> Result<Scratch> {
         let (d, h, dh) = (c.hidden, c.heads, c.head_dim());
         let rows = batch * seq;
         let low = match precision {
@@ -193,14 +233,23 @@ impl Scratch {
             Precision::F16 => DType::F16,
         };
         let mut f32s = |shape: &[usize]| slot.scratch_f32(shape);
-        let (x, y, sum, proj) = (f32s(&[rows, d])?, f32s(&[rows, d])?, f32s(&[rows, d])?, f32s(&[rows, d])?);
+        let (x, y, sum, proj) = (
+            f32s(&[rows, d])?,
+            f32s(&[rows, d])?,
+            f32s(&[rows, d])?,
+            f32s(&[rows, d])?,
+        );
         let qkv = f32s(&[rows, 3 * d])?;
         let scores = f32s(&[batch, h, seq, seq])?;
         let probs = f32s(&[batch, h, seq, seq])?;
         let context = f32s(&[batch, h, seq, dh])?;
         let up = f32s(&[rows, c.intermediate])?;
         let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
-        let heads = [typed(&[batch, h, seq, dh])?, typed(&[batch, h, seq, dh])?, typed(&[batch, h, seq, dh])?];
+        let heads = [
+            typed(&[batch, h, seq, dh])?,
+            typed(&[batch, h, seq, dh])?,
+            typed(&[batch, h, seq, dh])?,
+        ];
         let packed = typed(&[rows, d])?;
         let (probs_low, x_low, up_low) = match precision {
             Precision::F32 => (None, None, None),
@@ -231,7 +280,12 @@ impl Scratch {
 
 /// Record the whole forward pass of `encoder` for `batch` sentences of
 /// `seq` tokens into `slot`.
-pub(crate) fn record(encoder: &BertEncoder, slot: &mut SlotBuilder<'_>, batch: usize, seq: usize) -> Result<()> {
+pub(crate) fn record(
+    encoder: &BertEncoder,
+    slot: &mut SlotBuilder<'_>,
+    batch: usize,
+    seq: usize,
+) -> Result<()> {
     let c = &encoder.config;
     let d = c.hidden;
     let ops = slot.ops();
@@ -258,7 +312,14 @@ pub(crate) fn record(encoder: &BertEncoder, slot: &mut SlotBuilder<'_>, batch: u
     let sum = r.s.sum.clone();
     let sum3 = sum.reshape(vec![batch, seq, d])?;
     ops.record_binary(r.slot.graph(), BinaryOp::Add, &words, &positions, &sum3)?;
-    ops.record_layer_norm(r.slot.graph(), &sum, Some(weight), Some(norm_bias), c.layer_norm_eps, &x)?;
+    ops.record_layer_norm(
+        r.slot.graph(),
+        &sum,
+        Some(weight),
+        Some(norm_bias),
+        c.layer_norm_eps,
+        &x,
+    )?;
     for layer in 0..c.layers {
         r.layer(layer, &bias)?;
     }
@@ -266,7 +327,14 @@ pub(crate) fn record(encoder: &BertEncoder, slot: &mut SlotBuilder<'_>, batch: u
     let weights = pool.reshape(vec![batch, 1, seq])?;
     let states = x.reshape(vec![batch, seq, d])?;
     let pooled = r.s.proj.slice(0, 0..batch)?.reshape(vec![batch, 1, d])?;
-    ops.record_matmul(r.slot.graph(), &weights, &states, None, MatmulOptions::default(), &pooled)?;
+    ops.record_matmul(
+        r.slot.graph(),
+        &weights,
+        &states,
+        None,
+        MatmulOptions::default(),
+        &pooled,
+    )?;
     let pooled = pooled.reshape(vec![batch, d])?;
     if c.normalize {
         // x / max(|x|, 1e-12) as x / sqrt(sum(x^2) + 1e-24): an RMS norm

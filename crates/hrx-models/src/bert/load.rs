@@ -39,14 +39,19 @@ impl Checkpoint<'_> {
             )));
         }
         let data = view.data();
-        let halves = || data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        let halves = || {
+            data.chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        };
         Ok(match view.dtype() {
             Dtype::F32 => data
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
             Dtype::F16 => halves().map(|b| half::f16::from_bits(b).to_f32()).collect(),
-            Dtype::BF16 => halves().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+            Dtype::BF16 => halves()
+                .map(|b| half::bf16::from_bits(b).to_f32())
+                .collect(),
             other => {
                 return Err(Error::msg(format!(
                     "model.safetensors: tensor {full:?} has dtype {other:?} (F32, F16 and BF16 are read)"
@@ -111,7 +116,11 @@ pub(crate) fn device_weights(
 ) -> Result<Vec<DeviceWeight>> {
     let file = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::msg(format!("malformed model.safetensors: {e}")))?;
-    let prefix = if file.names().iter().any(|n| n.starts_with("bert.embeddings.")) {
+    let prefix = if file
+        .names()
+        .iter()
+        .any(|n| n.starts_with("bert.embeddings."))
+    {
         "bert."
     } else {
         ""
@@ -125,7 +134,10 @@ pub(crate) fn device_weights(
     let word = ck.read("embeddings.word_embeddings.weight", &[c.vocab_size, d])?;
     out.f32("embed.word".into(), vec![c.vocab_size, d], &word)?;
     // Every sentence has token type 0, so its row joins the positions.
-    let mut position = ck.read("embeddings.position_embeddings.weight", &[c.max_position, d])?;
+    let mut position = ck.read(
+        "embeddings.position_embeddings.weight",
+        &[c.max_position, d],
+    )?;
     let types = ck
         .file
         .tensor(&format!("{prefix}embeddings.token_type_embeddings.weight"))
@@ -134,7 +146,9 @@ pub(crate) fn device_weights(
     if types > 0 {
         let token_type = ck.read("embeddings.token_type_embeddings.weight", &[types, d])?;
         for row in position.chunks_exact_mut(d) {
-            row.iter_mut().zip(&token_type[..d]).for_each(|(p, t)| *p += t);
+            row.iter_mut()
+                .zip(&token_type[..d])
+                .for_each(|(p, t)| *p += t);
         }
     }
     out.f32("embed.position".into(), vec![c.max_position, d], &position)?;
@@ -164,8 +178,21 @@ pub(crate) fn device_weights(
         }
         out.matrix(ours("qkv.weight"), vec![d, 3 * d], &w)?;
         out.f32(ours("qkv.bias"), vec![3 * d], &b)?;
-        linear(&ck, &mut out, &hf("attention.output.dense"), &ours("attn_out"), d, d)?;
-        norm(&ck, &mut out, &hf("attention.output.LayerNorm"), &ours("attn_norm"), d)?;
+        linear(
+            &ck,
+            &mut out,
+            &hf("attention.output.dense"),
+            &ours("attn_out"),
+            d,
+            d,
+        )?;
+        norm(
+            &ck,
+            &mut out,
+            &hf("attention.output.LayerNorm"),
+            &ours("attn_norm"),
+            d,
+        )?;
         linear(&ck, &mut out, &hf("intermediate.dense"), &ours("up"), d, f)?;
         linear(&ck, &mut out, &hf("output.dense"), &ours("down"), f, d)?;
         norm(&ck, &mut out, &hf("output.LayerNorm"), &ours("out_norm"), d)?;

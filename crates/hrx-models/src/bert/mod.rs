@@ -86,7 +86,9 @@ impl BertEncoder {
         let device = load::device_weights(&config, checkpoint, precision)?;
         let weights = SharedWeights::upload(
             context,
-            device.iter().map(|w| (w.name.as_str(), w.desc.clone(), w.bytes.as_slice())),
+            device
+                .iter()
+                .map(|w| (w.name.as_str(), w.desc.clone(), w.bytes.as_slice())),
         )?;
         Ok(BertEncoder {
             context: context.clone(),
@@ -173,7 +175,12 @@ impl BertEncoder {
                     1 if position < ids.len() => 0f32.to_le_bytes(),
                     1 => MASKED.to_le_bytes(),
                     2 => graph::pool_weight(pooling, ids.len(), position).to_le_bytes(),
-                    _ => return Err(Error::msg(format!("the encoder has 3 inputs, not {}", input + 1))),
+                    _ => {
+                        return Err(Error::msg(format!(
+                            "the encoder has 3 inputs, not {}",
+                            input + 1
+                        )));
+                    }
                 };
                 word.copy_from_slice(&value);
             }
@@ -184,7 +191,10 @@ impl BertEncoder {
     /// Check `ids` against the vocabulary (the gather reads no row for an
     /// id outside it).
     pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
-        match ids.iter().position(|&id| id as usize >= self.config.vocab_size) {
+        match ids
+            .iter()
+            .position(|&id| id as usize >= self.config.vocab_size)
+        {
             Some(i) => Err(Error::msg(format!(
                 "token id {} at position {i} is outside the vocabulary 0..{}",
                 ids[i], self.config.vocab_size

@@ -71,7 +71,9 @@ impl BucketWorker {
     pub fn prepare_all(&self) -> Result<()> {
         for tier in &self.tiers {
             if tier.model.get().is_none() {
-                let model = self.encoder.prepare(tier.batch, self.bucket.seq, self.slots)?;
+                let model = self
+                    .encoder
+                    .prepare(tier.batch, self.bucket.seq, self.slots)?;
                 let _ = tier.model.set(model);
             }
         }
@@ -116,7 +118,10 @@ impl BucketWorker {
     /// a task answers them when the readback lands.
     async fn submit(self: &Arc<Self>, jobs: Vec<Job>) {
         let Some(tier) = self.tiers.iter().find(|t| t.batch >= jobs.len()) else {
-            let e = Error::msg(format!("{} sentences exceed the bucket's batch", jobs.len()));
+            let e = Error::msg(format!(
+                "{} sentences exceed the bucket's batch",
+                jobs.len()
+            ));
             return answer_all(jobs, &e);
         };
         let slot = match self.model(tier).await {

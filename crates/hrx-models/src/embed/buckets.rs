@@ -85,11 +85,23 @@ mod tests {
 
     #[test]
     fn powers_of_two_up_to_the_limit() {
-        let seqs: Vec<usize> = plan(&config(256), 8, u64::MAX).unwrap().iter().map(|b| b.seq).collect();
+        let seqs: Vec<usize> = plan(&config(256), 8, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|b| b.seq)
+            .collect();
         assert_eq!(seqs, [16, 32, 64, 128, 256]);
-        let seqs: Vec<usize> = plan(&config(200), 8, u64::MAX).unwrap().iter().map(|b| b.seq).collect();
+        let seqs: Vec<usize> = plan(&config(200), 8, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|b| b.seq)
+            .collect();
         assert_eq!(seqs, [16, 32, 64, 128, 200]);
-        let seqs: Vec<usize> = plan(&config(8), 8, u64::MAX).unwrap().iter().map(|b| b.seq).collect();
+        let seqs: Vec<usize> = plan(&config(8), 8, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|b| b.seq)
+            .collect();
         assert_eq!(seqs, [8]);
     }
 

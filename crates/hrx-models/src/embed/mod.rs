@@ -168,14 +168,22 @@ impl std::fmt::Debug for SentenceEmbedder {
 impl SentenceEmbedder {
     /// Load the sentence-transformers folder `dir` (config, tokenizer,
     /// weights), upload the weights and prepare every bucket's slots.
-    pub fn load(context: &ModelContext, dir: &Path, options: &EmbedderOptions) -> Result<SentenceEmbedder> {
+    pub fn load(
+        context: &ModelContext,
+        dir: &Path,
+        options: &EmbedderOptions,
+    ) -> Result<SentenceEmbedder> {
         let tokenizer = WordPieceTokenizer::from_dir(dir)?;
         let encoder = BertEncoder::load(context, dir, options.precision)?;
         SentenceEmbedder::new(tokenizer, encoder, options)
     }
 
     /// Serve `encoder` with `tokenizer`'s ids.
-    pub fn new(tokenizer: WordPieceTokenizer, encoder: BertEncoder, options: &EmbedderOptions) -> Result<SentenceEmbedder> {
+    pub fn new(
+        tokenizer: WordPieceTokenizer,
+        encoder: BertEncoder,
+        options: &EmbedderOptions,
+    ) -> Result<SentenceEmbedder> {
         if tokenizer.vocab_size() > encoder.config().vocab_size {
             return Err(Error::msg(format!(
                 "the tokenizer has {} tokens, the model's embedding table {}",
@@ -184,10 +192,16 @@ impl SentenceEmbedder {
             )));
         }
         if options.slots == 0 || options.queue == 0 {
-            return Err(Error::msg("an embedder needs at least one slot and room for one queued sentence"));
+            return Err(Error::msg(
+                "an embedder needs at least one slot and room for one queued sentence",
+            ));
         }
         let target = encoder.context().runtime().gpu()?.target().clone();
-        let buckets = buckets::plan(encoder.config(), options.max_batch, target.max_storage_buffer_range)?;
+        let buckets = buckets::plan(
+            encoder.config(),
+            options.max_batch,
+            target.max_storage_buffer_range,
+        )?;
         let encoder = Arc::new(encoder);
         let stats = Arc::new(Stats::default());
         let mut workers = Vec::new();
@@ -277,7 +291,9 @@ impl SentenceEmbedder {
     /// Token ids of `text` with `[CLS]` and `[SEP]`, truncated to the
     /// model's `max_seq_length`.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        self.inner.tokenizer.encode(text, self.config().max_seq_length)
+        self.inner
+            .tokenizer
+            .encode(text, self.config().max_seq_length)
     }
 
     /// Embed `texts`, waiting on this thread; results in input order. Do
@@ -313,7 +329,10 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            self.queue_for(&tokens)?.send(job).await.map_err(|_| closed())?;
+            self.queue_for(&tokens)?
+                .send(job)
+                .await
+                .map_err(|_| closed())?;
             pending.push((tokens, reply));
         }
         let mut out = Vec::with_capacity(pending.len());
@@ -331,12 +350,14 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            self.queue_for(&tokens)?.try_send(job).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    Error::Busy("the embedding queue is full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => closed(),
-            })?;
+            self.queue_for(&tokens)?
+                .try_send(job)
+                .map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => {
+                        Error::Busy("the embedding queue is full".into())
+                    }
+                    mpsc::error::TrySendError::Closed(_) => closed(),
+                })?;
             pending.push((tokens, reply));
         }
         let mut out = Vec::with_capacity(pending.len());
@@ -400,7 +421,9 @@ impl SentenceEmbedder {
 }
 
 fn too_long(tokens: usize, limit: usize) -> Error {
-    Error::msg(format!("a sentence of {tokens} tokens exceeds the model's {limit}"))
+    Error::msg(format!(
+        "a sentence of {tokens} tokens exceeds the model's {limit}"
+    ))
 }
 
 fn closed() -> Error {

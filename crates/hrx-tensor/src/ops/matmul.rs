@@ -227,7 +227,7 @@ impl Ops {
             Choice::Tiled => tiled_key(
                 &target,
                 input,
-                (m, n),
+                (m, n, batch[0]),
                 (ma.col_stride == 1, mb.col_stride == 1),
                 act,
                 result,

@@ -27,17 +27,22 @@ impl Tiles {
     }
 }
 
-/// The largest tiling the target fits: 128 x 128 tiles of 8 x 8 outputs
-/// on GPUs for large matrices, 64 x 64 of 4 x 4 for smaller ones; 32 x 32
-/// on CPU devices (lavapipe runs them as fast, and compiles the shorter
-/// unrolled k step much faster); smaller fallbacks for tight limits.
-fn tiles(target: &Target, m: usize, n: usize) -> Tiles {
+/// The largest tiling the target fits that still gives the device enough
+/// workgroups: 128 x 128 tiles of 8 x 8 outputs on GPUs for large
+/// matrices, 64 x 64 of 4 x 4 or 32 x 32 where bigger tiles would leave
+/// fewer than [`GPU_WAVE`] workgroups (an encoder's 128-row matmuls ran 9
+/// workgroups of 128 x 128 on an H200 at under 1 TFLOP/s); 32 x 32 on CPU
+/// devices (lavapipe runs them as fast, and compiles the shorter unrolled
+/// k step much faster); smaller fallbacks for tight limits.
+fn tiles(target: &Target, (m, n, batch): (usize, usize, usize)) -> Tiles {
     let cpu = target.kind == DeviceKind::Cpu;
-    let big = !cpu && m >= 128 && n >= 128;
+    let groups = |tile: usize| m.div_ceil(tile) * n.div_ceil(tile) * batch.max(1);
+    let big = !cpu && m >= 128 && n >= 128 && groups(128) >= GPU_WAVE;
+    let medium = !cpu && groups(64) >= GPU_WAVE;
     let t = |bm, bn, bk, tm, tn| Tiles { bm, bn, bk, tm, tn };
     let candidates = [
         (big, t(128, 128, 16, 8, 8)),
-        (!cpu, t(64, 64, 16, 4, 4)),
+        (medium, t(64, 64, 16, 4, 4)),
         (true, t(32, 32, 8, 4, 4)),
         (true, t(16, 16, 8, 2, 2)),
     ];
@@ -52,6 +57,10 @@ fn tiles(target: &Target, m: usize, n: usize) -> Tiles {
         })
         .unwrap_or(t(8, 8, 4, 2, 2))
 }
+
+/// Workgroups below which a GPU tiling steps down to smaller tiles: about
+/// one per multiprocessor of a large GPU.
+const GPU_WAVE: usize = 128;
 
 /// Lines mapping the flat index `%e` to a tile position, so consecutive
 /// work items read consecutive addresses along the operand's fast axis.
@@ -72,12 +81,12 @@ fn pos(fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str) -> String {
 pub(crate) fn tiled_key(
     target: &Target,
     input: DType,
-    (m, n): (usize, usize),
+    (m, n, batch): (usize, usize, usize),
     (a_k_fast, b_n_fast): (bool, bool),
     act: String,
     result: &str,
 ) -> KernelKey {
-    let tl = tiles(target, m, n);
+    let tl = tiles(target, (m, n, batch));
     let Tiles { bm, bn, bk, tm, tn } = tl;
     let (txs, tys) = (bn / tn, bm / tm);
     let pa = bm + 1;
@@ -217,9 +226,10 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = Compiler::for_target(None, &target).unwrap();
             for (dtype, mn, fast) in [
-                (DType::F32, (8192, 8192), (true, true)),
-                (DType::F16, (100, 8192), (false, true)),
-                (DType::F32, (20, 20), (true, false)),
+                (DType::F32, (8192, 8192, 1), (true, true)),
+                (DType::F16, (100, 8192, 1), (false, true)),
+                (DType::F32, (128, 384, 1), (true, true)),
+                (DType::F32, (20, 20, 3), (true, false)),
             ] {
                 let key = tiled_key(&target, dtype, mn, fast, String::new(), "%x");
                 compiler
