@@ -11,8 +11,9 @@
 //! - **throughput**: batches of `B` x 128 tokens through a two-slot pool,
 //!   two in flight: sentences/s (`B` = 1024 on a GPU, 16 on a CPU);
 //! - **through the embedder**: 64 concurrent clients each asking for
-//!   `B/64` sentences at a time through `SentenceEmbedder` (dynamic
-//!   batching up to `B`): sentences/s, against the direct batch.
+//!   `2B/64` sentences at a time through `SentenceEmbedder` (dynamic
+//!   batching up to `B`, two batches' worth outstanding as in the direct
+//!   path): sentences/s, against the direct batch.
 //!
 //! `--model DIR`: a sentence-transformers folder; its weights are used when
 //! it has `model.safetensors` (and with `--seeded` or without them, seeded
@@ -160,6 +161,12 @@ fn throughput(encoder: &BertEncoder, batch: usize, measure: Duration) -> Result<
     Ok(done as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Sentences each client asks for at a time: together two full batches,
+/// so the embedder can keep two in flight as the direct path does.
+fn per_client(batch: usize) -> usize {
+    (2 * batch / CLIENTS).max(1)
+}
+
 /// Sentences/s through the embedder from `CLIENTS` concurrent clients.
 fn through_embedder(context: &ModelContext, s: &Settings, precision: Precision) -> Result<f64> {
     let encoder = encoder(context, s, precision)?;
@@ -172,7 +179,7 @@ fn through_embedder(context: &ModelContext, s: &Settings, precision: Precision) 
         ..EmbedderOptions::default()
     };
     let embedder = SentenceEmbedder::new(tokenizer, encoder, &options)?;
-    let per_client = (s.batch / CLIENTS).max(1);
+    let per_client = per_client(s.batch);
     let ids = Arc::new(sentences(per_client, embedder.config().vocab_size));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -332,7 +339,7 @@ fn main() -> std::result::Result<(), String> {
         entries.push(Entry {
             name: format!(
                 "{name} {CLIENTS} clients x {} sentences through the embedder",
-                (s.batch / CLIENTS).max(1)
+                per_client(s.batch)
             ),
             unit: "sentences/s",
             hrx: pooled,

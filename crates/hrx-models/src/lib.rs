@@ -3,6 +3,28 @@
 //!
 //! Design choices and contracts:
 //!
+//! - **A model is a folder its users already have.** A sentence model is
+//!   a sentence-transformers folder (`config.json`, `model.safetensors`
+//!   with Hugging Face names, `tokenizer.json`, `sentence_bert_config.json`,
+//!   `1_Pooling/config.json`, `modules.json`); every shape and constant is
+//!   read from it ([`bert::BertConfig::from_dir`]), nothing is specific
+//!   to one model. Tensors the model does not use are skipped; a missing
+//!   tensor, a wrong shape or dtype is an error naming the tensor.
+//! - **Tokenizers match the reference.** [`tokenizer`] is BERT WordPiece
+//!   as Hugging Face's `tokenizers` runs it, ids identical on every
+//!   input tested, truncated to the model's `max_seq_length` (from
+//!   `sentence_bert_config.json`, not `tokenizer.json`'s own limit).
+//! - **Fixed shapes, padding that changes nothing.** [`bert`] records
+//!   the encoder for one shape (`batch` sentences of `seq` tokens) into
+//!   each slot's graph; padding keys get an attention bias that zeroes
+//!   their weight and padding rows have no pooling weight. Matrices are
+//!   f32, or f16 where the device has it ([`bert::Precision`]); norms,
+//!   softmax and accumulation stay f32.
+//! - **Batching above the pool.** [`embed`] routes each sentence to a
+//!   length bucket, gathers concurrent sentences into one submission of
+//!   the smallest batch tier that holds them, and answers each caller in
+//!   its input order; [`embed::Replicas`] spreads requests over several
+//!   devices, each with its own weights and slots.
 //! - **Host weights are plain f32.** [`Weights`] maps unique names to
 //!   row-major f32 tensors whose value count always matches the shape.
 //!   Safetensors files with F32, F16 or BF16 tensors convert to it
