@@ -12,17 +12,18 @@ use std::path::{Path, PathBuf};
 
 /// The layers' suites: (suite, package). Suite `s` is the example
 /// `bench_<s>` of the package and writes `<s>.json`.
-pub(crate) const SUITES: [(&str, &str); 4] = [
+pub(crate) const SUITES: [(&str, &str); 5] = [
     ("runtime", "hrx-runtime"),
     ("loom", "hrx-loom"),
     ("tensor", "hrx-tensor"),
     ("inference", "hrx-models"),
+    ("models", "hrx-models"),
 ];
 
 /// The wgpu peer's own workspace, relative to the root.
 pub(crate) const PEER: &str = "bench/wgpu-peer";
 
-const USAGE: &str = "cargo xtask bench [all|runtime|loom|tensor|inference|wgpu] [--quick]";
+const USAGE: &str = "cargo xtask bench [all|runtime|loom|tensor|inference|models|wgpu] [--quick]";
 
 /// The example source of a suite, which exists once its layer has one.
 pub(crate) fn example(root: &Path, suite: &str, package: &str) -> PathBuf {
@@ -83,7 +84,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         let mut vars = env.clone();
         vars.push(("HRX_BENCH_OUT", &json_text));
         let example_name = format!("bench_{suite}");
-        let args = [
+        let mut args = vec![
             "run",
             "--release",
             "-p",
@@ -91,6 +92,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             "--example",
             &example_name,
         ];
+        // The sentence-embedding suite runs the real model here.
+        let model;
+        if *suite == "models" {
+            model = crate::models::ensure(root, crate::models::MINILM)?
+                .to_string_lossy()
+                .into_owned();
+            args.extend(["--", "--model", &model]);
+        }
         if let Err(e) = cargo(root, &args, &vars) {
             notes.push(format!("{suite}: FAILED ({e})"));
             failures.push(*suite);

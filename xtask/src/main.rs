@@ -30,7 +30,7 @@ cargo xtask <task>
                    .gpu-pack/tests.tar.xz and print the `device` call that
                    runs it on the H200
   bench [suite]    run the benchmark suites here in release (all, or one of
-                   runtime, loom, tensor, inference, wgpu; --quick for fewer
+                   runtime, loom, tensor, inference, models, wgpu; --quick for fewer
                    iterations); writes target/bench/*.json and summary.md
   gpu-bench        pack every benchmark, the wgpu peer and the PyTorch
                    baselines as release binaries (.gpu-pack/bench.tar.xz) and

@@ -19,7 +19,18 @@ const PACK: &str = ".gpu-pack/bench.tar.xz";
 const TIMEOUT: u32 = 90;
 /// PyTorch baselines a suite reads: (suite, script stem); the script's
 /// output reaches the suite's benchmark through `HRX_BENCH_TORCH`.
-const TORCH_FOR: [(&str, &str); 1] = [("tensor", "tensor_ops")];
+const TORCH_FOR: [(&str, &str); 2] = [("tensor", "tensor_ops"), ("models", "minilm")];
+/// The model folder's small files (configuration, tokenizer) that the
+/// sentence-embedding suite reads there; its weights are seeded there
+/// (speed does not depend on their values, and the file would not fit).
+const MODEL_FILES: [&str; 6] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "sentence_bert_config.json",
+    "modules.json",
+    "1_Pooling/config.json",
+];
 
 /// Copy `binary` into the stage as `name`, stripped (debug info would blow
 /// the carry limit).
@@ -29,6 +40,19 @@ fn stage_binary(stage: &Path, binary: &Path, name: &str) -> Result<(), String> {
     let stripped = Command::new("strip").arg(&staged).status();
     if !stripped.is_ok_and(|s| s.success()) {
         eprintln!("xtask: could not strip {name}; the pack may be large");
+    }
+    Ok(())
+}
+
+/// The MiniLM folder's small files into `stage/minilm`.
+fn stage_model_files(root: &Path, stage: &Path) -> Result<(), String> {
+    let source = crate::models::ensure(root, crate::models::MINILM)?;
+    for file in MODEL_FILES {
+        let target = stage.join("minilm").join(file);
+        if let Some(dir) = target.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        std::fs::copy(source.join(file), &target).map_err(|e| format!("copy {file}: {e}"))?;
     }
     Ok(())
 }
@@ -119,10 +143,16 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
                 "HRX_BENCH_TORCH=\"$torch\" ".to_string()
             })
             .unwrap_or_default();
+        let args = if suite == "models" {
+            stage_model_files(root, &stage)?;
+            " --model minilm --seeded"
+        } else {
+            ""
+        };
         script_line(
             &mut script,
             suite,
-            &format!("env {torch}HRX_BENCH_OUT=\"$out/{suite}.json\" ./{name}"),
+            &format!("env {torch}HRX_BENCH_OUT=\"$out/{suite}.json\" ./{name}{args}"),
         );
         packed.push(name);
     }
