@@ -6,6 +6,11 @@ use std::io::IsTerminal;
 /// A bar of `len` requests on stderr, or a hidden one with `--quiet` or
 /// when stdout is not a terminal (piped output stays a clean report).
 pub fn bar(len: usize, label: &'static str, quiet: bool) -> ProgressBar {
+    bar_of(len, label, "requests", quiet)
+}
+
+/// [`bar`] counting `unit` (`sentences`, ...) instead of requests.
+pub fn bar_of(len: usize, label: &'static str, unit: &str, quiet: bool) -> ProgressBar {
     if quiet || !std::io::stdout().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -13,9 +18,9 @@ pub fn bar(len: usize, label: &'static str, quiet: bool) -> ProgressBar {
     bar.set_draw_target(ProgressDrawTarget::stderr());
     // A fixed template cannot fail to parse; fall back to the default style
     // rather than abort the demo over cosmetics.
-    if let Ok(style) =
-        ProgressStyle::with_template("{prefix:>6} [{bar:40}] {pos}/{len} requests, {elapsed}")
-    {
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{prefix:>6}} [{{bar:40}}] {{pos}}/{{len}} {unit}, {{elapsed}}"
+    )) {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(label);

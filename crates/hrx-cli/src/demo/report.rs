@@ -40,8 +40,13 @@ impl Stats {
 
     /// `p50 …, p99 …, … requests/s`
     pub fn line(&self) -> String {
+        self.line_of("requests")
+    }
+
+    /// `p50 …, p99 …, … UNIT/s`
+    pub fn line_of(&self, unit: &str) -> String {
         format!(
-            "p50 {}, p99 {}, {:.1} requests/s",
+            "p50 {}, p99 {}, {:.1} {unit}/s",
             millis(self.p50),
             millis(self.p99),
             self.per_second
@@ -123,5 +128,9 @@ mod tests {
         assert_eq!(Stats::of(&one).p99, Duration::from_millis(7));
         assert_eq!(Stats::of(&one).per_second, 0.0);
         assert_eq!(millis(Duration::from_micros(1500)), "1.50 ms");
+        assert_eq!(
+            Stats::of(&served).line_of("sentences"),
+            "p50 50.0 ms, p99 99.0 ms, 50.0 sentences/s"
+        );
     }
 }
