@@ -87,9 +87,9 @@ fn decode_kernel_is_chosen_for_few_rows() {
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
     assert_eq!(name, "decode (16-byte loads)");
-    // The f16 threshold: 64 rows still decode without cooperative
+    // The f16 threshold: 128 rows still decode without cooperative
     // matrices; with them (the H200) the split-k kernel takes over from
-    // 4 rows. 65 rows never decode.
+    // 4 rows. 129 rows never decode.
     let coop = ops()
         .runtime()
         .gpu()
@@ -101,6 +101,7 @@ fn decode_kernel_is_chosen_for_few_rows() {
         (3, "decode (16-byte loads)"),
         (4, "cooperative matrix (split k)"),
         (64, "cooperative matrix (split k)"),
+        (128, "cooperative matrix"),
     ] {
         let a = input(
             DType::F16,
@@ -118,12 +119,12 @@ fn decode_kernel_is_chosen_for_few_rows() {
         };
         assert_eq!(name, expected, "{rows} rows");
     }
-    let a = input(DType::F16, &[65, 64], &[0.5; 4160], Placement::Contiguous);
+    let a = input(DType::F16, &[129, 64], &[0.5; 129 * 64], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &bh, MatmulOptions::default())
         .unwrap();
     assert_ne!(name, "decode (16-byte loads)");
-    let a = input(DType::F32, &[80, 64], &[0.5; 5120], Placement::Contiguous);
+    let a = input(DType::F32, &[129, 64], &[0.5; 129 * 64], Placement::Contiguous);
     let name = ops()
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();
