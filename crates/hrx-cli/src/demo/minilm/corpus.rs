@@ -226,7 +226,9 @@ fn find_pair(sentences: &[Sentence]) -> Option<Pair> {
 /// for all, every sentence once and then the short ones (at most
 /// [`SHORT_TOKENS`]) again, round robin; otherwise the `first` sentences,
 /// then short ones, then longer ones, shortest first. Shuffled with a fixed
-/// seed so long and short sentences mix in every run the same way.
+/// seed, the longer sentences spread evenly through the run (as in traffic
+/// where they are a minority), so every run sends the same mix in the same
+/// order.
 pub fn schedule(lengths: &[usize], first: &[usize], n: usize) -> Vec<usize> {
     if lengths.is_empty() {
         return Vec::new();
@@ -234,7 +236,7 @@ pub fn schedule(lengths: &[usize], first: &[usize], n: usize) -> Vec<usize> {
     let short: Vec<usize> = (0..lengths.len())
         .filter(|&i| lengths[i] <= SHORT_TOKENS)
         .collect();
-    let mut order: Vec<usize> = if n >= lengths.len() {
+    let order: Vec<usize> = if n >= lengths.len() {
         let again: Vec<usize> = if short.is_empty() {
             (0..lengths.len()).collect()
         } else {
@@ -262,8 +264,34 @@ pub fn schedule(lengths: &[usize], first: &[usize], n: usize) -> Vec<usize> {
             .take(n)
             .collect()
     };
-    shuffle(&mut order, 0x6869_7278);
-    order
+    spread(&order, lengths)
+}
+
+/// `order` shuffled, its sentences over [`SHORT_TOKENS`] at evenly spaced
+/// positions among the short ones.
+fn spread(order: &[usize], lengths: &[usize]) -> Vec<usize> {
+    let (mut long, mut short): (Vec<usize>, Vec<usize>) = order
+        .iter()
+        .copied()
+        .partition(|&i| lengths[i] > SHORT_TOKENS);
+    shuffle(&mut long, 0x6869_7278);
+    shuffle(&mut short, 0x7872_6968);
+    let n = order.len();
+    let places: Vec<usize> = (0..long.len())
+        .map(|k| (2 * k + 1) * n / (2 * long.len()))
+        .collect();
+    let (mut long, mut short) = (long.into_iter(), short.into_iter());
+    let mut next = places.iter().peekable();
+    (0..n)
+        .map(|position| {
+            if next.next_if(|&&p| p == position).is_some() {
+                long.next()
+            } else {
+                short.next().or_else(|| long.next())
+            }
+            .expect("as many positions as sentences")
+        })
+        .collect()
 }
 
 /// Fisher-Yates with a splitmix64 stream.
@@ -306,8 +334,12 @@ mod tests {
         for i in 0..lengths.len() {
             assert!(order.contains(&i), "{i} missing from {order:?}");
         }
-        let long = order.iter().filter(|&&i| lengths[i] > SHORT_TOKENS).count();
-        assert_eq!(long, 2);
+        let long: Vec<usize> = (0..order.len())
+            .filter(|&p| lengths[order[p]] > SHORT_TOKENS)
+            .collect();
+        // Two long sentences, spread over the run rather than side by side.
+        assert_eq!(long.len(), 2);
+        assert!(long[1] - long[0] >= 4, "{order:?}");
         assert_eq!(order, schedule(&lengths, &[0, 2], 11));
     }
 
