@@ -115,7 +115,11 @@ fn hrx_embed(args: &[&str], model: &Path, stdin: Option<&[u8]>) -> Output {
         .spawn()
         .unwrap();
     if let Some(bytes) = stdin {
-        child.stdin.take().unwrap().write_all(bytes).unwrap();
+        // A command that fails before reading its input closes the pipe.
+        match child.stdin.take().unwrap().write_all(bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.unwrap(),
+        }
     }
     child.wait_with_output().unwrap()
 }
