@@ -59,21 +59,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let progress = progress_bar(sentences.len());
     let written = embed_all(&embedder, &sentences, args.batch, sink.writer(), &progress);
     progress.finish_and_clear();
-    keep_until_exit(embedder);
+    // Dropping the embedder waits for its batching thread to release the
+    // device, so nothing of it outlives `main`.
+    drop(embedder);
     written?;
     sink.commit()
-}
-
-/// Keep `embedder` (its device, pools and batching thread) until the
-/// process exits, for a command that is about to return from `main`.
-///
-/// Dropping the last clone makes the embedder's batching thread release the
-/// pools and close the device on its own, while `main` returns; the
-/// process's exit handlers (the Vulkan loader's and layers') can then run
-/// during that teardown and crash it. An idle embedder makes no device
-/// calls, so leaving it to the operating system is safe.
-pub(crate) fn keep_until_exit(embedder: SentenceEmbedder) {
-    std::mem::forget(embedder);
 }
 
 /// The folder must exist before anything else is read.

@@ -79,9 +79,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let embedder = SentenceEmbedder::load(&context, dir, &options)
         .map_err(|e| Error::msg(format!("cannot load the model in {}: {e}", dir.display())))?;
     let loaded = started.elapsed();
-    let result = serve_and_check(args, &embedder, &corpus, &name, target.kind, loaded);
-    crate::embed::keep_until_exit(embedder);
-    result
+    serve_and_check(args, &embedder, &corpus, &name, target.kind, loaded)
 }
 
 /// Everything after loading: print the model, serve, time the naive path,

@@ -29,8 +29,9 @@
 //!   goes away before its batch is submitted costs no device work.
 //! - **Sync and async.** The batching tasks run on a runtime of their own
 //!   (one thread), so the blocking API works outside tokio and the async
-//!   API inside any executor. The thread ends when the last clone of the
-//!   embedder is dropped and the queues have drained.
+//!   API inside any executor. Dropping the last clone of the embedder
+//!   closes the queues and waits for the thread to drain them and release
+//!   its pools (briefly blocking the dropping thread).
 
 mod batcher;
 pub mod buckets;
@@ -154,6 +155,21 @@ struct Inner {
     buckets: Vec<Bucket>,
     queues: Vec<mpsc::Sender<Job>>,
     stats: Arc<Stats>,
+    /// The batching thread, joined when the last clone goes.
+    batcher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    /// Close the queues and wait for the batching thread to drain them and
+    /// release its pools, so that no device work or teardown outlives the
+    /// embedder (a process that exits right after dropping it must not
+    /// race the thread's teardown of the device).
+    fn drop(&mut self) {
+        self.queues.clear();
+        if let Some(thread) = self.batcher.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for SentenceEmbedder {
@@ -233,7 +249,7 @@ impl SentenceEmbedder {
             .enable_time()
             .build()
             .map_err(|e| Error::msg(format!("cannot start the batching runtime: {e}")))?;
-        std::thread::Builder::new()
+        let batcher = std::thread::Builder::new()
             .name("hrx-embed-batcher".into())
             .spawn(move || {
                 runtime.block_on(async move {
@@ -254,6 +270,7 @@ impl SentenceEmbedder {
                 buckets,
                 queues,
                 stats,
+                batcher: Some(batcher),
             }),
         })
     }
