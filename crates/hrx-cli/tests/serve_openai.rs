@@ -187,6 +187,7 @@ async fn the_openai_client_and_curl_get_the_reference_embeddings() {
 
     // The same sentences through `hrx embed`, when it runs.
     if let Some(vectors) = hrx_embed(&texts) {
+        assert_eq!(vectors.len(), texts.len());
         for (v, w) in vectors.iter().zip(floats(&out["float"])) {
             assert!(cosine(v, &w) >= 0.99999);
         }

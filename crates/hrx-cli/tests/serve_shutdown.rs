@@ -1,12 +1,36 @@
 //! Graceful shutdown of `hrx serve`: on SIGTERM (or ctrl-c) it stops
-//! accepting, answers every accepted request, and exits 0.
+//! accepting, answers every accepted request, and exits 0; requests that
+//! arrive on open connections while it drains get 503 (`/ready` too).
 
 mod serve;
 
 use serde_json::json;
 use serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
-use std::time::Duration;
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    time::Duration,
+};
 use tokio::task::JoinSet;
+
+/// A connection that has sent the first `head` bytes of a request.
+fn started(server: &Server, head: &str) -> TcpStream {
+    let mut socket =
+        TcpStream::connect(server.base.trim_start_matches("http://")).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    socket.write_all(head.as_bytes()).expect("write");
+    socket
+}
+
+/// Send the rest of the request and read the whole answer.
+fn finish(mut socket: TcpStream, rest: &str) -> String {
+    socket.write_all(rest.as_bytes()).expect("write");
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).expect("read");
+    answer
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_the_requests_in_flight_then_exits_0() {
@@ -30,7 +54,29 @@ async fn sigterm_answers_the_requests_in_flight_then_exits_0() {
             metric(m, "hrx_embedding_requests_in_flight", &[]) == requests_in_flight as f64
         })
         .await;
+    // Two requests whose heads are still arriving when the drain starts.
+    let ready = started(&server, "GET /ready HTTP/1.1\r\nHost: hrx\r\n");
+    let body = json!({"model": MODEL, "input": "late"}).to_string();
+    let late = started(
+        &server,
+        &format!(
+            "POST /v1/embeddings HTTP/1.1\r\nHost: hrx\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
     server.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ready = finish(ready, "\r\n");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("\"draining\""),
+        "{ready}"
+    );
+    let late = finish(late, &format!("\r\n{body}"));
+    assert!(
+        late.starts_with("HTTP/1.1 503") && late.contains("shutting_down"),
+        "{late}"
+    );
     let mut answered = 0;
     while let Some(done) = requests.join_next().await {
         let (pair, answer) = done.expect("request task");

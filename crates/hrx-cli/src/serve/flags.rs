@@ -29,8 +29,9 @@ pub struct ServeArgs {
     /// Slots per length bucket of each device (batches in flight at once).
     #[arg(long, value_name = "S", default_value_t = 2, value_parser = positive)]
     pub slots: usize,
-    /// Sentences per slot submission.
-    #[arg(long, value_name = "B", default_value_t = 32, value_parser = positive)]
+    /// Sentences per slot submission (cut per length bucket to what the
+    /// device can bind).
+    #[arg(long, value_name = "B", default_value_t = 16, value_parser = positive)]
     pub max_batch: usize,
     /// How long a batch waits for more sentences after its first, in
     /// microseconds (0: a batch takes what queued while the slots were busy).
@@ -107,7 +108,7 @@ mod tests {
         };
         assert_eq!(
             (s.host.as_str(), s.port, s.slots, s.max_batch),
-            ("127.0.0.1", 8080, 2, 32)
+            ("127.0.0.1", 8080, 2, 16)
         );
         assert_eq!((s.queue, s.max_inputs, s.timeout_ms), (4096, 2048, 60_000));
         assert!(s.devices.is_empty() && s.api_key.is_none() && !s.f16);

@@ -8,7 +8,7 @@
 //! (the API key), [`probes`] (health, readiness, models, metrics),
 //! [`metrics`], [`histogram`], [`batch_sizes`] and [`exposition`] (what
 //! is counted and how it is written), [`shutdown`] (draining on SIGTERM
-//! and ctrl-c), [`teardown`] (leaving once the device work is released).
+//! and ctrl-c).
 
 mod auth;
 mod batch_sizes;
@@ -26,34 +26,28 @@ mod response;
 mod routes;
 mod shutdown;
 mod state;
-mod teardown;
 
 pub use flags::ServeArgs;
 
 use hrx::{Error, Result, models::embed::Replicas};
 use state::AppState;
-use std::{path::Path, sync::Arc, time::Duration};
-
-/// How long the exit waits for the embedders to release their pools.
-const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
+use std::{path::Path, sync::Arc};
 
 /// Load the model on every selected device, then serve until SIGTERM or
 /// ctrl-c and every accepted request is answered.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let name = model_name(&args.model)?;
     eprintln!("hrx serve: loading {name}: preparing every pool");
-    let served = devices::load(args).and_then(|replicas| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("hrx-serve")
-            .build()
-            .map_err(|e| Error::msg(format!("cannot start the server's runtime: {e}")))?;
-        runtime.block_on(serve(args, replicas, name))
-        // The runtime drops here with every task, and with them every
-        // handle of the replicas.
-    });
-    teardown::wait_for_batchers(TEARDOWN_LIMIT);
-    served
+    let replicas = devices::load(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("hrx-serve")
+        .build()
+        .map_err(|e| Error::msg(format!("cannot start the server's runtime: {e}")))?;
+    runtime.block_on(serve(args, replicas, name))
+    // The runtime drops here with its tasks and their handles of the
+    // replicas; dropping the last one waits for the embedders to release
+    // their device work.
 }
 
 async fn serve(args: &ServeArgs, replicas: Replicas, name: String) -> Result<()> {
