@@ -360,7 +360,7 @@ fn choose(
         .then(|| coop_tiles_for(target, m, n, batch))
         .flatten();
     let load = b_load(input, b);
-    let few = k > 0 && m <= gemv_max_rows(coop.is_some());
+    let few = k > 0 && m <= gemv_max_rows(coop.is_some(), batch);
     let dot = few
         && m <= dot_max_rows(coop.is_some())
         && load != BLoad::Quad16

@@ -111,16 +111,22 @@ pub(crate) fn b_load(input: DType, b: &BLayout) -> BLoad {
 /// The largest m the decode kernel is chosen for. Row tiles of the same
 /// columns are neighbours in dispatch order, so they run together and B
 /// comes from DRAM about once, the other tiles reading it from L2.
-/// Without cooperative matrices that beats the tiled kernel up to 128
-/// rows (lavapipe: 16 rows 0.18 s against 1.3 s for 32 rows tiled, k = n =
-/// 4096; H200, a 128-token sentence through an f32 BERT encoder, n of 384
-/// to 1536: 0.45 ms of matmuls against 2.0 ms tiled). Where a cooperative-matrix kernel exists it takes over from 4
+/// Without cooperative matrices that beats the tiled kernel up to 64 rows
+/// (lavapipe: 16 rows 0.18 s against 1.3 s for 32 rows tiled, k = n =
+/// 4096), and up to 128 rows of an unbatched product (H200, a 128-token
+/// sentence through an f32 BERT encoder, n of 384 to 1536: 0.45 ms of
+/// matmuls against 2.0 ms tiled); a batch of them (attention's per-head
+/// products) gives the tiled kernel workgroups enough. Where a cooperative-matrix kernel exists it takes over from 4
 /// rows: on the H200 (k = n = 4096) the decode kernel's time grows with m
 /// (its multiply-adds grow with m), about 9.6 / 10.5 / 15.4 us for 1 / 2 /
 /// 4 rows, while the split-k kernel pads to 16 rows and takes about 14 us
 /// for any of them (the two tie near 3 rows).
-pub(crate) fn gemv_max_rows(coop: bool) -> usize {
-    if coop { 3 } else { 128 }
+pub(crate) fn gemv_max_rows(coop: bool, batch: usize) -> usize {
+    match (coop, batch) {
+        (true, _) => 3,
+        (false, 0 | 1) => 128,
+        (false, _) => 64,
+    }
 }
 
 /// Workgroup shape of the decode kernel.
