@@ -58,6 +58,7 @@ async fn a_full_queue_answers_429_with_retry_after() {
         .metrics_until(Duration::from_secs(30), |m| {
             metric(m, "hrx_embedding_requests_in_flight", &[]) == 0.0
                 && metric(m, "hrx_replica_in_flight_sentences", &[]) == 0.0
+                && metric(m, "hrx_queue_depth", &[]) == 0.0
         })
         .await;
     let counted = metric(

@@ -119,12 +119,22 @@ fn decode_kernel_is_chosen_for_few_rows() {
         };
         assert_eq!(name, expected, "{rows} rows");
     }
-    let a = input(DType::F16, &[129, 64], &[0.5; 129 * 64], Placement::Contiguous);
+    let a = input(
+        DType::F16,
+        &[129, 64],
+        &[0.5; 129 * 64],
+        Placement::Contiguous,
+    );
     let name = ops()
         .matmul_kernel(&a, &bh, MatmulOptions::default())
         .unwrap();
     assert_ne!(name, "decode (16-byte loads)");
-    let a = input(DType::F32, &[129, 64], &[0.5; 129 * 64], Placement::Contiguous);
+    let a = input(
+        DType::F32,
+        &[129, 64],
+        &[0.5; 129 * 64],
+        Placement::Contiguous,
+    );
     let name = ops()
         .matmul_kernel(&a, &b, MatmulOptions::default())
         .unwrap();

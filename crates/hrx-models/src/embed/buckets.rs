@@ -19,8 +19,14 @@ pub struct Bucket {
 /// last bucket even when it is no power of two). Each bucket's batch is
 /// `max_batch`, cut so that its largest tensor (the attention scores, the
 /// feed-forward activations) fits one storage binding of
-/// `max_binding_bytes`.
-pub fn plan(config: &BertConfig, max_batch: usize, max_binding_bytes: u64) -> Result<Vec<Bucket>> {
+/// `max_binding_bytes`, and its attention rows (`batch x heads x seq`, a
+/// workgroup each in the row kernels) fit `max_groups` workgroups.
+pub fn plan(
+    config: &BertConfig,
+    max_batch: usize,
+    max_binding_bytes: u64,
+    max_groups: u64,
+) -> Result<Vec<Bucket>> {
     if max_batch == 0 {
         return Err(Error::msg("the batch must hold at least one sentence"));
     }
@@ -43,10 +49,11 @@ pub fn plan(config: &BertConfig, max_batch: usize, max_binding_bytes: u64) -> Re
             .max()
             .unwrap_or(0) as u64
                 * 4;
-            let fits = (max_binding_bytes / widest.max(1)) as usize;
+            let rows = (config.heads * seq) as u64;
+            let fits = (max_binding_bytes / widest.max(1)).min(max_groups / rows.max(1)) as usize;
             if fits == 0 {
                 return Err(Error::msg(format!(
-                    "one sentence of {seq} tokens needs {widest} bytes in one binding; the device binds at most {max_binding_bytes}"
+                    "one sentence of {seq} tokens needs {widest} bytes in one binding and {rows} workgroups; the device binds at most {max_binding_bytes} bytes and launches {max_groups} workgroups"
                 )));
             }
             Ok(Bucket {
@@ -85,19 +92,19 @@ mod tests {
 
     #[test]
     fn powers_of_two_up_to_the_limit() {
-        let seqs: Vec<usize> = plan(&config(256), 8, u64::MAX)
+        let seqs: Vec<usize> = plan(&config(256), 8, u64::MAX, u64::MAX)
             .unwrap()
             .iter()
             .map(|b| b.seq)
             .collect();
         assert_eq!(seqs, [16, 32, 64, 128, 256]);
-        let seqs: Vec<usize> = plan(&config(200), 8, u64::MAX)
+        let seqs: Vec<usize> = plan(&config(200), 8, u64::MAX, u64::MAX)
             .unwrap()
             .iter()
             .map(|b| b.seq)
             .collect();
         assert_eq!(seqs, [16, 32, 64, 128, 200]);
-        let seqs: Vec<usize> = plan(&config(8), 8, u64::MAX)
+        let seqs: Vec<usize> = plan(&config(8), 8, u64::MAX, u64::MAX)
             .unwrap()
             .iter()
             .map(|b| b.seq)
@@ -108,11 +115,15 @@ mod tests {
     #[test]
     fn batches_fit_one_binding() {
         // lavapipe binds 128 MiB: 256-token scores take 3 MiB a sentence.
-        let buckets = plan(&config(256), 64, 128 << 20).unwrap();
+        let buckets = plan(&config(256), 64, 128 << 20, u64::MAX).unwrap();
         assert_eq!(buckets[0].batch, 64);
         assert_eq!(buckets[4].batch, 42);
-        assert!(plan(&config(256), 1, 1 << 20).is_err());
-        assert!(plan(&config(256), 0, u64::MAX).is_err());
+        assert!(plan(&config(256), 1, 1 << 20, u64::MAX).is_err());
+        assert!(plan(&config(256), 0, u64::MAX, u64::MAX).is_err());
+        // lavapipe launches 65,535 workgroups a dimension: 12 heads x 256
+        // rows a sentence leave room for 21.
+        let buckets = plan(&config(256), 32, 128 << 20, 65_535).unwrap();
+        assert_eq!((buckets[3].batch, buckets[4].batch), (32, 21));
         assert_eq!(pick(&buckets, 17), Some(1));
         assert_eq!(pick(&buckets, 257), None);
     }

@@ -217,6 +217,7 @@ impl SentenceEmbedder {
             encoder.config(),
             options.max_batch,
             target.max_storage_buffer_range,
+            u64::from(target.max_workgroup_count[0]),
         )?;
         let encoder = Arc::new(encoder);
         let stats = Arc::new(Stats::default());
@@ -320,9 +321,14 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            self.queue_for(&tokens)?
-                .blocking_send(job)
-                .map_err(|_| closed())?;
+            let queue = self.queue_for(&tokens)?;
+            // Counted while it waits for room too; uncounted if it never
+            // gets in.
+            self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
+            if queue.blocking_send(job).is_err() {
+                self.inner.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                return Err(closed());
+            }
             pending.push((tokens, reply));
         }
         pending
@@ -346,10 +352,15 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            self.queue_for(&tokens)?
-                .send(job)
+            // Room first, then count and send with no await in between, so
+            // a caller dropped while waiting leaves no count behind.
+            let permit = self
+                .queue_for(&tokens)?
+                .reserve()
                 .await
                 .map_err(|_| closed())?;
+            self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
+            permit.send(job);
             pending.push((tokens, reply));
         }
         let mut out = Vec::with_capacity(pending.len());
@@ -367,14 +378,17 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            self.queue_for(&tokens)?
-                .try_send(job)
+            let permit = self
+                .queue_for(&tokens)?
+                .try_reserve()
                 .map_err(|e| match e {
-                    mpsc::error::TrySendError::Full(_) => {
+                    mpsc::error::TrySendError::Full(()) => {
                         Error::Busy("the embedding queue is full".into())
                     }
-                    mpsc::error::TrySendError::Closed(_) => closed(),
+                    mpsc::error::TrySendError::Closed(()) => closed(),
                 })?;
+            self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
+            permit.send(job);
             pending.push((tokens, reply));
         }
         let mut out = Vec::with_capacity(pending.len());
@@ -426,7 +440,6 @@ impl SentenceEmbedder {
         }
         self.inner.encoder.check_ids(tokens)?;
         let (reply, receiver) = oneshot::channel();
-        self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
         Ok((
             Job {
                 ids: tokens.to_vec(),
