@@ -352,23 +352,15 @@ impl SentenceEmbedder {
         let mut pending = Vec::with_capacity(ids.len());
         for tokens in ids {
             let (job, reply) = self.job(&tokens)?;
-            // Room first, then count and send with no await in between, so
-            // a caller dropped while waiting leaves no count behind.
             let permit = self
                 .queue_for(&tokens)?
                 .reserve()
                 .await
                 .map_err(|_| closed())?;
-            self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
-            permit.send(job);
+            self.send(permit, job);
             pending.push((tokens, reply));
         }
-        let mut out = Vec::with_capacity(pending.len());
-        for (tokens, reply) in pending {
-            let vector = reply.await.map_err(|_| closed())??;
-            out.push(Embedding { tokens, vector });
-        }
-        Ok(out)
+        answers(pending).await
     }
 
     /// Like [`embed_ids_async`](Self::embed_ids_async), but a full queue
@@ -387,16 +379,10 @@ impl SentenceEmbedder {
                     }
                     mpsc::error::TrySendError::Closed(()) => closed(),
                 })?;
-            self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
-            permit.send(job);
+            self.send(permit, job);
             pending.push((tokens, reply));
         }
-        let mut out = Vec::with_capacity(pending.len());
-        for (tokens, reply) in pending {
-            let vector = reply.await.map_err(|_| closed())??;
-            out.push(Embedding { tokens, vector });
-        }
-        Ok(out)
+        answers(pending).await
     }
 
     /// The naive path, for comparison: build and prepare a one-slot pool
@@ -417,6 +403,13 @@ impl SentenceEmbedder {
         Ok(Embedding { tokens, vector })
     }
 
+    /// Count `job` as queued and send it through the room `permit` holds:
+    /// no await in between, so a caller that goes away leaves no count.
+    fn send(&self, permit: mpsc::Permit<'_, Job>, job: Job) {
+        self.inner.stats.queued.fetch_add(1, Ordering::Relaxed);
+        permit.send(job);
+    }
+
     fn tokenize_all(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         texts.iter().map(|t| self.tokenize(t)).collect()
     }
@@ -434,7 +427,7 @@ impl SentenceEmbedder {
     }
 
     /// A job for `tokens` (checked) and the receiver of its result.
-    fn job(&self, tokens: &[u32]) -> Result<(Job, oneshot::Receiver<Result<Vec<f32>>>)> {
+    fn job(&self, tokens: &[u32]) -> Result<(Job, Reply)> {
         if tokens.is_empty() {
             return Err(Error::msg("a sentence needs at least one token"));
         }
@@ -448,6 +441,19 @@ impl SentenceEmbedder {
             receiver,
         ))
     }
+}
+
+/// Where a queued sentence's embedding arrives.
+type Reply = oneshot::Receiver<Result<Vec<f32>>>;
+
+/// The embeddings of `pending` sentences, in order, as they are answered.
+async fn answers(pending: Vec<(Vec<u32>, Reply)>) -> Result<Vec<Embedding>> {
+    let mut out = Vec::with_capacity(pending.len());
+    for (tokens, reply) in pending {
+        let vector = reply.await.map_err(|_| closed())??;
+        out.push(Embedding { tokens, vector });
+    }
+    Ok(out)
 }
 
 fn too_long(tokens: usize, limit: usize) -> Error {
