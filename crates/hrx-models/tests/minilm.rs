@@ -6,14 +6,16 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
+mod minilm_common;
+
 use hrx_core::Error;
 use hrx_inference::ModelContext;
 use hrx_models::bert::Precision;
 use hrx_models::embed::{EmbedderOptions, Embedding, SentenceEmbedder};
 use hrx_runtime::RuntimeOptions;
+use minilm_common::model_dir;
 use serde::Deserialize;
 use std::{
-    path::PathBuf,
     sync::{Arc, OnceLock},
     time::Duration,
 };
@@ -35,21 +37,6 @@ struct Sentence {
 struct Pair {
     a: usize,
     b: usize,
-}
-
-/// `target/models/all-MiniLM-L6-v2`, or the folder `HRX_MINILM_DIR`
-/// names (where the tests run away from the checkout).
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("HRX_MINILM_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2"),
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "model files missing in {}: run `cargo xtask models`",
-        dir.display()
-    );
-    dir
 }
 
 fn reference() -> &'static Reference {

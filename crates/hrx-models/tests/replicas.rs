@@ -6,24 +6,13 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
+mod minilm_common;
+
 use hrx_inference::ModelContext;
 use hrx_models::embed::{EmbedderOptions, Replicas};
 use hrx_runtime::{Fault, RuntimeOptions};
-use std::{path::PathBuf, time::Duration};
-
-/// `target/models/all-MiniLM-L6-v2`, or the folder `HRX_MINILM_DIR` names.
-fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("HRX_MINILM_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/all-MiniLM-L6-v2"),
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "model files missing in {}: run `cargo xtask models`",
-        dir.display()
-    );
-    dir
-}
+use minilm_common::model_dir;
+use std::time::Duration;
 
 /// Small pools: batches of up to 4, one slot, prepared on first use.
 fn options() -> EmbedderOptions {
