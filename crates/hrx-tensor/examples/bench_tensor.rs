@@ -1,5 +1,5 @@
 //! The tensor operator benchmark: hrx's operators against PyTorch on the
-//! same shapes, run side by side in one device call.
+//! same shapes, run side by side on the same machine.
 //!
 //! Each case (add and GELU of 2^28 f32, softmax and layer norm of
 //! 8192x8192 f32, matmul 8192^3 in f32 and f16, decode matmuls m in
