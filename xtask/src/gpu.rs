@@ -4,17 +4,17 @@ use std::{path::Path, process::Command};
 
 /// Where the test binaries for the GPU machine are gathered (git-ignored).
 const STAGE: &str = ".gpu-bin/tests";
-/// Their archive, what the device call carries.
+/// Their archive, what is copied to the GPU machine.
 const PACK: &str = ".gpu-pack/tests.tar.xz";
-/// What `.gpu-pack` may hold: the device tool carries 64 MiB in all, and
-/// `.gl` takes about 6.
-const CARRY_LIMIT: u64 = 56 << 20;
+/// What `.gpu-pack` may hold, so that the packs stay quick to copy to the
+/// GPU machine together with a Vulkan loader.
+const PACK_LIMIT: u64 = 56 << 20;
 /// Test binaries that need the MiniLM model folder.
 const MODEL_TESTS: [&str; 2] = ["minilm", "tokenizer"];
 
 /// Build the device-using crates' test binaries in release, gather them under
 /// `.gpu-bin/tests/`, pack them into `.gpu-pack/tests.tar.xz`, and print the
-/// one `device` call that runs them on the H200.
+/// command that runs them on a machine with a GPU.
 pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
     let binaries = test_binaries(
         root,
@@ -52,7 +52,7 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
         }
         let staged = stage.join(&name);
         std::fs::copy(binary, &staged).map_err(|e| format!("copy {binary}: {e}"))?;
-        // Debug info would blow the device tool's 64 MiB carry limit.
+        // Debug info would make the pack several times larger.
         let _ = Command::new("strip").arg(&staged).status();
         names.push(name);
     }
@@ -69,26 +69,24 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
         "grep -E '^test result|FAILED|panicked' \"${OUT:-.}/gpu-test.log\"\nexit $status\n",
     );
     std::fs::write(stage.join("run.sh"), script).map_err(|e| e.to_string())?;
-    // Stripped, the binaries still exceed what a device call carries;
-    // compressed they fit.
+    // Stripped, the binaries are still large; compressed they stay small
+    // enough to copy.
     let size = pack(root, STAGE, PACK)?;
     println!(
-        "Packed {} test binaries into {PACK} ({:.1} MiB). Run them on the H200 with one device call:\n",
+        "Packed {} test binaries into {PACK} ({:.1} MiB). On a machine with a GPU, a Vulkan\n\
+         loader and the GPU's driver (no Rust toolchain needed), from a copy of this folder:\n",
         names.len(),
         size as f64 / (1 << 20) as f64
     );
-    println!("  carry: [\".gl\", \".gpu-pack\"]");
+    println!("  tar xJf {PACK} && HRX_VALIDATION=0 bash {STAGE}/run.sh");
     println!(
-        "  command: tar xJf {PACK} && source .gl/enter.sh; HRX_VALIDATION=0 bash {STAGE}/run.sh"
-    );
-    println!(
-        "\n(.gl comes from ../shared/gpu/prepare; the H200 has no validation layers, so they run without.)"
+        "\n(without validation layers there, HRX_VALIDATION=0 keeps the tests from asking for them)"
     );
     Ok(())
 }
 
 /// Archive `stage` (relative to `root`) as `pack` with `tar | xz`, check
-/// that `.gpu-pack` still fits a device call's carry, and return the
+/// that `.gpu-pack` stays within its size limit, and return the
 /// archive's size in bytes.
 pub(crate) fn pack(root: &Path, stage: &str, pack: &str) -> Result<u64, String> {
     let archive = root.join(pack);
@@ -104,14 +102,14 @@ pub(crate) fn pack(root: &Path, stage: &str, pack: &str) -> Result<u64, String> 
     if !status.success() {
         return Err(format!("packing {stage} into {pack} failed ({status})"));
     }
-    // Everything in .gpu-pack travels (other packs too, if they are there).
-    let carried = bytes_under(&root.join(".gpu-pack"));
-    if carried > CARRY_LIMIT {
+    // Everything in .gpu-pack is copied (other packs too, if they are there).
+    let packed = bytes_under(&root.join(".gpu-pack"));
+    if packed > PACK_LIMIT {
         return Err(format!(
-            ".gpu-pack holds {} MiB, over the {} MiB a carry leaves beside .gl; \
+            ".gpu-pack holds {} MiB, over its {} MiB limit; \
              move the other packs out of it",
-            carried >> 20,
-            CARRY_LIMIT >> 20
+            packed >> 20,
+            PACK_LIMIT >> 20
         ));
     }
     Ok(std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0))

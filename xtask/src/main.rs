@@ -27,14 +27,14 @@ cargo xtask <task>
   setup            check for (and, as root on Debian/Ubuntu, install) the Vulkan
                    driver, validation layers and spirv-tools
   gpu-test         build the GPU test tier in release, pack it into
-                   .gpu-pack/tests.tar.xz and print the `device` call that
-                   runs it on the H200
+                   .gpu-pack/tests.tar.xz and print how to run it on a
+                   machine with a GPU and no Rust toolchain
   bench [suite]    run the benchmark suites here in release (all, or one of
                    runtime, loom, tensor, inference, models, wgpu; --quick for fewer
                    iterations); writes target/bench/*.json and summary.md
   gpu-bench        pack every benchmark, the wgpu peer and the PyTorch
                    baselines as release binaries (.gpu-pack/bench.tar.xz) and
-                   print the `device` call that runs them all on the H200
+                   print how to run them all on a machine with a GPU
   bench-summary [dir]  summary.md from the JSON files in dir (target/bench)
   gen-copy-kernel  regenerate the runtime's built-in copy kernel SPIR-V
   fuzz [secs]      fuzz the loom front end and verifier with cargo-fuzz

@@ -1,6 +1,6 @@
 //! `cargo xtask gpu-bench`: the whole benchmark suite as one pack of
 //! stripped release binaries for the GPU machine (which has no cargo and no
-//! network), and the one `device` call that runs it.
+//! network), and the command that runs it there.
 
 use super::{PEER, SUITES, example};
 use crate::cargo;
@@ -12,7 +12,7 @@ use std::{
 
 /// Where the pack is staged, under the git-ignored `.gpu-bin/`.
 const STAGE: &str = ".gpu-bin/bench";
-/// The compressed pack, what the device call carries.
+/// The compressed pack, what is copied to the GPU machine.
 const PACK: &str = ".gpu-pack/bench.tar.xz";
 /// Seconds each program may run there: six of them stay under the device
 /// tool's 10-minute limit per call even if one hangs.
@@ -33,7 +33,7 @@ const MODEL_FILES: [&str; 6] = [
 ];
 
 /// Copy `binary` into the stage as `name`, stripped (debug info would blow
-/// the carry limit).
+/// the pack's size limit).
 fn stage_binary(stage: &Path, binary: &Path, name: &str) -> Result<(), String> {
     let staged = stage.join(name);
     std::fs::copy(binary, &staged).map_err(|e| format!("copy {}: {e}", binary.display()))?;
@@ -187,17 +187,15 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
 
     let size = crate::gpu::pack(root, STAGE, PACK)?;
     println!(
-        "Packed {} into {PACK} ({:.1} MiB). Run the whole suite on the H200 with one device call:\n",
+        "Packed {} into {PACK} ({:.1} MiB). On a machine with a GPU, a Vulkan loader and the\n\
+         GPU's driver (no Rust toolchain needed), from a copy of this folder:\n",
         packed.join(", "),
         size as f64 / (1 << 20) as f64
     );
-    println!("  carry: [\".gl\", \".gpu-pack\"]");
+    println!("  tar xJf {PACK} && HRX_VALIDATION=0 bash {STAGE}/run.sh");
     println!(
-        "  command: tar xJf {PACK} && source .gl/enter.sh; HRX_VALIDATION=0 bash {STAGE}/run.sh"
-    );
-    println!(
-        "\nIt writes <suite>.json, <suite>.log and summary.md to $OUT and prints the summary last.\n\
-         (.gl comes from ../shared/gpu/prepare.)"
+        "\nIt writes <suite>.json, <suite>.log and summary.md to $OUT (else ./out) and prints the \
+         summary last."
     );
     Ok(())
 }
