@@ -77,28 +77,103 @@ pub mod codes {
 /// input helps nobody and costs time.
 pub const MAX_DIAGNOSTICS: usize = 64;
 
+/// Longest excerpt line shown, in characters: a diagnostic on a very long
+/// line shows a window around the span, so a flood of errors on one
+/// megabyte-long line stays small.
+pub const MAX_EXCERPT_CHARS: usize = 120;
+
+/// Characters of context kept before the span in a shortened excerpt.
+const CONTEXT_BEFORE: usize = 40;
+
+/// Where the lines of a source start. A line ends at `\n`, `\r\n` or a lone
+/// `\r`, so files with any of the three conventions number their lines as
+/// an editor does.
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Index the lines of `source` (one pass).
+    pub fn new(source: &str) -> Self {
+        let bytes = source.as_bytes();
+        let mut starts = vec![0];
+        for (i, b) in bytes.iter().enumerate() {
+            let ends_line = *b == b'\n' || (*b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            if ends_line {
+                starts.push(i + 1);
+            }
+        }
+        LineIndex { starts }
+    }
+
+    /// The 0-based line holding byte `at`, and the byte where it starts.
+    fn line_of(&self, at: usize) -> (usize, usize) {
+        let line = self.starts.partition_point(|s| *s <= at).saturating_sub(1);
+        (line, self.starts.get(line).copied().unwrap_or(0))
+    }
+
+    /// The byte where the text of the line starting at `line_start` ends
+    /// (before its line break).
+    fn line_end(source: &str, line_start: usize) -> usize {
+        source[line_start..]
+            .find(['\n', '\r'])
+            .map_or(source.len(), |i| line_start + i)
+    }
+}
+
 /// Build a diagnostic for `span` of `source`.
 pub fn diagnostic(source: &str, span: Span, code: &'static str, message: String) -> Diagnostic {
+    diagnostic_in(source, &LineIndex::new(source), span, code, message)
+}
+
+/// [`diagnostic`] with the source's lines already indexed.
+pub fn diagnostic_in(
+    source: &str,
+    lines: &LineIndex,
+    span: Span,
+    code: &'static str,
+    message: String,
+) -> Diagnostic {
     let start = clamp_to_char(source, span.start);
-    let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = source[start..]
-        .find('\n')
-        .map_or(source.len(), |i| start + i);
-    let line_no = source[..start].matches('\n').count() + 1;
+    let (line, line_start) = lines.line_of(start);
+    let line_end = LineIndex::line_end(source, line_start).max(start);
     let column = source[line_start..start].chars().count() + 1;
-    let text = source[line_start..line_end].trim_end_matches('\r');
     let end = clamp_to_char(source, span.end.min(line_end)).max(start);
-    let width = source[start..end].chars().count().max(1);
-    let pad: String = source[line_start..start]
+    // A window of the line around the span, at most MAX_EXCERPT_CHARS wide.
+    let mut from = line_start;
+    let mut prefix = "";
+    if column > CONTEXT_BEFORE + 1 && line_end - line_start > MAX_EXCERPT_CHARS {
+        from = source[..start]
+            .char_indices()
+            .rev()
+            .nth(CONTEXT_BEFORE - 1)
+            .map_or(line_start, |(i, _)| i.max(line_start));
+        prefix = "...";
+    }
+    let budget = MAX_EXCERPT_CHARS.saturating_sub(prefix.len());
+    let shown_end = source[from..line_end]
+        .char_indices()
+        .nth(budget)
+        .map_or(line_end, |(i, _)| from + i);
+    let suffix = if shown_end < line_end { "..." } else { "" };
+    let text = &source[from..shown_end];
+    let caret_end = end.min(shown_end).max(start);
+    let width = source[start..caret_end].chars().count().max(1);
+    let pad: String = prefix
         .chars()
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .map(|_| ' ')
+        .chain(
+            source[from..start]
+                .chars()
+                .map(|c| if c == '\t' { '\t' } else { ' ' }),
+        )
         .collect();
     Diagnostic {
         code,
         message,
-        line: u32::try_from(line_no).unwrap_or(u32::MAX),
+        line: u32::try_from(line + 1).unwrap_or(u32::MAX),
         column: u32::try_from(column).unwrap_or(u32::MAX),
-        excerpt: format!("{text}\n{pad}{}", "^".repeat(width)),
+        excerpt: format!("{prefix}{text}{suffix}\n{pad}{}", "^".repeat(width)),
     }
 }
 
@@ -160,15 +235,17 @@ impl Diagnostics {
     /// Every error as one [`Error::Compile`] (sorted by position).
     pub fn into_error(mut self, source: &str) -> Error {
         self.items.sort_by_key(|(span, _, _)| span.start);
+        let lines = LineIndex::new(source);
         let mut out: Vec<Diagnostic> = self
             .items
             .into_iter()
-            .map(|(span, code, message)| diagnostic(source, span, code, message))
+            .map(|(span, code, message)| diagnostic_in(source, &lines, span, code, message))
             .collect();
         if self.overflowed {
             let end = Span::new(source.len(), source.len());
-            out.push(diagnostic(
+            out.push(diagnostic_in(
                 source,
+                &lines,
                 end,
                 codes::TOO_MANY_ERRORS,
                 format!("too many errors; only the first {MAX_DIAGNOSTICS} are shown"),
@@ -198,5 +275,29 @@ mod tests {
         assert_eq!((d.line, d.column), (1, 1));
         let d = diagnostic("", Span::new(5, 5), "E0000", "m".into());
         assert_eq!(d.line, 1);
+    }
+
+    #[test]
+    fn every_line_ending_counts() {
+        for src in ["a\nb\nbad", "a\r\nb\r\nbad", "a\rb\rbad"] {
+            let at = src.find("bad").unwrap();
+            let d = diagnostic(src, Span::new(at, at + 3), "E0000", "m".into());
+            assert_eq!((d.line, d.column), (3, 1), "{src:?}");
+            assert_eq!(d.excerpt, "bad\n^^^", "{src:?}");
+        }
+    }
+
+    #[test]
+    fn a_long_line_shows_a_window_around_the_span() {
+        let src = format!("{}BAD{}\n", "x".repeat(1_000_000), "y".repeat(1_000_000));
+        let at = 1_000_000;
+        let d = diagnostic(&src, Span::new(at, at + 3), "E0000", "m".into());
+        assert_eq!((d.line, d.column), (1, 1_000_001));
+        let (text, caret) = d.excerpt.split_once('\n').unwrap();
+        assert!(text.chars().count() <= MAX_EXCERPT_CHARS + 3, "{text}");
+        assert!(text.starts_with("...") && text.ends_with("..."), "{text}");
+        let caret_at = caret.find('^').unwrap();
+        assert_eq!(&text[caret_at..caret_at + 3], "BAD");
+        assert_eq!(caret.trim_start(), "^^^");
     }
 }

@@ -225,6 +225,55 @@ fn barrier_under_a_loop_carried_divergent_value() {
 }
 
 #[test]
+fn divergence_through_a_long_chain_of_loop_carried_values() {
+    // %a0 <- %a1 <- ... <- %aN <- %i: divergence reaches %a0 only after N
+    // steps around the loop, and %a0 guards a barrier. The solver must
+    // follow the whole chain (and, being linear, does it quickly).
+    let links = 2000;
+    let args: Vec<String> = (0..links).map(|k| format!("%a{k} = %c0 : index")).collect();
+    let types = vec!["index"; links].join(", ");
+    let mut body: Vec<String> = Vec::new();
+    let mut yields = Vec::new();
+    for k in 0..links {
+        let from = if k + 1 < links {
+            format!("%a{}", k + 1)
+        } else {
+            "%i".to_string()
+        };
+        body.push(format!("    %b{k} = index.add {from}, %c0 : index"));
+        yields.push(format!("%b{k}"));
+    }
+    let results: Vec<String> = (0..links).map(|k| format!("%r{k}")).collect();
+    let src = kernel(
+        "",
+        &format!(
+            "  %c0 = index.constant 0 : index
+  %c1 = index.constant 1 : index
+  {} = scf.for %j = [%c0 to %n step %c1]({}) -> ({types}) {{
+    %p = index.cmp ult, %a0, %n : index
+    scf.if %p {{
+      kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+    }}
+{}
+    scf.yield {} : {types}
+  }}",
+            results.join(", "),
+            args.join(", "),
+            body.join("\n"),
+            yields.join(", "),
+        ),
+    );
+    assert_diag(
+        &one_error(&src),
+        "E0401",
+        "divergent control flow",
+        &src,
+        "kernel.barrier",
+        0,
+    );
+}
+
+#[test]
 fn barrier_in_uniform_control_flow_is_accepted() {
     let src = kernel(
         "",
@@ -626,4 +675,32 @@ fn unpackf16_takes_a_word() {
         "vector.unpackf16",
         0,
     );
+}
+
+#[test]
+fn line_numbers_agree_for_every_line_ending() {
+    let unix = kernel("", "  %x = view.load %v[%i] : view<[%n]xf32> -> f64");
+    let expected = position(&unix, "f64", 0);
+    for ending in ["\r\n", "\r"] {
+        let src = unix.replace('\n', ending);
+        let d = one_error(&src);
+        assert_eq!(d.code, "E0303", "{ending:?}: {d:#?}");
+        assert_eq!((d.line, d.column), expected, "{ending:?}");
+    }
+}
+
+#[test]
+fn errors_on_a_huge_line_stay_small() {
+    // Thousands of bad ops on one line: the report is capped in count and
+    // each excerpt in width, so its size does not grow with the line.
+    let bad_ops = "%x = index.bogus %n : index ".repeat(20_000);
+    let src = kernel("", &format!("  {bad_ops}"));
+    let d = errors(&src);
+    assert!(
+        d.len() <= hrx_loom::diag::MAX_DIAGNOSTICS + 1,
+        "{}",
+        d.len()
+    );
+    let total: usize = d.iter().map(|d| d.excerpt.len() + d.message.len()).sum();
+    assert!(total < 64 * 1024, "{total} bytes of diagnostics");
 }

@@ -83,7 +83,9 @@ pub fn lex(source: &str, diags: &mut Diagnostics) -> Vec<Token> {
         let c = bytes[i];
         let start = i;
         let kind = match c {
-            b'\n' => {
+            // A line ends at `\n`, `\r\n` or a lone `\r` (old Mac files);
+            // the `\r` of `\r\n` is plain whitespace.
+            b'\n' | b'\r' if c == b'\n' || bytes.get(i + 1) != Some(&b'\n') => {
                 line = line.saturating_add(1);
                 i += 1;
                 continue;
@@ -93,7 +95,7 @@ pub fn lex(source: &str, diags: &mut Diagnostics) -> Vec<Token> {
                 continue;
             }
             b'/' if bytes.get(i + 1) == Some(&b'/') => {
-                while i < bytes.len() && bytes[i] != b'\n' {
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
                     i += 1;
                 }
                 continue;

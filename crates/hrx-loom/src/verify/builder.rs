@@ -83,12 +83,12 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn pop_scope(&mut self) {
-        self.scopes.pop();
+        self.scopes.pop(&self.names);
     }
 
     /// Resolve a use of `%name`.
     pub(super) fn use_value(&mut self, name: &Ident) -> Option<ValueId> {
-        match self.scopes.lookup(&name.text, &self.names) {
+        match self.scopes.lookup(&name.text) {
             Ok(id) => Some(id),
             Err(Unresolved::OutOfRegion) => {
                 self.error(

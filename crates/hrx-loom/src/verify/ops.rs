@@ -168,7 +168,7 @@ impl Builder<'_> {
     /// Bind the names of a failed op with unknown types (no cascade).
     pub(super) fn define_failed(&mut self, op: &ast::Op) {
         for name in &op.results {
-            if self.scopes.lookup(&name.text, &self.names).is_err() {
+            if self.scopes.lookup(&name.text).is_err() {
                 self.define(Some(name), None, op.span);
             }
         }

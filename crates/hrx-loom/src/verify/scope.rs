@@ -8,20 +8,24 @@
 //! sibling region may reuse a name once the first region has closed.
 
 use crate::ir::ValueId;
+use std::collections::{HashMap, HashSet};
 
-/// Scopes of one function: a flat list of visible values with one mark per
-/// open region. Names live in the builder's value table (`names`), so
-/// binding a name allocates nothing and lookups compare strings directly
-/// (functions are small; a reverse scan beats hashing).
+/// Scopes of one function: the visible values in definition order with one
+/// mark per open region, and an index from name to visible value. Because
+/// no name may be redefined while visible, each name maps to at most one
+/// value, so lookup and definition cost one hash probe whatever the size of
+/// the function (a scan of the visible values made long kernels quadratic).
 #[derive(Debug)]
 pub(super) struct Scopes {
     /// Visible values, outermost first.
     visible: Vec<ValueId>,
+    /// The visible value of each name.
+    by_name: HashMap<String, ValueId>,
     /// Where each open scope starts in `visible` (innermost last).
     marks: Vec<usize>,
-    /// Values whose region has closed (for a better message than
+    /// Names of values whose region has closed (for a better message than
     /// "undefined").
-    closed: Vec<ValueId>,
+    closed: HashSet<String>,
 }
 
 impl Default for Scopes {
@@ -47,8 +51,9 @@ impl Scopes {
     pub(super) fn new() -> Self {
         Scopes {
             visible: Vec::with_capacity(32),
+            by_name: HashMap::new(),
             marks: vec![0],
-            closed: Vec::new(),
+            closed: HashSet::new(),
         }
     }
 
@@ -56,26 +61,26 @@ impl Scopes {
         self.marks.push(self.visible.len());
     }
 
-    /// Close the innermost scope (never the outermost).
-    pub(super) fn pop(&mut self) {
+    /// Close the innermost scope (never the outermost); `names` is the
+    /// value table.
+    pub(super) fn pop(&mut self, names: &[String]) {
         if self.marks.len() > 1
             && let Some(mark) = self.marks.pop()
         {
-            self.closed.extend(self.visible.drain(mark..));
+            for id in self.visible.drain(mark..) {
+                let name = name_of(names, id);
+                self.by_name.remove(name);
+                self.closed.insert(name.to_string());
+            }
         }
     }
 
-    /// The visible value named `name`; `names` is the value table.
-    pub(super) fn lookup(&self, name: &str, names: &[String]) -> Result<ValueId, Unresolved> {
-        if let Some(id) = self
-            .visible
-            .iter()
-            .rev()
-            .find(|id| name_of(names, **id) == name)
-        {
+    /// The visible value named `name`.
+    pub(super) fn lookup(&self, name: &str) -> Result<ValueId, Unresolved> {
+        if let Some(id) = self.by_name.get(name) {
             return Ok(*id);
         }
-        if self.closed.iter().any(|id| name_of(names, *id) == name) {
+        if self.closed.contains(name) {
             Err(Unresolved::OutOfRegion)
         } else {
             Err(Unresolved::Undefined)
@@ -85,9 +90,11 @@ impl Scopes {
     /// Bind value `id` (named `names[id]`) in the innermost scope; `Err`
     /// with the visible value if the name is taken.
     pub(super) fn define(&mut self, id: ValueId, names: &[String]) -> Result<(), ValueId> {
-        if let Ok(existing) = self.lookup(name_of(names, id), names) {
-            return Err(existing);
+        let name = name_of(names, id);
+        if let Some(existing) = self.by_name.get(name) {
+            return Err(*existing);
         }
+        self.by_name.insert(name.to_string(), id);
         self.visible.push(id);
         Ok(())
     }
