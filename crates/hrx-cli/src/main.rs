@@ -66,10 +66,35 @@ fn target(choice: TargetChoice) -> Result<Target, Error> {
     }
 }
 
+/// Read a loom file of at most `limit` bytes: a larger file (or an endless
+/// one such as `/dev/zero`) is refused after reading one byte past the
+/// limit, never read into memory whole.
+fn read_source(path: &std::path::Path, limit: usize) -> Result<String, Error> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| Error::msg(format!("cannot read {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > limit {
+        return Err(Error::msg(format!(
+            "{} is larger than the {limit}-byte limit for loom sources",
+            path.display()
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::msg(format!(
+            "{} is not UTF-8 text (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
 fn compile(c: &CompileArgs) -> Result<(), Error> {
-    let source = std::fs::read_to_string(&c.file)
-        .map_err(|e| Error::msg(format!("cannot read {}: {e}", c.file.display())))?;
     let compiler = Compiler::for_target(None, &target(c.target)?)?;
+    let source = read_source(&c.file, compiler.max_source_bytes())?;
     let module = compiler.module(&source)?;
     let mut spec = Specialization::new(c.kernel.as_str());
     for (k, v) in &c.config {

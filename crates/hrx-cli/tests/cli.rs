@@ -118,6 +118,29 @@ fn unknown_kernel_and_usage_errors_fail_cleanly() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+#[test]
+fn endless_and_non_utf8_sources_are_refused_before_any_work() {
+    let o = hrx()
+        .args(["compile", "/dev/zero", "--kernel", "@k", "-o"])
+        .arg(temp("zero.spv"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("limit"), "{}", text(&o.stderr));
+    let latin1 = temp("latin1.loom");
+    std::fs::write(&latin1, b"// caf\xe9\n").unwrap();
+    let o = hrx()
+        .arg("compile")
+        .arg(&latin1)
+        .args(["--kernel", "@k", "-o"])
+        .arg(temp("latin1.spv"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&latin1);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("not UTF-8"), "{}", text(&o.stderr));
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

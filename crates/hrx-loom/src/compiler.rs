@@ -20,7 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Clone, Debug)]
 pub struct Compiler {
     inner: Arc<Inner>,
+    max_source_bytes: usize,
 }
+
+/// The default of [`Compiler::with_max_source_bytes`]: 16 MiB, about
+/// 400,000 ops, which verify in about two seconds (compile time is linear
+/// in the source's size).
+pub const DEFAULT_MAX_SOURCE_BYTES: usize = 16 << 20;
 
 #[derive(Debug)]
 struct Inner {
@@ -59,7 +65,30 @@ impl Compiler {
                 cache: Cache::new(cache_dir)?,
                 stats: Stats::default(),
             }),
+            max_source_bytes: DEFAULT_MAX_SOURCE_BYTES,
         })
+    }
+
+    /// Refuse sources longer than `bytes` with a compile error (code
+    /// E0107) before any work; the default is [`DEFAULT_MAX_SOURCE_BYTES`].
+    /// A server that compiles kernels from its users sets its own bound.
+    ///
+    /// ```
+    /// use hrx_core::Target;
+    /// let compiler = hrx_loom::Compiler::for_target(None, &Target::lavapipe())
+    ///     .unwrap()
+    ///     .with_max_source_bytes(16);
+    /// let err = compiler.module("// a comment longer than sixteen bytes").unwrap_err();
+    /// assert!(err.to_string().contains("E0107"));
+    /// ```
+    pub fn with_max_source_bytes(mut self, bytes: usize) -> Self {
+        self.max_source_bytes = bytes;
+        self
+    }
+
+    /// The longest source [`Compiler::module`] accepts, in bytes.
+    pub fn max_source_bytes(&self) -> usize {
+        self.max_source_bytes
     }
 
     /// The target this compiler generates code for.
@@ -70,6 +99,19 @@ impl Compiler {
     /// Parse and verify `source`. Errors are [`hrx_core::Error::Compile`]
     /// with every diagnostic found.
     pub fn module(&self, source: &str) -> Result<Module> {
+        if source.len() > self.max_source_bytes {
+            let mut diags = crate::diag::Diagnostics::new();
+            diags.error(
+                crate::front::Span::new(0, 0),
+                crate::diag::codes::SOURCE_TOO_LARGE,
+                format!(
+                    "the source is {} bytes, over this compiler's limit of {} bytes (see Compiler::with_max_source_bytes)",
+                    source.len(),
+                    self.max_source_bytes
+                ),
+            );
+            return Err(diags.into_error(source));
+        }
         let ast = crate::front::parse(source)?;
         let ir = crate::verify::verify(&ast, source)?;
         let mut h = StableHasher::default();

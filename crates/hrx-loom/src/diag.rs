@@ -24,6 +24,8 @@ pub mod codes {
     pub const TOO_DEEP: &str = "E0105";
     /// Too many errors; the rest are not reported.
     pub const TOO_MANY_ERRORS: &str = "E0106";
+    /// A source larger than the compiler's input limit.
+    pub const SOURCE_TOO_LARGE: &str = "E0107";
     /// A value name with no definition.
     pub const UNDEFINED_VALUE: &str = "E0201";
     /// A value name defined twice in the same scope.

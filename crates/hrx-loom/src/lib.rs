@@ -71,5 +71,5 @@ mod runtime_bridge;
 pub mod specialize;
 
 pub use artifact::{Access, Artifact, Binding, PushConstant, ScalarType, ScalarValue};
-pub use compiler::{CacheStats, Compiler, Module};
+pub use compiler::{CacheStats, Compiler, DEFAULT_MAX_SOURCE_BYTES, Module};
 pub use specialize::{ConfigValue, Specialization};
