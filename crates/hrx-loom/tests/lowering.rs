@@ -155,6 +155,55 @@ fn workgroup_memory_is_limited_by_the_target() {
 }
 
 #[test]
+fn workgroup_allocations_near_u32_max_are_refused_not_wrapped() {
+    for bytes in ["4294967295", "4294967290", "4294967280"] {
+        let body = format!(
+            "  %z = index.constant 0 : offset
+  %bytes = index.constant {bytes} : offset
+  %m = buffer.alloca<workgroup> align(16) %bytes : buffer
+  %v = buffer.view %m[%z] : buffer -> view<16xf32>
+  %i = kernel.workitem.id<x> : index
+  %f = scalar.constant 1.0 : f32
+  view.store %f, %v[%i] : f32, view<16xf32>"
+        );
+        let e = compile(&kernel("%n: index", &body)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("E0605") && text.contains(bytes), "{text}");
+    }
+}
+
+#[test]
+fn a_misaligned_constant_view_offset_is_an_error_at_the_view() {
+    let body = "  %off = index.constant 6 : offset
+  %v = buffer.view %b[%off] : buffer -> view<[%n]xf32>
+  %i = kernel.workitem.dispatch.id<x> : index
+  %f = scalar.constant 1.0 : f32
+  view.store %f, %v[%i] : f32, view<[%n]xf32>";
+    let src = kernel("%n: index, %b: buffer", body);
+    let Err(Error::Compile { diagnostics, .. }) = compile(&src) else {
+        panic!("a 6-byte offset into f32 elements compiled");
+    };
+    assert_eq!(diagnostics[0].code, "E0606", "{diagnostics:#?}");
+    assert!(
+        diagnostics[0].excerpt.contains("buffer.view"),
+        "{diagnostics:#?}"
+    );
+}
+
+#[test]
+fn a_bare_barrier_is_a_workgroup_barrier() {
+    let bare = kernel("%n: index", "  kernel.barrier");
+    let tagged = kernel(
+        "%n: index",
+        "  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)",
+    );
+    assert_eq!(
+        compile(&bare).unwrap().spirv(),
+        compile(&tagged).unwrap().spirv()
+    );
+}
+
+#[test]
 fn atomics_with_plain_loads_and_stores_on_one_buffer() {
     let body = "  %z = index.constant 0 : offset
   %v = buffer.view %b[%z] : buffer -> view<[%n]xu32>

@@ -7,7 +7,7 @@
 //! the element size). All arithmetic is `u32` and wraps, as on the device.
 
 use super::plan::Layout;
-use super::{E_WORKGROUP_MEMORY, Global, Lowerer, R, Val, types};
+use super::{E_VIEW_OFFSET, E_WORKGROUP_MEMORY, Global, Lowerer, R, Val, types};
 use crate::front::span::Span;
 use crate::ir::{AtomicOp, BufferRef, Dim, Op, OpKind, Scalar, Type, ValueId, ViewType};
 use naga::{BinaryOperator as B, Expression, Handle, ScalarKind, Statement};
@@ -94,6 +94,12 @@ impl Lowerer<'_> {
         let elem_bytes = vt.elem.bytes();
         let known = self.known.get(off.index()).copied().flatten();
         let (base, base_zero) = match known {
+            Some(b) if b % elem_bytes != 0 => {
+                let msg = format!(
+                    "view byte offset {b} is not a multiple of the element size ({elem_bytes} bytes)"
+                );
+                return Err(self.fail(span, E_VIEW_OFFSET, &msg));
+            }
             Some(b) => (self.lit_u32(b / elem_bytes), b / elem_bytes == 0),
             None => {
                 let o = self.val(off, span)?;
@@ -104,7 +110,13 @@ impl Lowerer<'_> {
         let mut inner_dims = Vec::new();
         for d in vt.dims.iter().skip(1) {
             inner_dims.push(match d {
-                Dim::Static(n) => self.lit_u32(*n as u32),
+                Dim::Static(n) => match u32::try_from(*n) {
+                    Ok(n) => self.lit_u32(n),
+                    Err(_) => {
+                        let msg = format!("view extent {n} does not fit 32 bits");
+                        return Err(self.fail(span, E_VIEW_OFFSET, &msg));
+                    }
+                },
                 Dim::Dynamic(v) => self.val(*v, span)?,
             });
         }
@@ -138,7 +150,17 @@ impl Lowerer<'_> {
         // every allocation 16-byte aligned whatever precedes it (cooperative
         // loads need that; on the H200 a 4-byte flag declared before a tile
         // shifted the tile's fragments by 4 bytes).
-        let size = size.div_ceil(WORKGROUP_GRANULE) * WORKGROUP_GRANULE;
+        let limit = self.target.workgroup_memory_bytes;
+        let Some(size) = size
+            .checked_next_multiple_of(WORKGROUP_GRANULE)
+            .filter(|size| *size <= limit)
+        else {
+            let msg = format!(
+                "workgroup allocation of {size} bytes exceeds target `{}`'s {limit} bytes of workgroup memory",
+                self.target.name
+            );
+            return Err(self.fail(span, E_WORKGROUP_MEMORY, &msg));
+        };
         let count = size / plan.layout.element_bytes();
         let Some(count) = std::num::NonZeroU32::new(count) else {
             let msg = format!("workgroup allocation of {size} bytes holds no element");

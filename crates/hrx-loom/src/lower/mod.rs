@@ -35,6 +35,9 @@ use std::collections::HashMap;
 pub const E_UNSUPPORTED: &str = "E0604";
 /// Diagnostic code: workgroup memory too large, or of non-constant size.
 pub const E_WORKGROUP_MEMORY: &str = "E0605";
+/// Diagnostic code: a view whose constant byte offset is not a multiple of
+/// its element size, or whose static extent does not fit 32 bits.
+pub const E_VIEW_OFFSET: &str = "E0606";
 /// Diagnostic code: an IR invariant the verifier promised does not hold
 /// (a compiler bug, reported instead of panicking).
 pub const E_INTERNAL: &str = "E0600";

@@ -29,7 +29,6 @@ const TAGGED: &[&str] = &[
     "kernel.subgroup.shuffle",
     "view.atomic.rmw",
     "buffer.alloca",
-    "kernel.barrier",
     "coop.load",
     "coop.store",
 ];
@@ -49,9 +48,11 @@ impl Builder<'_> {
             self.define_failed(op);
             return None;
         }
+        // `kernel.barrier` alone means `kernel.barrier<workgroup>`.
         let tagged = TAGGED.contains(&name);
+        let tag_optional = name == "kernel.barrier";
         match (&op.tag, tagged) {
-            (Some(tag), false) => {
+            (Some(tag), false) if !tag_optional => {
                 self.error(
                     tag.span,
                     codes::UNKNOWN_WORD,
