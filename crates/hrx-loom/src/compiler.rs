@@ -202,7 +202,7 @@ impl Module {
         let target = &self.compiler.inner.target;
         let s = specialize::specialize(&self.ir, spec, target, &self.source)?;
         let lowered = lower::lower(&s.kernel, s.workgroup_size, target, &self.source)?;
-        let spirv = emit::emit(&lowered.module, target, &lowered.entry_point)?;
+        let spirv = emit::emit_source(&lowered.module, target, &lowered.entry_point, &self.source)?;
         Ok(Artifact {
             kernel: s.kernel.name.clone(),
             spirv,

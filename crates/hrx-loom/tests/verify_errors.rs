@@ -704,3 +704,21 @@ fn errors_on_a_huge_line_stay_small() {
     let total: usize = d.iter().map(|d| d.excerpt.len() + d.message.len()).sum();
     assert!(total < 64 * 1024, "{total} bytes of diagnostics");
 }
+
+#[test]
+fn select_takes_no_cooperative_matrices() {
+    let src = kernel(
+        "",
+        "  %z = coop.zero : coopmat<16x16xf32, c>
+  %p = index.cmp ult, %i, %n : index
+  %s = scalar.select %p, %z, %z : coopmat<16x16xf32, c>",
+    );
+    assert_diag(
+        &one_error(&src),
+        "E0304",
+        "expected a scalar or vector type",
+        &src,
+        "scalar.select",
+        0,
+    );
+}

@@ -48,18 +48,51 @@ pub fn capabilities(target: &Target) -> Capabilities {
 /// branch on the subgroup id, which is legal (each subgroup takes one
 /// side) and what kernels that give subgroups different roles need.
 pub fn validate(module: &naga::Module, target: &Target) -> Result<ModuleInfo> {
+    run_validator(module, target, None)
+}
+
+/// [`validate`] for a module lowered from `source`: a rejection is reported
+/// at the loom op whose lowering naga rejected (lowering tags each naga
+/// expression and statement with its op's span), with naga's innermost
+/// reason and no naga handle numbers.
+pub fn validate_source(module: &naga::Module, target: &Target, source: &str) -> Result<ModuleInfo> {
+    run_validator(module, target, Some(source))
+}
+
+fn run_validator(
+    module: &naga::Module,
+    target: &Target,
+    source: Option<&str>,
+) -> Result<ModuleInfo> {
     let flags = ValidationFlags::all() - ValidationFlags::CONTROL_FLOW_UNIFORMITY;
     let mut validator = Validator::new(flags, capabilities(target));
     validator.validate(module).map_err(|e| {
         // The top-level message names only the entry point; the cause is
         // in the source chain.
         let mut message = format!("naga rejected the lowered module: {e}");
+        let mut innermost = e.to_string();
         let mut cause = std::error::Error::source(&e);
         while let Some(c) = cause {
             message += &format!(": {c}");
+            innermost = c.to_string();
             cause = c.source();
         }
-        internal(E_VALIDATE, message)
+        let at = e
+            .spans()
+            .filter_map(|(span, _)| span.to_range())
+            .find(|range| range.start < range.end);
+        match (source, at) {
+            (Some(source), Some(range)) => {
+                let span = crate::front::Span::new(range.start, range.end);
+                let message = format!(
+                    "internal compiler error: naga rejected what this op lowers to: {innermost}"
+                );
+                Error::compile(vec![crate::diag::diagnostic(
+                    source, span, E_VALIDATE, message,
+                )])
+            }
+            _ => internal(E_VALIDATE, message),
+        }
     })
 }
 
@@ -108,6 +141,18 @@ pub fn write_spirv(module: &naga::Module, info: &ModuleInfo, entry: &str) -> Res
 /// Validate then write: the whole emit stage.
 pub fn emit(module: &naga::Module, target: &Target, entry: &str) -> Result<Vec<u32>> {
     let info = validate(module, target)?;
+    write_spirv(module, &info, entry)
+}
+
+/// [`emit`] for a module lowered from `source`, with rejections located
+/// as [`validate_source`] does.
+pub fn emit_source(
+    module: &naga::Module,
+    target: &Target,
+    entry: &str,
+    source: &str,
+) -> Result<Vec<u32>> {
+    let info = validate_source(module, target, source)?;
     write_spirv(module, &info, entry)
 }
 

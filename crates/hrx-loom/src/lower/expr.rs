@@ -5,11 +5,11 @@
 //! operand type; so operands are bitcast to the op's signedness and the
 //! result back to the value's type.
 
-use super::{Lowerer, R, Val, types};
+use super::{E_CONSTANT_OPERAND, Lowerer, R, Val, types};
 use crate::front::span::Span;
 use crate::ir::{
     ConvertOp, FloatPredicate, IndexBinary, IntPredicate, Literal, Op, OpKind, ScalarBinary,
-    ScalarUnary, Type,
+    ScalarUnary, Type, ValueId,
 };
 use naga::{BinaryOperator as B, Expression, Handle, MathFunction as M, ScalarKind};
 
@@ -59,6 +59,13 @@ impl Lowerer<'_> {
                 let t = self.ty_of(r, span)?;
                 self.constant(*lit, &t, span)?
             }
+            OpKind::IndexBinary(b @ (IndexBinary::Div | IndexBinary::Rem), _, y)
+                if self.known_value(*y) == Some(0) =>
+            {
+                let name = if *b == IndexBinary::Div { "div" } else { "rem" };
+                let msg = format!("index.{name} by a constant zero");
+                return Err(self.fail(span, E_CONSTANT_OPERAND, msg));
+            }
             OpKind::IndexBinary(b, x, y) => {
                 let (x, y) = (self.val(*x, span)?, self.val(*y, span)?);
                 match b {
@@ -90,6 +97,9 @@ impl Lowerer<'_> {
                 let e = self.val(*value, span)?;
                 let to = types::value_scalar(to).map_or(from, |s| s.kind);
                 self.as_kind(e, from, to)
+            }
+            OpKind::ScalarBinary(b, _, y) if let Some(why) = self.bad_constant_operand(*b, *y) => {
+                return Err(self.fail(span, E_CONSTANT_OPERAND, why));
             }
             OpKind::ScalarBinary(b, x, y) => {
                 let kind = self.kind_of(*x, span)?;
@@ -170,6 +180,14 @@ impl Lowerer<'_> {
                 let value = self.val(*s, span)?;
                 self.fb.expr(Expression::Splat { size, value })
             }
+            OpKind::VectorExtract(v, lane)
+                if let (Some(at), Type::Vector { len, .. }) =
+                    (self.known_value(*lane), self.ty_of(*v, span)?)
+                    && at >= u32::from(len) =>
+            {
+                let msg = format!("vector.extract of lane {at} from a vector of {len}");
+                return Err(self.fail(span, E_CONSTANT_OPERAND, msg));
+            }
             OpKind::VectorExtract(v, lane) => {
                 let (base, index) = (self.val(*v, span)?, self.val(*lane, span)?);
                 self.fb.expr(Expression::Access { base, index })
@@ -214,6 +232,24 @@ impl Lowerer<'_> {
         let want = if kind == ScalarKind::Bool { kind } else { want };
         let (x, y) = (self.as_kind(x, kind, want), self.as_kind(y, kind, want));
         self.binary(op, x, y)
+    }
+
+    /// Why the right operand `y` of `b`, known at compile time, is out of
+    /// the op's domain (naga would reject the module without a position).
+    fn bad_constant_operand(&self, b: ScalarBinary, y: ValueId) -> Option<String> {
+        use ScalarBinary as S;
+        let value = self.known_value(y)?;
+        match b {
+            S::DivSI | S::DivUI | S::RemSI | S::RemUI if value == 0 => {
+                Some("integer division or remainder by a constant zero".to_string())
+            }
+            // Every loom integer is 32 bits wide.
+            S::ShlI | S::ShrSI | S::ShrUI if value >= 32 => Some(format!(
+                "shift by a constant {} (at least the 32-bit width)",
+                value as i32
+            )),
+            _ => None,
+        }
     }
 
     fn scalar_binary(&mut self, b: ScalarBinary, kind: ScalarKind, x: H, y: H) -> H {

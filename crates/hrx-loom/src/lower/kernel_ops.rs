@@ -79,6 +79,23 @@ impl Lowerer<'_> {
                     index: component,
                 })
             }
+            OpKind::Subgroup(q @ (SubgroupQuery::Id | SubgroupQuery::LaneId))
+                if self.workgroup_size[1] > 1 || self.workgroup_size[2] > 1 =>
+            {
+                // How invocations of a 2-D or 3-D workgroup map to
+                // subgroups is not portable, so naga (and WGSL) refuse these
+                // built-ins there.
+                let name = if *q == SubgroupQuery::Id {
+                    "id"
+                } else {
+                    "lane.id"
+                };
+                let msg = format!(
+                    "kernel.subgroup.{name} needs a one-dimensional workgroup; this kernel's is {} x {} x {}",
+                    self.workgroup_size[0], self.workgroup_size[1], self.workgroup_size[2]
+                );
+                return Err(self.fail(op.span, super::E_UNSUPPORTED, msg));
+            }
             OpKind::Subgroup(q) => {
                 self.need_subgroups(op)?;
                 let builtin = match q {

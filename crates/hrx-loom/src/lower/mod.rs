@@ -38,6 +38,10 @@ pub const E_WORKGROUP_MEMORY: &str = "E0605";
 /// Diagnostic code: a view whose constant byte offset is not a multiple of
 /// its element size, or whose static extent does not fit 32 bits.
 pub const E_VIEW_OFFSET: &str = "E0606";
+/// Diagnostic code: an operand known at compile time that the op cannot
+/// take (integer division or remainder by zero, a shift by the bit width or
+/// more, a vector lane past the end).
+pub const E_CONSTANT_OPERAND: &str = "E0607";
 /// Diagnostic code: an IR invariant the verifier promised does not hold
 /// (a compiler bug, reported instead of panicking).
 pub const E_INTERNAL: &str = "E0600";
@@ -142,6 +146,12 @@ impl<'k> Lowerer<'k> {
     pub(crate) fn fail(&mut self, span: Span, code: &'static str, msg: impl Into<String>) -> Fail {
         self.diags.error(span, code, msg);
         Fail
+    }
+
+    /// The value of `id` when it is known at compile time (after
+    /// specialization).
+    pub(crate) fn known_value(&self, id: ValueId) -> Option<u32> {
+        self.known.get(id.index()).copied().flatten()
     }
 
     /// An internal error: an IR invariant broke.

@@ -266,7 +266,8 @@ impl Builder<'_> {
             }
             "scalar.select" => {
                 let ty = self.one_type(op, types, to)?;
-                if !ty.is_plain_data() {
+                // SPIR-V's OpSelect takes no cooperative matrices.
+                if !ty.is_plain_data() || matches!(ty, Type::CoopMat(_)) {
                     self.unsupported(op, &ty, "a scalar or vector type");
                     return None;
                 }

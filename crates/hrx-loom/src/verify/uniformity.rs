@@ -280,14 +280,12 @@ impl Reporter<'_> {
                     }
                 }
                 OpKind::CoopMma(..) => self.coop_control(op.span, control),
-                OpKind::Barrier(_) => {
-                    if control < Level::Workgroup {
-                        self.diags.error(
-                            op.span,
-                            codes::DIVERGENT_BARRIER,
-                            "`kernel.barrier` in divergent control flow: an enclosing `scf.if` condition or `scf.for` bound is not workgroup-uniform, so some invocations could skip it",
-                        );
-                    }
+                OpKind::Barrier(_) if control < Level::Workgroup => {
+                    self.diags.error(
+                        op.span,
+                        codes::DIVERGENT_BARRIER,
+                        "`kernel.barrier` in divergent control flow: an enclosing `scf.if` condition or `scf.for` bound is not workgroup-uniform, so some invocations could skip it",
+                    );
                 }
                 OpKind::SubgroupReduce(..) | OpKind::SubgroupBroadcast(..) => {
                     if control < Level::Subgroup {
