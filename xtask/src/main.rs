@@ -37,7 +37,9 @@ cargo xtask <task>
                    print how to run them all on a machine with a GPU
   bench-summary [dir]  summary.md from the JSON files in dir (target/bench)
   gen-copy-kernel  regenerate the runtime's built-in copy kernel SPIR-V
-  fuzz [secs]      fuzz the loom front end and verifier with cargo-fuzz
+  fuzz [secs] [front|pipeline]
+                   fuzz loom with cargo-fuzz: `front` parses and verifies,
+                   `pipeline` also lowers and emits SPIR-V for two targets
                    (needs a nightly toolchain and `cargo install cargo-fuzz`;
                    not part of ci)
 ";
@@ -57,7 +59,11 @@ fn main() -> ExitCode {
         Some("gpu-bench") => bench::gpu_bench(&root),
         Some("bench-summary") => bench::summary_only(&root, args.get(1).map(String::as_str)),
         Some("gen-copy-kernel") => gen_copy_kernel::run(&root),
-        Some("fuzz") => fuzz(&root, args.get(1).map(String::as_str).unwrap_or("60")),
+        Some("fuzz") => fuzz(
+            &root,
+            args.get(1).map(String::as_str).unwrap_or("60"),
+            args.get(2).map(String::as_str),
+        ),
         Some("help") | None => {
             print!("{HELP}");
             Ok(())
@@ -73,21 +79,41 @@ fn main() -> ExitCode {
     }
 }
 
-/// Run the loom front-end fuzz target for `seconds`.
-fn fuzz(root: &std::path::Path, seconds: &str) -> Result<(), String> {
+/// The loom fuzz targets (`crates/hrx-loom/fuzz`).
+const FUZZ_TARGETS: [&str; 2] = ["front", "pipeline"];
+
+/// Run loom fuzz target `target` (default `front`) for `seconds`, seeded
+/// with every `.loom` file of the repository.
+fn fuzz(root: &std::path::Path, seconds: &str, target: Option<&str>) -> Result<(), String> {
     let seconds: u32 = seconds
         .parse()
         .map_err(|_| format!("`{seconds}` is not a number of seconds"))?;
+    let target = target.unwrap_or("front");
+    if !FUZZ_TARGETS.contains(&target) {
+        return Err(format!(
+            "no fuzz target `{target}`; the targets are {}",
+            FUZZ_TARGETS.join(", ")
+        ));
+    }
+    let fuzz_dir = root.join("crates/hrx-loom/fuzz");
+    let corpus = fuzz_dir.join("corpus").join(target);
+    std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+    for seeds in ["crates/hrx-loom/tests/corpus", "crates/hrx-tensor/kernels"] {
+        let Ok(list) = std::fs::read_dir(root.join(seeds)) else {
+            continue;
+        };
+        for file in list.flatten().map(|e| e.path()) {
+            if file.extension().is_some_and(|x| x == "loom")
+                && let Some(name) = file.file_name()
+            {
+                let _ = std::fs::copy(&file, corpus.join(name));
+            }
+        }
+    }
     let status = std::process::Command::new("cargo")
-        .args([
-            "+nightly",
-            "fuzz",
-            "run",
-            "front",
-            "--",
-            &format!("-max_total_time={seconds}"),
-        ])
-        .current_dir(root.join("crates/hrx-loom"))
+        .args(["+nightly", "fuzz", "run", target, "--"])
+        .arg(format!("-max_total_time={seconds}"))
+        .current_dir(&fuzz_dir)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() {
