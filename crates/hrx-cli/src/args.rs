@@ -36,7 +36,8 @@ pub enum Command {
     Compile(CompileArgs),
     /// List the Vulkan devices and their limits.
     Devices,
-    /// Run the benchmark suites of the checkout this binary was built from.
+    /// Run the benchmark suites of the hrx checkout holding the current
+    /// directory.
     Bench(BenchArgs),
 }
 
@@ -145,6 +146,16 @@ pub fn positive(text: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{text}` is not a positive integer")),
+    }
+}
+
+/// A positive integer no larger than `MAX`: counts that size work or
+/// memory get a ceiling at parse time, so an absurd value is a usage error
+/// before anything runs rather than minutes of work or an abort.
+pub fn at_most<const MAX: usize>(text: &str) -> Result<usize, String> {
+    match positive(text)? {
+        n if n > MAX => Err(format!("must be at most {MAX}")),
+        n => Ok(n),
     }
 }
 

@@ -1,18 +1,22 @@
-//! `hrx bench`: the benchmark suites are examples of the layers plus a
-//! separate wgpu workspace, built from source, so the command runs
-//! `cargo xtask bench` in the checkout this binary was built from.
+//! `hrx bench`: the benchmark suites are built from source (with a
+//! separate wgpu workspace), so the command runs `cargo xtask bench` in the
+//! hrx checkout that holds the current directory. It never runs code from a
+//! path recorded when the binary was built: an installed `hrx` run outside
+//! a checkout says how to get one instead.
 
 use hrx::Error;
 use std::{path::PathBuf, process::Command};
 
-/// The checkout this binary was built from, if it is still there.
+/// The hrx checkout holding the current directory: the nearest ancestor
+/// with the workspace's `xtask` and `crates/hrx-cli`.
 fn checkout() -> Option<PathBuf> {
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let root = crate_dir.parent()?.parent()?.to_path_buf();
-    root.join("xtask")
-        .join("Cargo.toml")
-        .is_file()
-        .then_some(root)
+    let here = std::env::current_dir().ok()?;
+    here.ancestors()
+        .find(|dir| {
+            dir.join("xtask/Cargo.toml").is_file()
+                && dir.join("crates/hrx-cli/Cargo.toml").is_file()
+        })
+        .map(PathBuf::from)
 }
 
 /// Run `cargo xtask bench ARGS` in the checkout (the alias may be missing,
@@ -21,8 +25,9 @@ fn checkout() -> Option<PathBuf> {
 pub fn run(args: &[String]) -> Result<(), Error> {
     let Some(root) = checkout() else {
         return Err(Error::msg(
-            "hrx bench runs the benchmark suites of a source checkout: clone the \
-             repository and run `cargo xtask bench` (or `hrx bench`) there",
+            "hrx bench runs the benchmark suites of an hrx source checkout, and the \
+             current directory is not inside one: clone the repository and run \
+             `cargo xtask bench` (or `hrx bench`) there",
         ));
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

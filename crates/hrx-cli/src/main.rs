@@ -6,6 +6,14 @@
 //! stderr as `FILE:LINE:COL: error[CODE]: message` plus a caret excerpt),
 //! 2 usage error.
 
+/// `println!` that returns an error from the enclosing function instead of
+/// panicking when stdout is closed (`hrx compile --report | head -c1`).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))?
+    };
+}
+
 mod args;
 mod bench;
 mod demo;
@@ -32,6 +40,15 @@ fn main() -> ExitCode {
         Command::Devices => report("hrx", devices()),
         Command::Bench(b) => report("hrx bench", bench::run(&b.xtask_args())),
     }
+}
+
+/// One line to stdout; a closed or failing stdout is an error, not a panic.
+fn write_stdout(line: std::fmt::Arguments<'_>) -> Result<(), Error> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::msg(format!("cannot write to stdout: {e}")))
 }
 
 /// Print an error the way editors and humans read it; exit 1 on failure.
@@ -106,7 +123,8 @@ fn compile(c: &CompileArgs) -> Result<(), Error> {
             .map_err(|e| Error::msg(format!("cannot write {}: {e}", out.display())))?;
     }
     if c.report {
-        print!("{}", hrx::loom::artifact::report(&artifact));
+        let report = hrx::loom::artifact::report(&artifact);
+        outln!("{}", report.trim_end_matches('\n'));
     }
     Ok(())
 }
@@ -114,22 +132,26 @@ fn compile(c: &CompileArgs) -> Result<(), Error> {
 fn devices() -> Result<(), Error> {
     for (index, t) in &hrx::execution::available_devices()? {
         let (major, minor, patch) = t.api_version;
-        println!(
+        outln!(
             "{index}: {} ({:?}, vendor {:#06x}, Vulkan {major}.{minor}.{patch})",
-            t.name, t.kind, t.vendor_id
+            t.name,
+            t.kind,
+            t.vendor_id
         );
-        println!(
+        outln!(
             "   subgroup size {}..{}, ops {:?}",
-            t.subgroup_size_min, t.subgroup_size_max, t.subgroup_ops
+            t.subgroup_size_min,
+            t.subgroup_size_max,
+            t.subgroup_ops
         );
-        println!(
+        outln!(
             "   workgroup: max size {:?}, max invocations {}, memory {} B; max groups {:?}",
             t.max_workgroup_size,
             t.max_workgroup_invocations,
             t.workgroup_memory_bytes,
             t.max_workgroup_count
         );
-        println!(
+        outln!(
             "   push constants {} B, storage range {} B (offset alignment {}), f16 {}, 16-bit storage {}, int64 {}, timeline semaphores {}",
             t.push_constant_bytes,
             t.max_storage_buffer_range,
@@ -140,7 +162,7 @@ fn devices() -> Result<(), Error> {
             t.timeline_semaphores
         );
         if !t.cooperative_matrix.is_empty() {
-            println!("   cooperative matrix: {:?}", t.cooperative_matrix);
+            outln!("   cooperative matrix: {:?}", t.cooperative_matrix);
         }
     }
     Ok(())

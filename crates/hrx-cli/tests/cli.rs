@@ -141,6 +141,101 @@ fn endless_and_non_utf8_sources_are_refused_before_any_work() {
     assert!(text(&o.stderr).contains("not UTF-8"), "{}", text(&o.stderr));
 }
 
+#[test]
+fn a_closed_stdout_is_an_error_not_a_panic() {
+    // A pipe whose read end is closed before the process starts: its
+    // first write to stdout fails with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = hrx()
+        .arg("compile")
+        .arg(corpus("scale.loom"))
+        .args(["--kernel", "@scale", "--report"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("cannot write to stdout"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn absurd_demo_sizes_are_refused_before_any_work() {
+    let started = std::time::Instant::now();
+    for flags in [
+        ["--requests", "18446744073709551615"],
+        ["--slots", "100000"],
+        ["--clients", "1000000"],
+    ] {
+        let o = hrx()
+            .args(["demo", "--model", "toy"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("at most"), "{}", text(&o.stderr));
+    }
+    for (flags, names) in [
+        (["--batch", "100000"], "--batch"),
+        (["--seq", "100000"], "--seq"),
+        (["--requests", "1000000"], "--requests"),
+    ] {
+        let o = hrx()
+            .args(["demo", "--model", "toy"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(names), "{}", text(&o.stderr));
+    }
+    // Refused up front: no CPU reference or device work ran.
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
+}
+
+#[test]
+fn non_utf8_arguments_are_usage_or_io_errors() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let odd = std::ffi::OsStr::from_bytes(b"\xff\xfe");
+    let o = hrx()
+        .arg("compile")
+        .arg(odd)
+        .args(["--kernel"])
+        .arg(odd)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let o = hrx().args(["embed", "--model"]).arg(odd).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let o = hrx()
+        .args(["demo", "--model", "toy", "--device"])
+        .arg(odd)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(1 | 2)),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn bench_outside_a_checkout_says_how_to_run_it() {
+    let o = hrx()
+        .args(["bench", "runtime", "--quick"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("not inside one"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

@@ -1,7 +1,7 @@
 //! The flags of `hrx demo`, declared with clap: the doc comments below are
 //! the help text.
 
-use crate::args::{nonempty, positive};
+use crate::args::{at_most, nonempty, positive};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,14 @@ use std::path::{Path, PathBuf};
 pub const TOY_CLIENTS: usize = 8;
 /// Clients of a model directory's demo unless `--clients` says otherwise.
 pub const MODEL_CLIENTS: usize = 16;
+
+/// Most concurrent clients `--clients` accepts (each is a tokio task).
+pub const MAX_CLIENTS: usize = 4096;
+/// Most slots `--slots` accepts (each holds its own activations).
+pub const MAX_SLOTS: usize = 1024;
+/// Most requests `--requests` (or sentences `--sentences`) accepts: each
+/// keeps its CPU reference in memory until the check.
+pub const MAX_REQUESTS: usize = 1_000_000;
 
 /// What `hrx demo` serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,10 +61,10 @@ pub struct DemoArgs {
     pub model: DemoModel,
     /// Concurrent tokio clients [default: 8 with toy, 16 with a model
     /// directory].
-    #[arg(long = "clients", value_name = "M", value_parser = positive)]
+    #[arg(long = "clients", value_name = "M", value_parser = at_most::<MAX_CLIENTS>)]
     pub clients: Option<usize>,
     /// Slots of the prepared pool.
-    #[arg(long, value_name = "S", default_value_t = 4, value_parser = positive)]
+    #[arg(long, value_name = "S", default_value_t = 4, value_parser = at_most::<MAX_SLOTS>)]
     pub slots: usize,
     /// A device index or a name fragment, as `hrx devices` lists them
     /// [default: HRX_DEVICE, then the first GPU, then a CPU device such as
@@ -72,7 +80,7 @@ pub struct DemoArgs {
         long,
         value_name = "N",
         default_value_t = 256,
-        value_parser = positive,
+        value_parser = at_most::<MAX_REQUESTS>,
         help_heading = "With --model toy"
     )]
     pub requests: usize,
@@ -105,7 +113,7 @@ pub struct DemoArgs {
     pub reference: Option<PathBuf>,
     /// Sentences to embed [default: 96: every sentence of the reference,
     /// or of the built-in set, once, then short ones again].
-    #[arg(long, value_name = "N", value_parser = positive, help_heading = "With --model DIR")]
+    #[arg(long, value_name = "N", value_parser = at_most::<MAX_REQUESTS>, help_heading = "With --model DIR")]
     pub sentences: Option<usize>,
 }
 

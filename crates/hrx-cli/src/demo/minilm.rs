@@ -68,7 +68,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         (Err(e), Some(device)) => return Err(Error::msg(format!("--device `{device}`: {e}"))),
         (Err(e), None) => return Err(e),
     };
-    println!("device:  {} ({:?})", target.name, target.kind);
+    outln!("device:  {} ({:?})", target.name, target.kind);
 
     let started = Instant::now();
     let options = EmbedderOptions {
@@ -94,13 +94,13 @@ fn serve_and_check(
 ) -> Result<()> {
     let clients = args.clients();
     let config = embedder.config().clone();
-    println!("model:   {name}: {}", describe(&config));
-    println!(
+    outln!("model:   {name}: {}", describe(&config));
+    outln!(
         "         {:.1} MiB of weights ({:?}) on the device, shared by every slot",
         embedder.encoder().weight_bytes() as f64 / (1u64 << 20) as f64,
         embedder.encoder().precision()
     );
-    println!(
+    outln!(
         "buckets: {} (tokens x batch), {} slots each, batch tiers 1, 2, 4, .. prepared on first use",
         embedder
             .buckets()
@@ -131,7 +131,7 @@ fn serve_and_check(
     let (shortest, longest) = used.iter().fold((usize::MAX, 0), |(lo, hi), &i| {
         (lo.min(lengths[i]), hi.max(lengths[i]))
     });
-    println!(
+    outln!(
         "input:   {} sentences ({} distinct, {shortest} to {longest} tokens) from {}",
         order.len(),
         used.len(),
@@ -141,7 +141,7 @@ fn serve_and_check(
     // Compile before timing, as the naive path's untimed first call does.
     let started = Instant::now();
     let shapes = warm_up(embedder, &lengths, &used)?;
-    println!(
+    outln!(
         "setup:   load (tokenizer, weights, upload) {}, kernels of {shapes} shapes \
          (batch x tokens) compiled {}",
         report::millis(loaded),
@@ -197,24 +197,24 @@ fn serve_and_check(
             f64::INFINITY
         }
     };
-    println!(
+    outln!(
         "pool:    {} sentences (mean {pool_tokens:.1} tokens) from {clients} tokio clients \
          (embed_async, one sentence each), {} slots per pool: {}",
         order.len(),
         args.slots,
         p.line_of("sentences")
     );
-    println!(
+    outln!(
         "         {batches} batches, {:.1} sentences per batch",
         (after.sentences - before.sentences) as f64 / batches.max(1) as f64
     );
-    println!(
+    outln!(
         "naive:   {} sentences (mean {naive_tokens:.1} tokens) one at a time (embed_naive: \
          prepare a one-slot pool, submit, read back): {}",
         sample.len(),
         n.line_of("sentences")
     );
-    println!(
+    outln!(
         "ratio:   the pool serves {:.1}x the naive path's sentences/s ({:.1}x its tokens/s)",
         ratio(p.per_second, n.per_second),
         ratio(p.per_second * pool_tokens, n.per_second * naive_tokens)
@@ -239,9 +239,9 @@ fn serve_and_check(
     let pair = corpus
         .pair
         .map(|pair| check_pair(pair, &texts, &order, &pool.results));
-    report_checks(&summary, against, pair.as_ref());
+    report_checks(&summary, against, pair.as_ref())?;
     if device == DeviceKind::Cpu {
-        println!(
+        outln!(
             "note:    on a CPU device the arithmetic fills most of each sentence's time and \
              concurrent batches share the same cores, so the pool gains little over the naive \
              path there; what it saves (preparation per sentence, one submission per \
@@ -418,9 +418,9 @@ fn check_pair(
 
 /// The check lines of the report, every failure included (up to
 /// [`SHOWN_FAILURES`]).
-fn report_checks(summary: &Summary, against: &str, pair: Option<&PairCheck>) {
+fn report_checks(summary: &Summary, against: &str, pair: Option<&PairCheck>) -> Result<()> {
     if summary.failures.is_empty() {
-        println!(
+        outln!(
             "check:   all {} embeddings match {against}: token ids identical, min cosine {:.7}, \
              max abs diff {:.2e} (need cosine >= {}, diff <= {:.0e})",
             summary.checked,
@@ -430,23 +430,23 @@ fn report_checks(summary: &Summary, against: &str, pair: Option<&PairCheck>) {
             verify::MAX_DIFF
         );
     } else {
-        println!(
+        outln!(
             "check:   FAILED: {} of {} embeddings do not match {against}:",
             summary.failures.len(),
             summary.checked
         );
         for failure in summary.failures.iter().take(SHOWN_FAILURES) {
-            println!("         {failure}");
+            outln!("         {failure}");
         }
         if summary.failures.len() > SHOWN_FAILURES {
-            println!(
+            outln!(
                 "         and {} more",
                 summary.failures.len() - SHOWN_FAILURES
             );
         }
     }
     match pair {
-        Some(p) if p.compared > 0 => println!(
+        Some(p) if p.compared > 0 => outln!(
             "pair:    cosine({:?}, {:?}) = {:.5} ({} {} +/- {PAIR_TOLERANCE:.0e}){}",
             p.texts.0,
             p.texts.1,
@@ -455,7 +455,8 @@ fn report_checks(summary: &Summary, against: &str, pair: Option<&PairCheck>) {
             p.pair.cosine,
             if p.failure.is_some() { ": FAILED" } else { "" }
         ),
-        Some(_) => println!("pair:    not checked (the run sent only one of the pair)"),
+        Some(_) => outln!("pair:    not checked (the run sent only one of the pair)"),
         None => {}
     }
+    Ok(())
 }

@@ -7,6 +7,7 @@
 mod check;
 mod clients;
 mod flags;
+mod limits;
 pub mod minilm;
 mod naive;
 mod progress;
@@ -46,7 +47,7 @@ fn run_toy(args: &DemoArgs) -> Result<()> {
     };
     if let Some(path) = &args.save_weights {
         weights::save(path, &weights)?;
-        println!(
+        outln!(
             "wrote {} tensors ({} parameters, seed {}) to {}",
             weights.names().count(),
             group_digits(weights.parameter_count()),
@@ -62,8 +63,9 @@ fn run_toy(args: &DemoArgs) -> Result<()> {
         (Err(e), Some(device)) => return Err(Error::msg(format!("--device `{device}`: {e}"))),
         (Err(e), None) => return Err(e),
     };
-    println!("device:  {} ({:?})", target.name, target.kind);
-    println!(
+    limits::check(&config, &target, args.requests)?;
+    outln!("device:  {} ({:?})", target.name, target.kind);
+    outln!(
         "model:   transformer, vocab {}, d_model {}, heads {}, d_ff {}, blocks {}, \
          seq {}, batch {}",
         config.vocab,
@@ -83,13 +85,13 @@ fn run_toy(args: &DemoArgs) -> Result<()> {
     let transformer = Transformer::new(&context, config, &weights)?;
     let model = transformer.prepare(args.slots)?;
     let prepared = started.elapsed();
-    println!(
+    outln!(
         "         {} parameters, {:.2} MiB of weights on the device, shared by {} slots",
         group_digits(config.parameter_count()),
         transformer.weights().bytes() as f64 / (1u64 << 20) as f64,
         args.slots
     );
-    println!(
+    outln!(
         "setup:   CPU references {}, upload + compile + prepare {}",
         report::millis(referenced),
         report::millis(prepared)
@@ -107,7 +109,7 @@ fn run_toy(args: &DemoArgs) -> Result<()> {
     bar.finish_and_clear();
     let naive = naive?;
 
-    println!(
+    outln!(
         "{}",
         report::results(
             &pool,

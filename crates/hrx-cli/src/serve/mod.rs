@@ -65,7 +65,7 @@ async fn serve(args: &ServeArgs, replicas: Replicas, name: String) -> Result<()>
         .map_err(|e| Error::msg(format!("cannot read the listening address: {e}")))?;
     let signals = shutdown::Signals::register()?;
     let sampler = tokio::spawn(batch_sizes::sample(Arc::clone(&state)));
-    println!("listening on http://{address}");
+    outln!("listening on http://{address}");
     axum::serve(listener, routes::router(Arc::clone(&state), args))
         .with_graceful_shutdown(signals.drained(Arc::clone(&state)))
         .await
