@@ -244,7 +244,10 @@ impl Allocation {
                 .map_err(vk_error("vkEndCommandBuffer"))?;
         }
         let raw = commands.raw();
-        let keep: Arc<dyn std::any::Any + Send + Sync> = Arc::new(commands);
+        // The fill keeps the allocation alive as well as its command
+        // buffer: a buffer dropped at once must not be destroyed while the
+        // fill is pending (`Drop` relies on this).
+        let keep: Arc<dyn std::any::Any + Send + Sync> = Arc::new((commands, Arc::clone(self)));
         let uses = [crate::submit::BufferUse {
             allocation: self.clone(),
             writes: true,
@@ -399,8 +402,9 @@ impl Drop for Allocation {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         // SAFETY: an allocation is dropped only when no view of it is alive,
-        // and every in-flight submission keeps the views it uses alive, so
-        // the device no longer touches this buffer.
+        // every in-flight submission keeps the views it uses alive, and its
+        // own zero-fill keeps the allocation itself alive, so the device no
+        // longer touches this buffer.
         unsafe { self.gpu.raw().destroy_buffer(self.raw, None) };
         if let Some(memory) = memory {
             let _ = self

@@ -62,3 +62,32 @@ fn allocating_does_not_wait_for_queued_work() {
     assert!(words.iter().all(|&w| w == 0));
     busy.wait().unwrap();
 }
+
+#[test]
+fn dropping_fresh_memory_while_its_fill_is_queued_is_safe() {
+    // Behind a busy queue the zero-fill of device-local memory waits; the
+    // buffer, dropped at once, must outlive its fill (with validation on,
+    // destroying a buffer a pending fill uses is an error, and on a
+    // discrete GPU it is a use after free).
+    let runtime = runtime();
+    let gate = Gate::new(&runtime);
+    let before = runtime.memory_stats().live_bytes;
+    let busy = gate.submit().unwrap();
+    for round in 0..64usize {
+        let fresh = runtime
+            .allocate((1 << 16) + 256 * round, MemoryPlacement::GpuLocal)
+            .unwrap();
+        drop(fresh);
+    }
+    gate.open();
+    busy.wait().unwrap();
+    // Once the fills have run, the memory they kept alive is released.
+    let kept = runtime
+        .allocate(1 << 12, MemoryPlacement::GpuLocal)
+        .unwrap();
+    let mut graph = runtime.graph();
+    graph.fill(kept.view(), 1).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    drop(kept);
+    assert_eq!(runtime.memory_stats().live_bytes, before);
+}
