@@ -48,9 +48,13 @@
 //!   flexible-dimension (and tensor-addressing) features and
 //!   [`Target::workgroup_matrices`](hrx_core::Target) says what it offers;
 //!   otherwise that is `None`. For kernels brought as SPIR-V.
-//! - **The caller's job.** Do not submit work that touches memory while the
-//!   host holds a write mapping of it; declare accesses truthfully in kernel
-//!   contracts (a kernel that writes a binding declared read-only races).
+//! - **Mappings and submissions exclude each other.** Submitting work that
+//!   writes memory the host holds mapped is [`Error::Busy`]; a mapping taken
+//!   after a submission waits for it (or, `try_`, is `Busy`). Work that only
+//!   reads mapped memory runs and sees what the host wrote before it read.
+//! - **The caller's job.** Declare accesses truthfully in kernel contracts:
+//!   a kernel that writes a binding declared read-only escapes the checks
+//!   above and races.
 //! - **Validation.** With `HRX_VALIDATION=1` the Khronos validation layers
 //!   (with synchronization validation) are enabled and any message aborts
 //!   the process, so a test run fails on the first one.

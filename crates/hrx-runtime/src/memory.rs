@@ -110,6 +110,9 @@ pub(crate) struct Allocation {
     /// it was zeroed through the mapping): every submission using it waits
     /// for that value on the device.
     zeroed_at: AtomicU64,
+    /// Writing submissions between `begin_device_write` and
+    /// `end_device_write`.
+    queueing_writes: std::sync::atomic::AtomicU32,
     /// Host mappings: many readers or one writer at a time.
     host: RwLock<()>,
 }
@@ -210,6 +213,7 @@ impl Allocation {
             last_write: AtomicU64::new(0),
             last_use: AtomicU64::new(0),
             zeroed_at: AtomicU64::new(0),
+            queueing_writes: std::sync::atomic::AtomicU32::new(0),
             host: RwLock::new(()),
         });
         allocation.zero()?;
@@ -301,6 +305,61 @@ impl Allocation {
         self.device_local
     }
 
+    /// Announce a submission that writes this memory, before it is queued:
+    /// a host mapping alive now makes it [`Error::Busy`] (the slice would
+    /// change under it), and a mapping asked for until
+    /// [`end_device_write`](Self::end_device_write) waits for the
+    /// submission to be noted and then for the device (`settle`). Work that
+    /// only reads mapped memory is not refused: the host's slice does not
+    /// change, and the device reads what the host has written by then (how
+    /// a host-written flag releases a spinning kernel). Lock-free and
+    /// allocation-free, as submission must be.
+    pub(crate) fn begin_device_write(&self) -> Result<()> {
+        use std::sync::TryLockError;
+        if self.mapped.is_none() {
+            return Ok(());
+        }
+        // Announce first, then look for a mapping; a mapper takes its lock
+        // first, then looks for announcements: with both fences, at least
+        // one of the two sees the other.
+        self.queueing_writes.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        match self.host.try_write() {
+            Ok(_) | Err(TryLockError::Poisoned(_)) => Ok(()),
+            Err(TryLockError::WouldBlock) => {
+                self.queueing_writes.fetch_sub(1, Ordering::SeqCst);
+                Err(Error::Busy(
+                    "work that writes a buffer the host has mapped; drop the mapping before \
+                     submitting"
+                        .into(),
+                ))
+            }
+        }
+    }
+
+    /// The submission announced by `begin_device_write` is noted (or
+    /// abandoned).
+    pub(crate) fn end_device_write(&self) {
+        if self.mapped.is_some() {
+            self.queueing_writes.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// With the host lock held: wait until no writing submission is being
+    /// queued (a few microseconds at most), or refuse with `Busy`.
+    fn wait_for_queueing_writes(&self, block: bool) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        while self.queueing_writes.load(Ordering::SeqCst) > 0 {
+            if !block {
+                return Err(Error::Busy(
+                    "a submission writing this memory is being queued".into(),
+                ));
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
     /// Record that submission `value` reads (and maybe writes) this memory.
     pub(crate) fn note_use(&self, value: u64, writes: bool) {
         self.last_use.fetch_max(value, Ordering::AcqRel);
@@ -351,7 +410,9 @@ impl Allocation {
         block: bool,
     ) -> Result<MappedRead<'_>> {
         let pointer = self.pointer()?;
-        self.settle(false, block)?;
+        // The guard first: a writing submission queued after it fails with
+        // `Busy`, so the device cannot start writing between `settle` and
+        // the read.
         let guard = if block {
             self.host.read().unwrap_or_else(|e| e.into_inner())
         } else {
@@ -359,6 +420,8 @@ impl Allocation {
                 .try_read()
                 .map_err(|_| Error::Busy("the buffer is mapped for writing".into()))?
         };
+        self.wait_for_queueing_writes(block)?;
+        self.settle(false, block)?;
         // SAFETY: [offset, offset + len) lies inside the mapping (views are
         // checked on creation); the read guard excludes host writers, and
         // device writes have finished (settle).
@@ -376,7 +439,7 @@ impl Allocation {
         block: bool,
     ) -> Result<MappedWrite<'_>> {
         let pointer = self.pointer()?;
-        self.settle(true, block)?;
+        // The guard first, as in `map_read`.
         let guard = if block {
             self.host.write().unwrap_or_else(|e| e.into_inner())
         } else {
@@ -384,6 +447,8 @@ impl Allocation {
                 .try_write()
                 .map_err(|_| Error::Busy("the buffer is already mapped".into()))?
         };
+        self.wait_for_queueing_writes(block)?;
+        self.settle(true, block)?;
         // SAFETY: the range lies inside the mapping; the write guard makes
         // this the only host access, and device use has finished (settle).
         let bytes = unsafe { std::slice::from_raw_parts_mut(pointer.as_ptr().add(offset), len) };

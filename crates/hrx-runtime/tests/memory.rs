@@ -179,3 +179,51 @@ fn shared_runtime() -> &'static Runtime {
     static RUNTIME: std::sync::OnceLock<Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(runtime)
 }
+
+#[test]
+fn work_that_writes_memory_the_host_has_mapped_is_busy() {
+    let runtime = runtime();
+    let host = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
+    let other = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
+    // The device would write memory the host holds mapped: refused.
+    let mut writes_host = runtime.graph();
+    writes_host.fill(host.view(), 7).unwrap();
+    let writes_host = writes_host.prepare().unwrap();
+    for held_for_writing in [false, true] {
+        let result = if held_for_writing {
+            let _mapping = host.map_write().unwrap();
+            writes_host.submit().map(|_| ())
+        } else {
+            let _mapping = host.map_read().unwrap();
+            writes_host.submit().map(|_| ())
+        };
+        assert!(matches!(result, Err(Error::Busy(_))), "{result:?}");
+    }
+    // Work that only reads the mapped memory runs: the host's slice does
+    // not change under it.
+    let mut reads_host = runtime.graph();
+    reads_host.copy(other.view(), host.view()).unwrap();
+    let reads_host = reads_host.prepare().unwrap();
+    for held_for_writing in [false, true] {
+        if held_for_writing {
+            let _mapping = host.map_write().unwrap();
+            reads_host.submit().unwrap().wait().unwrap();
+        } else {
+            let _mapping = host.map_read().unwrap();
+            reads_host.submit().unwrap().wait().unwrap();
+        }
+    }
+    // Once the mappings are gone, everything runs, and a mapping taken
+    // after a submission waits for it.
+    writes_host.submit().unwrap();
+    assert!(
+        host.map_read()
+            .unwrap()
+            .chunks(4)
+            .all(|w| w == 7u32.to_le_bytes())
+    );
+}

@@ -109,8 +109,9 @@ pub struct Gate {
 /// would wait for the gated work: a mapping for host writes waits until
 /// the device no longer uses the memory. Keeping a mapping while the device
 /// uses the memory breaks the runtime's rule to finish host writes before
-/// submitting, deliberately: the kernel only loads the flag atomically
-/// (its binding is read-write because WGSL atomics need it). A thread,
+/// submitting only where the device writes: the kernel only loads the flag
+/// atomically, and its contract declares the binding read-only (the WGSL
+/// declares it read-write because atomics need that). A thread,
 /// because a mapping borrows its view and cannot be stored beside it. It
 /// holds the view, and so the device, until joined.
 struct Opener {
@@ -218,14 +219,17 @@ fn chain(runtime: &Runtime, total: u64, flag: &BufferView) -> ExecutableGraph {
 /// (`super::spirv`: this file is shared by hrx-runtime's and
 /// hrx-inference's tests).
 fn spin_kernel(runtime: &Runtime) -> GpuKernel {
-    let binding = |min_bytes| BindingContract {
+    let binding = |min_bytes, access| BindingContract {
         min_bytes,
         alignment: 4,
-        access: Access::ReadWrite,
+        access,
     };
+    // The flag is declared read_write (WGSL atomics need it) but only
+    // loaded: the contract says so, and the runtime lets work that only
+    // reads memory run while the host holds it mapped.
     let contract = KernelContract {
         entry_point: "main".into(),
-        bindings: vec![binding(256), binding(4)],
+        bindings: vec![binding(256, Access::ReadWrite), binding(4, Access::Read)],
         push_constant_bytes: 4,
         workgroup_size: [64, 1, 1],
     };
