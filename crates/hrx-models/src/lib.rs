@@ -52,6 +52,7 @@
 
 pub mod bert;
 pub mod embed;
+pub mod gguf;
 mod safetensors;
 pub mod tokenizer;
 pub mod toy;
