@@ -291,3 +291,37 @@ fn long_inputs_encode_in_linear_time() {
     let elapsed = start.elapsed();
     assert!(elapsed.as_secs() < 20, "{elapsed:?}");
 }
+
+#[derive(Deserialize)]
+struct RandomIds {
+    cases: Vec<Tokenized>,
+}
+
+#[test]
+fn random_strings_match_the_reference() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/reference/smollm2/ids.json"
+    );
+    let fixture: RandomIds = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(fixture.cases.len() >= 300);
+    let tokenizer = tokenizer();
+    let mut wrong = Vec::new();
+    for case in &fixture.cases {
+        let ids = tokenizer.encode(&case.text);
+        if ids != case.ids {
+            wrong.push(format!(
+                "{:?}\n  got  {ids:?}\n  want {:?}",
+                case.text, case.ids
+            ));
+        }
+        assert_eq!(tokenizer.decode(&case.ids).unwrap(), case.decoded);
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {}:\n{}",
+        wrong.len(),
+        fixture.cases.len(),
+        wrong.join("\n")
+    );
+}
