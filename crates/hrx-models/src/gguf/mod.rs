@@ -134,20 +134,28 @@ impl GgufFile {
     }
 
     /// The bytes of `tensor` (whole blocks of its type, rows in order), a
-    /// slice of the file. `tensor` must be one of this file's.
+    /// slice of the file.
+    ///
+    /// # Panics
+    ///
+    /// If `tensor` is not one of this file's (parsing checked the ranges
+    /// of this file's tensors only).
     pub fn tensor_data(&self, tensor: &TensorInfo) -> &[u8] {
         // Parsing checked that the range is inside the file.
         let start = (self.data_offset + tensor.offset) as usize;
         &self.bytes[start..start + tensor.byte_len as usize]
     }
 
-    /// Every value of `tensor` as f32, rows in order.
+    /// Every value of `tensor` as f32, rows in order. Like
+    /// [`tensor_data`](Self::tensor_data), panics if `tensor` is another
+    /// file's.
     pub fn dequantize(&self, tensor: &TensorInfo) -> Result<Vec<f32>, GgufError> {
         self.dequantize_rows(tensor, 0..tensor.rows())
     }
 
     /// The values of rows `rows` of `tensor` as f32 (a row is
     /// `tensor.row_len()` values); rows outside the tensor are an error.
+    /// Panics if `tensor` is another file's.
     pub fn dequantize_rows(
         &self,
         tensor: &TensorInfo,

@@ -370,7 +370,7 @@ fn read_array(cursor: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array,
     }
     let type_offset = cursor.offset();
     let id = cursor.u32(|| format!("the element type of an array in metadata {key:?}"))?;
-    let min = min_size(id).ok_or_else(|| {
+    let unknown = || {
         GgufError::at(
             type_offset,
             GgufErrorKind::UnknownValueType {
@@ -378,7 +378,8 @@ fn read_array(cursor: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array,
                 type_id: id,
             },
         )
-    })?;
+    };
+    let min = min_size(id).ok_or_else(unknown)?;
     let len = cursor.count(min, MAX_ARRAY_LEN, || {
         format!("the length of an array in metadata {key:?}")
     })?;
@@ -428,6 +429,7 @@ fn read_array(cursor: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array,
             }
             Array::Array(values)
         }
-        _ => unreachable!("min_size accepted only the types above"),
+        // min_size knows the same types, so this is not reached.
+        _ => return Err(unknown()),
     })
 }
