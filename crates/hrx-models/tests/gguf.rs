@@ -6,7 +6,7 @@
 
 use half::f16;
 use hrx_models::gguf::{
-    Array, GgufError, GgufErrorKind, GgufFile, MAX_ARRAY_DEPTH, TensorType, Value,
+    Array, GgufError, GgufErrorKind, GgufFile, LlamaConfig, MAX_ARRAY_DEPTH, TensorType, Value,
 };
 use proptest::prelude::*;
 
@@ -535,13 +535,9 @@ fn alignment_must_be_a_power_of_two_integer() {
 
 #[test]
 fn nesting_is_limited() {
-    let nest = |depth: usize| {
-        let mut value = array(0, 1, &[5]);
-        for _ in 1..depth {
-            value = array(9, 1, &value);
-        }
-        value
-    };
+    // Arrays of one array each, `depth` deep, around one u8: the headers
+    // of the outer arrays, then the innermost array.
+    let nest = |depth: usize| [array(9, 1, &[]).repeat(depth - 1), array(0, 1, &[5])].concat();
     let mut w = Writer::empty();
     w.entries = vec![entry("n", 9, &nest(MAX_ARRAY_DEPTH))];
     assert!(w.parse().is_ok());
@@ -607,7 +603,9 @@ fn use_everything(bytes: Vec<u8>) {
         let _ = file.dequantize(tensor);
         let _ = file.tensor_data(tensor).len();
     }
-    let _ = hrx_models::gguf::LlamaConfig::from_gguf(&file);
+    if let Ok(config) = LlamaConfig::from_gguf(&file) {
+        let _ = config.check_tensors(&file);
+    }
 }
 
 proptest! {
@@ -631,6 +629,18 @@ proptest! {
     }
 
     #[test]
+    fn corrupted_llama_files_never_panic(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut bytes = tiny_llama(|_| {}).bytes();
+        for (at, value) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        use_everything(bytes);
+    }
+
+    #[test]
     fn corrupted_header_words_never_panic(
         at in any::<prop::sample::Index>(),
         word in prop_oneof![Just(u64::MAX), Just(0u64), Just(1u64 << 63), any::<u64>()],
@@ -641,4 +651,171 @@ proptest! {
         bytes[i..i + 8].copy_from_slice(&word.to_le_bytes());
         use_everything(bytes);
     }
+}
+
+/// A tiny llama: 2 blocks, width 8, FFN 16, 2 heads sharing 1 key/value
+/// head, vocabulary 4, F32 tensors of the right dims.
+fn tiny_llama(edit: impl FnOnce(&mut Vec<(&'static str, Vec<u8>)>)) -> Writer {
+    let u32v = |v: u32| v.to_le_bytes().to_vec();
+    let mut keys: Vec<(&'static str, Vec<u8>)> = vec![
+        (
+            "general.architecture",
+            [8u32.to_le_bytes().to_vec(), string(b"llama")].concat(),
+        ),
+        ("llama.block_count", [vec![4, 0, 0, 0], u32v(2)].concat()),
+        (
+            "llama.context_length",
+            [vec![4, 0, 0, 0], u32v(64)].concat(),
+        ),
+        (
+            "llama.embedding_length",
+            [vec![4, 0, 0, 0], u32v(8)].concat(),
+        ),
+        (
+            "llama.feed_forward_length",
+            [vec![4, 0, 0, 0], u32v(16)].concat(),
+        ),
+        (
+            "llama.attention.head_count",
+            [vec![4, 0, 0, 0], u32v(2)].concat(),
+        ),
+        (
+            "llama.attention.head_count_kv",
+            [vec![4, 0, 0, 0], u32v(1)].concat(),
+        ),
+        (
+            "llama.rope.freq_base",
+            [vec![6, 0, 0, 0], 10000f32.to_le_bytes().to_vec()].concat(),
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            [vec![6, 0, 0, 0], 1e-5f32.to_le_bytes().to_vec()].concat(),
+        ),
+        ("llama.vocab_size", [vec![4, 0, 0, 0], u32v(4)].concat()),
+    ];
+    edit(&mut keys);
+    let mut w = Writer::empty();
+    w.entries = keys
+        .iter()
+        .map(|(k, typed)| [string(k.as_bytes()), typed.clone()].concat())
+        .collect();
+    let mut tensors: Vec<(String, Vec<u64>)> = vec![("token_embd.weight".into(), vec![8, 4])];
+    for i in 0..2 {
+        for (name, dims) in [
+            ("attn_norm", vec![8]),
+            ("attn_q", vec![8, 8]),
+            ("attn_k", vec![8, 4]),
+            ("attn_v", vec![8, 4]),
+            ("attn_output", vec![8, 8]),
+            ("ffn_norm", vec![8]),
+            ("ffn_gate", vec![8, 16]),
+            ("ffn_up", vec![8, 16]),
+            ("ffn_down", vec![16, 8]),
+        ] {
+            tensors.push((format!("blk.{i}.{name}.weight"), dims));
+        }
+    }
+    tensors.push(("output_norm.weight".into(), vec![8]));
+    for (name, dims) in tensors {
+        let offset = w.data.len() as u64;
+        w.infos.push(info(&name, &dims, 0, offset));
+        let bytes = dims.iter().product::<u64>() as usize * 4;
+        w.data
+            .resize((w.data.len() + bytes).next_multiple_of(32), 0);
+    }
+    w
+}
+
+fn llama_error(edit: impl FnOnce(&mut Vec<(&'static str, Vec<u8>)>)) -> String {
+    let file = tiny_llama(edit).parse().unwrap();
+    LlamaConfig::from_gguf(&file).unwrap_err().to_string()
+}
+
+fn set_u32(keys: &mut [(&'static str, Vec<u8>)], key: &str, value: u32) {
+    keys.iter_mut().find(|(k, _)| *k == key).unwrap().1 =
+        [vec![4, 0, 0, 0], value.to_le_bytes().to_vec()].concat();
+}
+
+#[test]
+fn llama_constants_are_read_and_checked() {
+    let file = tiny_llama(|_| {}).parse().unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    assert_eq!(
+        (
+            config.layers,
+            config.width,
+            config.ffn_width,
+            config.heads,
+            config.kv_heads
+        ),
+        (2, 8, 16, 2, 1)
+    );
+    assert_eq!(
+        (config.head_dim, config.rope_dims, config.vocab_size),
+        (4, 4, 4)
+    );
+    assert_eq!((config.rope_base, config.context_length), (10000.0, 64));
+    assert!(config.tied_embedding);
+    config.check_tensors(&file).unwrap();
+
+    // Defaults where llama.cpp has them.
+    let file = tiny_llama(|k| {
+        k.retain(|(key, _)| !key.ends_with("head_count_kv") && !key.ends_with("freq_base"))
+    })
+    .parse()
+    .unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    assert_eq!((config.kv_heads, config.rope_base), (2, 10000.0));
+    // Two query heads read two key/value heads now: attn_k is too small.
+    let error = config.check_tensors(&file).unwrap_err();
+    assert!(error.to_string().contains("blk.0.attn_k.weight"), "{error}");
+}
+
+#[test]
+fn inconsistent_llama_constants_are_errors_naming_the_key() {
+    let cases: [(&str, u32, &str); 6] = [
+        ("llama.attention.head_count", 3, "do not divide the width"),
+        ("llama.attention.head_count", 8, "odd"),
+        ("llama.attention.head_count_kv", 3, "do not divide the 2"),
+        ("llama.block_count", 0, "not a count"),
+        ("llama.vocab_size", 0, "not a count"),
+        ("llama.block_count", 1 << 24, "not a count from 1 to 4096"),
+    ];
+    for (key, value, expect) in cases {
+        let error = llama_error(|k| set_u32(k, key, value));
+        assert!(
+            error.contains(key) && error.contains(expect),
+            "{key}={value}: {error}"
+        );
+    }
+    let error = llama_error(|k| k.retain(|(key, _)| *key != "llama.embedding_length"));
+    assert!(
+        error.contains("\"llama.embedding_length\" is missing"),
+        "{error}"
+    );
+    let error = llama_error(|k| {
+        k[0].1 = [8u32.to_le_bytes().to_vec(), string(b"gpt2")].concat();
+    });
+    assert!(error.contains("not a llama-family architecture"), "{error}");
+    let error = llama_error(|k| {
+        k.iter_mut()
+            .find(|(key, _)| key.ends_with("rms_epsilon"))
+            .unwrap()
+            .1 = [vec![6, 0, 0, 0], f32::NAN.to_le_bytes().to_vec()].concat();
+    });
+    assert!(error.contains("finite positive"), "{error}");
+}
+
+#[test]
+fn check_tensors_names_the_missing_one() {
+    let mut w = tiny_llama(|_| {});
+    w.infos
+        .retain(|i| !i.windows(16).any(|s| s == b"blk.1.ffn_up.wei"));
+    let file = w.parse().unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    let error = config.check_tensors(&file).unwrap_err();
+    assert_eq!(
+        error.kind,
+        GgufErrorKind::MissingTensor("blk.1.ffn_up.weight".into())
+    );
 }

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hrx_models::gguf::{GgufFile, LlamaConfig, TensorType};
-use hrx_models::tokenizer::{BpeTokenizer, ChatMessage, ChatTemplate, PreTokenizer, TokenType};
+use hrx_models::tokenizer::{
+    BpeTokenizer, ChatMessage, ChatTemplate, PreTokenizer, StreamDecoder, TokenType,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -324,4 +326,24 @@ fn random_strings_match_the_reference() {
         fixture.cases.len(),
         wrong.join("\n")
     );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Printable text (no control or unassigned chars, so every byte has a
+    /// token) survives encoding and decoding, whole and streamed.
+    #[test]
+    fn printable_text_round_trips(text in "\\PC{0,40}") {
+        let tokenizer = tokenizer();
+        let ids = tokenizer.encode_plain(&text);
+        proptest::prop_assert_eq!(tokenizer.decode(&ids).unwrap(), text.clone());
+        let mut stream = StreamDecoder::new(tokenizer);
+        let mut streamed = String::new();
+        for &id in &ids {
+            streamed.push_str(&stream.push(id).unwrap());
+        }
+        streamed.push_str(&stream.finish());
+        proptest::prop_assert_eq!(streamed, text);
+    }
 }

@@ -9,6 +9,17 @@ use super::{GgufFile, TensorInfo};
 /// Architectures read as llama: the same tensors and arithmetic.
 const LLAMA_FAMILY: &[&str] = &["llama"];
 
+/// The most transformer blocks accepted.
+const MAX_LAYERS: u64 = 1 << 12;
+/// The widest hidden or feed-forward width accepted.
+const MAX_WIDTH: u64 = 1 << 20;
+/// The most query or key/value heads accepted.
+const MAX_HEADS: u64 = 1 << 12;
+/// The longest context accepted.
+const MAX_CONTEXT: u64 = 1 << 24;
+/// The largest vocabulary accepted.
+const MAX_VOCAB: u64 = 1 << 24;
+
 /// RoPE base when the file does not say (llama.cpp's default).
 const DEFAULT_ROPE_BASE: f64 = 10_000.0;
 
@@ -51,10 +62,12 @@ pub struct LlamaConfig {
 
 impl LlamaConfig {
     /// Reads the constants of `file` and checks them: a llama-family
-    /// architecture, every count non-zero, heads dividing the width and
-    /// key/value heads dividing the heads, an even head size, finite
-    /// positive epsilon and base. Does not look at the tensors
-    /// ([`check_tensors`](Self::check_tensors) does).
+    /// architecture; every count from 1 to a limit far above any llama
+    /// (4096 layers and heads, widths of 2^20, context and vocabulary of
+    /// 2^24), so that a hostile count cannot blow up what is sized by it;
+    /// heads dividing the width and key/value heads dividing the heads;
+    /// an even head size; finite positive epsilon and base. Does not look
+    /// at the tensors ([`check_tensors`](Self::check_tensors) does).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
         let meta = file.metadata();
         let architecture = meta.string("general.architecture")?.to_owned();
@@ -65,20 +78,24 @@ impl LlamaConfig {
             ));
         }
         let key = |name: &str| format!("{architecture}.{name}");
-        let count = |name: &str| -> Result<usize, GgufError> {
+        // Limits far above any llama, so that a hostile count cannot make
+        // later loops or allocations (per layer, per context position) huge.
+        let count = |name: &str, limit: u64| -> Result<usize, GgufError> {
             let k = key(name);
             let value = meta.u64(&k)?;
-            match usize::try_from(value) {
-                Ok(v) if v > 0 && value <= u64::from(u32::MAX) => Ok(v),
-                _ => Err(bad_value(
+            if (1..=limit).contains(&value) {
+                // limit is at most 2^24, so this fits any usize.
+                Ok(value as usize)
+            } else {
+                Err(bad_value(
                     &k,
-                    format!("{value} is not a count from 1 to 2^32 - 1"),
-                )),
+                    format!("{value} is not a count from 1 to {limit}"),
+                ))
             }
         };
-        let optional_count = |name: &str, default: usize| {
+        let optional_count = |name: &str, limit: u64, default: usize| {
             if meta.get(&key(name)).is_some() {
-                count(name)
+                count(name, limit)
             } else {
                 Ok(default)
             }
@@ -99,11 +116,11 @@ impl LlamaConfig {
             }
         };
 
-        let layers = count("block_count")?;
-        let width = count("embedding_length")?;
-        let ffn_width = count("feed_forward_length")?;
-        let heads = count("attention.head_count")?;
-        let kv_heads = optional_count("attention.head_count_kv", heads)?;
+        let layers = count("block_count", MAX_LAYERS)?;
+        let width = count("embedding_length", MAX_WIDTH)?;
+        let ffn_width = count("feed_forward_length", MAX_WIDTH)?;
+        let heads = count("attention.head_count", MAX_HEADS)?;
+        let kv_heads = optional_count("attention.head_count_kv", MAX_HEADS, heads)?;
         if width % heads != 0 {
             return Err(bad_value(
                 &key("attention.head_count"),
@@ -123,7 +140,7 @@ impl LlamaConfig {
                 format!("{kv_heads} key/value heads do not divide the {heads} query heads"),
             ));
         }
-        let rope_dims = optional_count("rope.dimension_count", head_dim)?;
+        let rope_dims = optional_count("rope.dimension_count", MAX_WIDTH, head_dim)?;
         if rope_dims > head_dim || rope_dims % 2 != 0 {
             return Err(bad_value(
                 &key("rope.dimension_count"),
@@ -131,8 +148,9 @@ impl LlamaConfig {
             ));
         }
         let vocab_size = if meta.get(&key("vocab_size")).is_some() {
-            count("vocab_size")?
+            count("vocab_size", MAX_VOCAB)?
         } else {
+            // At most the metadata's array limit, 2^24.
             meta.strings("tokenizer.ggml.tokens")?.len()
         };
         Ok(Self {
@@ -145,7 +163,7 @@ impl LlamaConfig {
             rope_dims,
             rope_base: positive("rope.freq_base", Some(DEFAULT_ROPE_BASE))?,
             rms_eps: positive("attention.layer_norm_rms_epsilon", None)?,
-            context_length: count("context_length")?,
+            context_length: count("context_length", MAX_CONTEXT)?,
             vocab_size,
             tied_embedding: !file.has_tensor("output.weight"),
             architecture,

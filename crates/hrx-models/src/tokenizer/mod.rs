@@ -54,7 +54,7 @@ use std::path::Path;
 
 use hrx_core::{Error, Result};
 
-pub use bpe::{BpeTokenizer, PreTokenizer, TokenType};
+pub use bpe::{BpeTokenizer, PreTokenizer, StreamDecoder, TokenType};
 pub use chat::{ChatMessage, ChatTemplate};
 
 use added::AddedTokens;

@@ -22,9 +22,9 @@
 //!   is not in the vocabulary (SmolLM2 lacks 21, such as 0x04 and 0xFF,
 //!   which valid UTF-8 never holds) is dropped before merging, as
 //!   Hugging Face's BPE without an unknown token drops it. Decoding maps each token back
-//!   to its bytes ([`BpeTokenizer::token_bytes`], for streaming, where a
-//!   char may span tokens) and the whole to text with invalid UTF-8
-//!   replaced by U+FFFD.
+//!   to its bytes and the whole to text with invalid UTF-8 replaced by
+//!   U+FFFD; [`StreamDecoder`] does the same one token at a time for
+//!   streaming, holding back the bytes of a char that spans tokens.
 //! - **Character classes as the reference has them.** The split's
 //!   `\p{L}`, `\p{N}` and `\s` are tables generated from `tokenizers`
 //!   (`classes.rs`), so its Unicode version, not Rust's, decides.
@@ -33,6 +33,7 @@ mod byte_level;
 mod classes;
 mod merges;
 mod split;
+mod stream;
 
 use std::collections::HashMap;
 
@@ -44,6 +45,7 @@ use super::added::AddedTokens;
 use byte_level::ByteLevel;
 use merges::Merges;
 pub use split::PreTokenizer;
+pub use stream::StreamDecoder;
 
 /// What a token is, from GGUF's `tokenizer.ggml.token_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -392,6 +394,11 @@ mod tests {
             meta.insert(key.into(), value).unwrap();
         }
         meta
+    }
+
+    /// The tiny tokenizer of these tests.
+    pub(super) fn tiny() -> BpeTokenizer {
+        BpeTokenizer::from_gguf(&metadata(|_| {})).unwrap()
     }
 
     fn set(entries: &mut [(&'static str, Value)], key: &str, value: Value) {
