@@ -156,6 +156,7 @@ fn tensors_have_the_expected_types_and_shapes() {
         let blocks = tensor.element_count() / u64::from(ty.block_len());
         assert_eq!(tensor.byte_len(), blocks * u64::from(ty.block_bytes()));
         assert_eq!(file.tensor_data(tensor).len() as u64, tensor.byte_len());
+        assert_eq!(tensor.row_bytes() * tensor.rows(), tensor.byte_len());
     }
     // Every tensor is one of the three types, and the data is all used.
     let used: u64 = file.tensors().iter().map(|t| t.byte_len()).sum();
@@ -232,8 +233,7 @@ fn prompt_ids_match_the_reference() {
 
 #[test]
 fn the_chat_template_renders_as_jinja_does() {
-    let source = file().metadata().string("tokenizer.chat_template").unwrap();
-    let template = ChatTemplate::parse(source).unwrap();
+    let template = ChatTemplate::from_gguf(file().metadata()).unwrap();
     let mut chats = 0;
     for prompt in &reference().prompts {
         let Some(messages) = &prompt.messages else {

@@ -47,6 +47,7 @@ mod reader;
 mod tensor;
 mod value;
 
+use std::collections::HashMap;
 use std::path::Path;
 
 pub use error::{GgufError, GgufErrorKind};
@@ -65,6 +66,8 @@ pub struct GgufFile {
     version: u32,
     metadata: Metadata,
     tensors: Vec<TensorInfo>,
+    /// Tensor index by name.
+    by_name: HashMap<String, usize>,
     alignment: u64,
     data_offset: u64,
 }
@@ -80,11 +83,19 @@ impl GgufFile {
     /// Parses a whole file held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, GgufError> {
         let header = reader::parse(&bytes)?;
+        // Names are unique: parsing refused repeats.
+        let by_name = header
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(index, t)| (t.name.clone(), index))
+            .collect();
         Ok(Self {
             bytes,
             version: header.version,
             metadata: header.metadata,
             tensors: header.tensors,
+            by_name,
             alignment: header.alignment,
             data_offset: header.data_offset,
         })
@@ -107,15 +118,15 @@ impl GgufFile {
 
     /// The tensor named `name`, or [`GgufErrorKind::MissingTensor`].
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo, GgufError> {
-        self.tensors
-            .iter()
-            .find(|t| t.name == name)
+        self.by_name
+            .get(name)
+            .map(|&index| &self.tensors[index])
             .ok_or_else(|| GgufError::whole(GgufErrorKind::MissingTensor(name.into())))
     }
 
     /// Whether there is a tensor named `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.tensors.iter().any(|t| t.name == name)
+        self.by_name.contains_key(name)
     }
 
     /// The alignment of the data section and of every tensor in it.
@@ -177,7 +188,7 @@ impl GgufFile {
                 why: format!("rows {rows:?} asked of {} rows", tensor.rows()),
             }));
         }
-        let row_bytes = tensor.byte_len / tensor.rows();
+        let row_bytes = tensor.row_bytes();
         let data = self.tensor_data(tensor);
         let bytes = &data[(rows.start * row_bytes) as usize..(rows.end * row_bytes) as usize];
         let mut out = vec![0f32; ((rows.end - rows.start) * tensor.row_len()) as usize];

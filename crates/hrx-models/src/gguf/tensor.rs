@@ -182,6 +182,12 @@ impl TensorInfo {
     pub fn byte_len(&self) -> u64 {
         self.byte_len
     }
+
+    /// The byte length of one row (whole blocks: rows are block-aligned),
+    /// the stride between rows in [`tensor_data`](super::GgufFile::tensor_data).
+    pub fn row_bytes(&self) -> u64 {
+        self.row_len() / u64::from(self.ty.block_len()) * u64::from(self.ty.block_bytes())
+    }
 }
 
 /// The most dims a GGML tensor has.

@@ -118,6 +118,12 @@ impl ChatTemplate {
         Err(unknown("not a ChatML form"))
     }
 
+    /// The template of a GGUF file (`tokenizer.chat_template`); a file
+    /// without one is an error naming the key.
+    pub fn from_gguf(meta: &crate::gguf::Metadata) -> Result<Self> {
+        Self::parse(meta.string("tokenizer.chat_template")?)
+    }
+
     /// The system prompt added when a conversation has none.
     pub fn default_system_prompt(&self) -> Option<&str> {
         self.default_system.as_deref()
