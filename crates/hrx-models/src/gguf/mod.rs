@@ -60,7 +60,6 @@ pub use tensor::{MAX_DIMS, TensorInfo, TensorType};
 pub use value::{Array, Metadata, Value};
 
 /// A parsed GGUF file and its bytes.
-#[derive(Debug)]
 pub struct GgufFile {
     bytes: Vec<u8>,
     version: u32,
@@ -70,6 +69,20 @@ pub struct GgufFile {
     by_name: HashMap<String, usize>,
     alignment: u64,
     data_offset: u64,
+}
+
+/// A summary: the bytes of a model are too many to print.
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("bytes", &self.bytes.len())
+            .field("metadata_entries", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .field("alignment", &self.alignment)
+            .field("data_offset", &self.data_offset)
+            .finish()
+    }
 }
 
 impl GgufFile {

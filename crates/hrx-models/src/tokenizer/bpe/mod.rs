@@ -88,7 +88,6 @@ impl TokenType {
 }
 
 /// A byte-level BPE tokenizer: text to ids and back.
-#[derive(Debug)]
 pub struct BpeTokenizer {
     pre: PreTokenizer,
     merges: Merges,
@@ -106,6 +105,19 @@ pub struct BpeTokenizer {
     pad: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+}
+
+/// A summary: the vocabulary and merges are too many to print.
+impl std::fmt::Debug for BpeTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BpeTokenizer")
+            .field("pre", &self.pre)
+            .field("vocab_size", &self.tokens.len())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("add_bos", &self.add_bos)
+            .finish_non_exhaustive()
+    }
 }
 
 fn fail(key: &str, why: impl std::fmt::Display) -> Error {
