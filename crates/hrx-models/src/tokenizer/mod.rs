@@ -1,7 +1,11 @@
-//! The BERT WordPiece tokenizer, in pure Rust, giving the same ids as
-//! Hugging Face's `tokenizers` for BERT-style tokenizer.json files.
+//! Tokenizers in pure Rust: BERT WordPiece ([`WordPieceTokenizer`]),
+//! giving the same ids as Hugging Face's `tokenizers` for BERT-style
+//! tokenizer.json files; byte-level BPE from a GGUF file's metadata
+//! ([`BpeTokenizer`], its contract in its own docs); and chat templates
+//! ([`ChatTemplate`], ChatML recognised and rendered without a Jinja
+//! engine).
 //!
-//! Design choices and contracts:
+//! WordPiece's design choices and contracts:
 //!
 //! - **Hugging Face's semantics, step by step.** Added tokens (`[CLS]`,
 //!   `[MASK]`, ...) are found in the raw text first; the text between them
@@ -34,6 +38,8 @@
 //! ```
 
 mod added;
+mod bpe;
+mod chat;
 mod encoder;
 mod folder;
 mod json;
@@ -47,6 +53,9 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use hrx_core::{Error, Result};
+
+pub use bpe::{BpeTokenizer, PreTokenizer, StreamDecoder, TokenType};
+pub use chat::{ChatMessage, ChatTemplate};
 
 use added::AddedTokens;
 use encoder::Encoder;
