@@ -134,6 +134,14 @@ impl PreparedModel {
         self.pool.acquire_blocking().map(ModelSlot::new)
     }
 
+    /// [`acquire_blocking`](Self::acquire_blocking), giving up after
+    /// `timeout` with [`Error::Busy`](hrx_core::Error::Busy) (and leaving
+    /// the queue): a hung device or a leaked slot surfaces as an error.
+    pub fn acquire_blocking_timeout(&self, timeout: std::time::Duration) -> Result<ModelSlot> {
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        self.pool.acquire_until(deadline).map(ModelSlot::new)
+    }
+
     /// Wait asynchronously for a free slot; polling never waits on the
     /// device.
     pub fn acquire(&self) -> AcquireSlot<'_> {

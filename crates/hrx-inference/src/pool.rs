@@ -19,6 +19,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Condvar, Mutex, MutexGuard},
     task::{Context, Poll, Waker},
+    time::Instant,
 };
 
 /// What the builder made for one slot, plus its lazily created staging.
@@ -297,9 +298,25 @@ impl Pool {
     /// Reserve a slot, waiting on the host for capacity, after every
     /// request that started waiting earlier.
     pub(crate) fn acquire_blocking(self: &Arc<Self>) -> Result<SlotLease> {
+        self.acquire_until(None)
+    }
+
+    /// [`acquire_blocking`](Self::acquire_blocking) that gives up at
+    /// `deadline` with [`Error::Busy`], leaving the queue.
+    pub(crate) fn acquire_until(self: &Arc<Self>, deadline: Option<Instant>) -> Result<SlotLease> {
         let mut ticket = None;
         loop {
             let mut state = self.lock();
+            let left = match deadline {
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => {
+                        let busy = Err(Error::Busy("no slot became free in time".into()));
+                        return self.leave_queue(state, ticket, busy);
+                    }
+                },
+                None => None,
+            };
             if state.may_take(ticket) {
                 match self.acquire_locked(&mut state) {
                     Err(Error::Busy(_)) => {}
@@ -320,7 +337,10 @@ impl Pool {
             if let Some(completion) = draining {
                 drop(state);
                 // Its outcome does not matter: the storage is checked again.
-                let _ = completion.wait();
+                let _ = match left {
+                    Some(left) => completion.wait_timeout(left).map(|_| ()),
+                    None => completion.wait(),
+                };
             } else if state.may_take(Some(ticket))
                 && state.slots.iter().any(|slot| slot.holders == 0)
             {
@@ -329,6 +349,9 @@ impl Pool {
                 // completions concurrently): look again rather than sleep on
                 // a notification that will never come.
                 continue;
+            } else if let Some(left) = left {
+                let waited = self.changed.wait_timeout(state, left);
+                drop(waited.unwrap_or_else(|e| e.into_inner()));
             } else {
                 drop(self.changed.wait(state).unwrap_or_else(|e| e.into_inner()));
             }

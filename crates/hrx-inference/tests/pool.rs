@@ -143,6 +143,30 @@ fn busy_when_every_slot_is_retained_or_running() {
 }
 
 #[test]
+fn a_timed_acquire_gives_up_and_leaves_the_queue() {
+    let context = context();
+    let model = affine_model(&context, 2, N, GpuLocal);
+    // One slot held (a leaked lease), one draining behind a hung device.
+    let held = model.try_acquire().unwrap();
+    let gate = Gate::new(context.runtime());
+    let busy = gate.submit().unwrap();
+    let x = produced_after(&context, &input(3), &busy);
+    drop(model.submit(&[x]).unwrap());
+    let started = std::time::Instant::now();
+    let result = model.acquire_blocking_timeout(Duration::from_millis(50));
+    assert!(matches!(result, Err(Error::Busy(_))), "{result:?}");
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    // It left the queue: the next request is served once a slot frees.
+    drop(held);
+    let next = model
+        .acquire_blocking_timeout(Duration::from_secs(30))
+        .unwrap();
+    gate.open();
+    busy.wait().unwrap();
+    drop(next);
+}
+
+#[test]
 fn retained_outputs_keep_their_slot() {
     let context = context();
     let model = affine_model(&context, 1, N, GpuLocal);

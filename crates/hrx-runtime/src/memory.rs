@@ -14,6 +14,7 @@ use std::{
         Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
+    time::Instant,
 };
 
 /// Where an allocation lives.
@@ -93,6 +94,30 @@ impl MemoryCounters {
 }
 
 static NEXT_ALLOCATION: AtomicU64 = AtomicU64::new(1);
+
+/// How long a host mapping may wait for the device or another mapping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// Not at all: [`Error::Busy`] instead.
+    No,
+    /// Until the deadline (forever when `None`), then [`Error::Busy`].
+    Until(Option<Instant>),
+}
+
+impl Wait {
+    /// Wait at most `timeout` (forever if the deadline overflows).
+    pub(crate) fn at_most(timeout: std::time::Duration) -> Wait {
+        Wait::Until(Instant::now().checked_add(timeout))
+    }
+
+    /// Whether waiting is over: never waiting, or past the deadline.
+    fn expired(self) -> bool {
+        match self {
+            Wait::No => true,
+            Wait::Until(deadline) => deadline.is_some_and(|d| Instant::now() >= d),
+        }
+    }
+}
 
 /// One VkBuffer bound to a sub-allocation of device memory.
 pub(crate) struct Allocation {
@@ -347,10 +372,10 @@ impl Allocation {
 
     /// With the host lock held: wait until no writing submission is being
     /// queued (a few microseconds at most), or refuse with `Busy`.
-    fn wait_for_queueing_writes(&self, block: bool) -> Result<()> {
+    fn wait_for_queueing_writes(&self, wait: Wait) -> Result<()> {
         std::sync::atomic::fence(Ordering::SeqCst);
         while self.queueing_writes.load(Ordering::SeqCst) > 0 {
-            if !block {
+            if wait.expired() {
                 return Err(Error::Busy(
                     "a submission writing this memory is being queued".into(),
                 ));
@@ -368,9 +393,9 @@ impl Allocation {
         }
     }
 
-    /// Wait (or, with `block == false`, refuse with `Busy`) until the device
-    /// no longer conflicts with host access of the given kind.
-    fn settle(&self, host_writes: bool, block: bool) -> Result<()> {
+    /// Wait (as `wait` allows, else refuse with `Busy`) until the device no
+    /// longer conflicts with host access of the given kind.
+    fn settle(&self, host_writes: bool, wait: Wait) -> Result<()> {
         let value = if host_writes {
             self.last_use.load(Ordering::Acquire)
         } else {
@@ -387,10 +412,13 @@ impl Allocation {
         if let Some(why) = timeline.lost() {
             return Err(Error::DeviceLost(why.to_string()));
         }
-        if !block {
-            return Err(Error::Busy("the device is still using this memory".into()));
+        let busy = || Error::Busy("the device is still using this memory".into());
+        let Wait::Until(deadline) = wait else {
+            return Err(busy());
+        };
+        if !timeline.wait_for(value, deadline) {
+            return Err(busy());
         }
-        timeline.wait_for(value, None);
         match timeline.lost() {
             Some(why) if timeline.completed() < value => Err(Error::DeviceLost(why.to_string())),
             _ => Ok(()),
@@ -403,25 +431,21 @@ impl Allocation {
         })
     }
 
-    pub(crate) fn map_read(
-        &self,
-        offset: usize,
-        len: usize,
-        block: bool,
-    ) -> Result<MappedRead<'_>> {
+    pub(crate) fn map_read(&self, offset: usize, len: usize, wait: Wait) -> Result<MappedRead<'_>> {
         let pointer = self.pointer()?;
         // The guard first: a writing submission queued after it fails with
         // `Busy`, so the device cannot start writing between `settle` and
         // the read.
-        let guard = if block {
-            self.host.read().unwrap_or_else(|e| e.into_inner())
-        } else {
-            self.host
-                .try_read()
-                .map_err(|_| Error::Busy("the buffer is mapped for writing".into()))?
+        let guard = match wait {
+            Wait::Until(None) => self.host.read().unwrap_or_else(|e| e.into_inner()),
+            _ => lock_within(
+                wait,
+                || self.host.try_read(),
+                "the buffer is mapped for writing",
+            )?,
         };
-        self.wait_for_queueing_writes(block)?;
-        self.settle(false, block)?;
+        self.wait_for_queueing_writes(wait)?;
+        self.settle(false, wait)?;
         // SAFETY: [offset, offset + len) lies inside the mapping (views are
         // checked on creation); the read guard excludes host writers, and
         // device writes have finished (settle).
@@ -436,19 +460,20 @@ impl Allocation {
         &self,
         offset: usize,
         len: usize,
-        block: bool,
+        wait: Wait,
     ) -> Result<MappedWrite<'_>> {
         let pointer = self.pointer()?;
         // The guard first, as in `map_read`.
-        let guard = if block {
-            self.host.write().unwrap_or_else(|e| e.into_inner())
-        } else {
-            self.host
-                .try_write()
-                .map_err(|_| Error::Busy("the buffer is already mapped".into()))?
+        let guard = match wait {
+            Wait::Until(None) => self.host.write().unwrap_or_else(|e| e.into_inner()),
+            _ => lock_within(
+                wait,
+                || self.host.try_write(),
+                "the buffer is already mapped",
+            )?,
         };
-        self.wait_for_queueing_writes(block)?;
-        self.settle(true, block)?;
+        self.wait_for_queueing_writes(wait)?;
+        self.settle(true, wait)?;
         // SAFETY: the range lies inside the mapping; the write guard makes
         // this the only host access, and device use has finished (settle).
         let bytes = unsafe { std::slice::from_raw_parts_mut(pointer.as_ptr().add(offset), len) };
@@ -480,6 +505,27 @@ impl Drop for Allocation {
                 .free(memory);
         }
         self.gpu.memory.release(self.len);
+    }
+}
+
+/// Take a host lock with `try_lock`, retrying until `wait` runs out, then
+/// `Busy` with `why`. (std's locks have no timed form.)
+fn lock_within<G>(
+    wait: Wait,
+    mut try_lock: impl FnMut() -> std::sync::TryLockResult<G>,
+    why: &str,
+) -> Result<G> {
+    loop {
+        match try_lock() {
+            Ok(guard) => return Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => return Ok(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if wait.expired() => {
+                return Err(Error::Busy(why.into()));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
     }
 }
 
@@ -565,21 +611,21 @@ impl Buffer {
 
     /// Read the contents, waiting for device writes to finish.
     pub fn map_read(&self) -> Result<MappedRead<'_>> {
-        self.allocation.map_read(0, self.len(), true)
+        self.allocation.map_read(0, self.len(), Wait::Until(None))
     }
 
     /// Write the contents, waiting until the device no longer uses them.
     pub fn map_write(&self) -> Result<MappedWrite<'_>> {
-        self.allocation.map_write(0, self.len(), true)
+        self.allocation.map_write(0, self.len(), Wait::Until(None))
     }
 
     /// Like [`map_read`](Self::map_read), or [`Error::Busy`] instead of waiting.
     pub fn try_map_read(&self) -> Result<MappedRead<'_>> {
-        self.allocation.map_read(0, self.len(), false)
+        self.allocation.map_read(0, self.len(), Wait::No)
     }
 
     /// Like [`map_write`](Self::map_write), or [`Error::Busy`] instead of waiting.
     pub fn try_map_write(&self) -> Result<MappedWrite<'_>> {
-        self.allocation.map_write(0, self.len(), false)
+        self.allocation.map_write(0, self.len(), Wait::No)
     }
 }

@@ -1,9 +1,9 @@
 //! Views: a byte range of one allocation.
 
-use crate::memory::{Allocation, MappedRead, MappedWrite};
+use crate::memory::{Allocation, MappedRead, MappedWrite, Wait};
 use ash::vk;
 use hrx_core::{Error, Result};
-use std::{ops::Range, sync::Arc};
+use std::{ops::Range, sync::Arc, time::Duration};
 
 /// A byte range of a [`Buffer`](crate::Buffer). Cheap to clone; keeps its
 /// allocation alive.
@@ -92,22 +92,38 @@ impl BufferView {
 
     /// Read the bytes, waiting for device writes to the allocation to finish.
     pub fn map_read(&self) -> Result<MappedRead<'_>> {
-        self.allocation.map_read(self.offset, self.len, true)
+        self.allocation
+            .map_read(self.offset, self.len, Wait::Until(None))
     }
 
     /// Write the bytes, waiting until the device no longer uses the allocation.
     pub fn map_write(&self) -> Result<MappedWrite<'_>> {
-        self.allocation.map_write(self.offset, self.len, true)
+        self.allocation
+            .map_write(self.offset, self.len, Wait::Until(None))
     }
 
     /// Like [`map_read`](Self::map_read), or [`Error::Busy`] instead of waiting.
     pub fn try_map_read(&self) -> Result<MappedRead<'_>> {
-        self.allocation.map_read(self.offset, self.len, false)
+        self.allocation.map_read(self.offset, self.len, Wait::No)
     }
 
     /// Like [`map_write`](Self::map_write), or [`Error::Busy`] instead of waiting.
     pub fn try_map_write(&self) -> Result<MappedWrite<'_>> {
-        self.allocation.map_write(self.offset, self.len, false)
+        self.allocation.map_write(self.offset, self.len, Wait::No)
+    }
+
+    /// Like [`map_read`](Self::map_read), waiting at most `timeout`, then
+    /// [`Error::Busy`]: a hung device surfaces as an error, not a hang.
+    pub fn map_read_timeout(&self, timeout: Duration) -> Result<MappedRead<'_>> {
+        self.allocation
+            .map_read(self.offset, self.len, Wait::at_most(timeout))
+    }
+
+    /// Like [`map_write`](Self::map_write), waiting at most `timeout`, then
+    /// [`Error::Busy`].
+    pub fn map_write_timeout(&self, timeout: Duration) -> Result<MappedWrite<'_>> {
+        self.allocation
+            .map_write(self.offset, self.len, Wait::at_most(timeout))
     }
 
     pub(crate) fn raw_buffer(&self) -> vk::Buffer {

@@ -359,3 +359,35 @@ fn mapping_waits_for_device_writes_or_reports_busy() {
     assert!(words(&buffer).iter().all(|&w| w == 0xABCD));
     assert!(fill.is_complete());
 }
+
+#[test]
+fn timed_mappings_give_up_with_busy_instead_of_hanging() {
+    let runtime = Runtime::new().unwrap();
+    let buffer = runtime
+        .allocate(1 << 16, MemoryPlacement::HostVisible)
+        .unwrap();
+    let gate = Gate::new(&runtime);
+    let busy = gate.submit().unwrap();
+    let fill = fill_graph(&runtime, &buffer, 0x5A5A)
+        .submit_after(&[busy])
+        .unwrap();
+    // The device holds the memory (as a hung device would): each timed
+    // form returns Busy after about its timeout.
+    let view = buffer.view();
+    let started = Instant::now();
+    assert!(matches!(
+        view.map_read_timeout(Duration::from_millis(30)),
+        Err(Error::Busy(_))
+    ));
+    assert!(matches!(
+        view.map_write_timeout(Duration::from_millis(30)),
+        Err(Error::Busy(_))
+    ));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(60), "{waited:?}");
+    assert!(!fill.is_complete());
+    // Once the device lets go, a timed mapping succeeds.
+    gate.open();
+    let mapped = view.map_read_timeout(Duration::from_secs(30)).unwrap();
+    assert!(mapped.chunks(4).all(|w| w == 0x5A5Au32.to_le_bytes()));
+}
