@@ -79,8 +79,8 @@ pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::{available_devices, validation_message_count};
 pub use kernel::{
-    Access, BindingContract, GpuKernel, KernelContract, KernelRepresentation, KernelStatistic,
-    StatisticValue,
+    Access, BindingContract, DispatchArgs, GpuKernel, KernelContract, KernelRepresentation,
+    KernelStatistic, StatisticValue,
 };
 pub use memory::{Buffer, MappedRead, MappedWrite, MemoryPlacement, MemoryStats};
 pub use options::{DeviceSelector, RuntimeOptions};

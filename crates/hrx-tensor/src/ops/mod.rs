@@ -12,7 +12,6 @@
 //! An error names the operator and the shapes, and leaves the graph as it
 //! was (nothing is recorded before every check has passed).
 
-mod bridge;
 mod cast;
 mod elementwise;
 mod gather;
@@ -30,7 +29,6 @@ mod registry;
 mod rotation;
 mod rows;
 
-pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
 pub use matmul::{MatmulOptions, decode_matmul_source};
