@@ -30,7 +30,4 @@ mod target;
 pub use contract::{Access, BindingContract, DispatchArgs, KernelContract};
 pub use error::{Diagnostic, Error, Result};
 pub use lazy::cached_init;
-pub use target::{
-    CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target, WorkgroupMatrices,
-    WorkgroupMatrixShape,
-};
+pub use target::{CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target};

@@ -354,7 +354,7 @@ impl Saxpy {
 }
 
 fn run() -> Result<(), String> {
-    let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
+    let runtime = Runtime::from_env().map_err(|e| format!("hrx: {e}"))?;
     let target = runtime
         .gpu()
         .map_err(|e| format!("hrx: {e}"))?

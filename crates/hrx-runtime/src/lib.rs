@@ -42,23 +42,29 @@
 //!   the driver made of it (registers, spills, ...); without it, or on a
 //!   device lacking `VK_KHR_pipeline_executable_properties`, the call is an
 //!   [`Error::Unsupported`].
-//! - **Workgroup-scope matrices, opt-in.** With
-//!   [`RuntimeOptions::with_workgroup_matrices`] a device advertising
-//!   `VK_NV_cooperative_matrix2` is created with its workgroup-scope,
-//!   flexible-dimension (and tensor-addressing) features and
-//!   [`Target::workgroup_matrices`](hrx_core::Target) says what it offers;
-//!   otherwise that is `None`. For kernels brought as SPIR-V.
 //! - **The caller's job.** Do not submit work that touches memory while the
 //!   host holds a write mapping of it; declare accesses truthfully in kernel
 //!   contracts (a kernel that writes a binding declared read-only races).
-//! - **Validation.** With `HRX_VALIDATION=1` the Khronos validation layers
-//!   (with synchronization validation) are enabled and any message aborts
-//!   the process, so a test run fails on the first one.
+//! - **Settings are code.** [`RuntimeOptions`] says which device opens and
+//!   how; the library reads no environment variable. Binaries, examples
+//!   and tests that want `HRX_DEVICE` and `HRX_VALIDATION` call
+//!   [`RuntimeOptions::from_env`] (or [`Runtime::from_env`]), which refuses
+//!   values it does not understand.
+//! - **Validation.** [`Validation::Abort`] (`HRX_VALIDATION=1`) enables the
+//!   Khronos validation layers (with synchronization validation) and any
+//!   message aborts the process, so a test run fails on the first one;
+//!   [`Validation::Report`] prints and counts messages instead.
+//! - **Test hooks behind a feature.** The cargo feature `testing` adds
+//!   deterministic fault injection (`Runtime::inject_fault`, `Fault`) and
+//!   the process-wide counters `open_device_count` and
+//!   `validation_message_count`; tests enable it through their
+//!   dev-dependencies, and a product build never carries it.
 
 mod builtin;
 mod completion;
 mod copy_batch;
 mod device;
+#[cfg(feature = "testing")]
 mod fault;
 mod graph;
 mod instance;
@@ -69,21 +75,25 @@ mod runtime;
 mod submit;
 mod timeline;
 mod view;
-mod workgroup_matrix;
 
 pub use completion::Completion;
 pub use copy_batch::CopyBatch;
-pub use device::{Gpu, open_device_count};
+pub use device::Gpu;
+#[cfg(feature = "testing")]
+pub use device::open_device_count;
+#[cfg(feature = "testing")]
 pub use fault::Fault;
 pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
-pub use instance::{available_devices, validation_message_count};
+pub use instance::available_devices;
+#[cfg(feature = "testing")]
+pub use instance::validation_message_count;
 pub use kernel::{
     Access, BindingContract, DispatchArgs, GpuKernel, KernelContract, KernelRepresentation,
     KernelStatistic, StatisticValue,
 };
 pub use memory::{Buffer, MappedRead, MappedWrite, MemoryPlacement, MemoryStats};
-pub use options::{DeviceSelector, RuntimeOptions};
+pub use options::{DeviceSelector, RuntimeOptions, Validation};
 pub use runtime::Runtime;
 pub use view::BufferView;
 

@@ -152,7 +152,7 @@ fn source(tiles: bool, sg: usize) -> String {
 }
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     // Where the matmul kernel cannot run (no 16x16x16 f16 -> f32 shape, or
     // subgroups of varying size), neither can these.

@@ -19,7 +19,7 @@ use hrx_runtime::{GpuKernel, Runtime, RuntimeOptions};
 use hrx_tensor::ops::{SplitKOperands, coop_matmul_source, coop_splitk_source};
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::with_options(RuntimeOptions::default().with_pipeline_statistics())?;
+    let runtime = Runtime::with_options(RuntimeOptions::from_env()?.with_pipeline_statistics())?;
     let target = runtime.gpu()?.target().clone();
     println!("device: {}", target.name);
     let mut kernels = vec![];

@@ -164,7 +164,7 @@ fn source(unroll: usize, load_a: bool, load_b: bool, hot: bool) -> String {
 }
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     // The matmul's extent (m = n = k): 8192 where the kernel runs, a
     // small check of these kernels elsewhere (lavapipe in CI).

@@ -83,7 +83,7 @@ kernel.def @block_sum(%n: index) {
 "#;
 
 fn main() -> Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     println!("device: {} ({:?})", target.name, target.kind);
 

@@ -42,7 +42,7 @@
 //!
 //! # fn main() -> Result<()> {
 //! let context = ModelContext::new(RuntimeOptions::default())?;
-//! let ops = Ops::new(context.runtime());
+//! let ops = context.ops();
 //! let desc = TensorDesc::new(DType::F32, vec![4])?;
 //! let bias = context.upload(desc.clone(), &f32_bytes(&[0.5; 4]))?;
 //!

@@ -34,7 +34,7 @@ pub fn gpu() -> &'static Gpu {
 }
 
 fn open() -> Gpu {
-    let runtime = Runtime::new().expect("runtime");
+    let runtime = Runtime::from_env().expect("runtime");
     let target = runtime.gpu().expect("device").target().clone();
     let compiler = Compiler::for_target(None, &target).expect("compiler");
     Gpu {

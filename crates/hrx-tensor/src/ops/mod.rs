@@ -72,6 +72,13 @@ impl Ops {
         self.registry.runtime()
     }
 
+    /// How many kernels this library (with its clones) has compiled and
+    /// built so far: each distinct kernel counts once, however many
+    /// operators and models use it.
+    pub fn compiled_kernels(&self) -> usize {
+        self.registry.kernel_count()
+    }
+
     /// Allocate a device-local output tensor (nothing when empty). The
     /// storage is rounded up to whole 4-byte words, so 2-byte tensors can
     /// be bound as words (bf16).

@@ -137,6 +137,11 @@ impl Registry {
         })
     }
 
+    /// Kernels compiled and built so far.
+    pub(crate) fn kernel_count(&self) -> usize {
+        self.kernels.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The kernel for `key`, compiled and built on first use.
     pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
         let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
