@@ -8,9 +8,9 @@
 use hrx_core::{Error, Result};
 
 /// The variable [`RuntimeOptions::from_env`] reads the device choice from.
-pub const DEVICE_VAR: &str = "HRX_DEVICE";
+const DEVICE_VAR: &str = "HRX_DEVICE";
 /// The variable [`RuntimeOptions::from_env`] reads the validation mode from.
-pub const VALIDATION_VAR: &str = "HRX_VALIDATION";
+const VALIDATION_VAR: &str = "HRX_VALIDATION";
 
 /// Which physical device a runtime opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
