@@ -36,6 +36,13 @@
 //!   destroyed by whoever drops its last handle (views and kernels keep the
 //!   device, not the domain), before that drop returns: never by the
 //!   watcher thread, whose driver calls could otherwise race process exit.
+//! - **Kernels are SPIR-V plus a contract.** [`GpuKernel::new`] takes a
+//!   module and a [`KernelContract`] (bindings with their [`Access`], push
+//!   constants, workgroup size), checks the contract against the device and
+//!   every dispatch against the contract. The contract vocabulary lives in
+//!   hrx-core and is re-exported here: the loom compiler, which stands
+//!   beside this crate and never links it, states each artifact's contract
+//!   and [`DispatchArgs`] in the same terms.
 //! - **Kernel statistics, opt-in.** With
 //!   [`RuntimeOptions::with_pipeline_statistics`] every pipeline is built
 //!   with `CAPTURE_STATISTICS` and [`GpuKernel::statistics`] reports what
