@@ -15,7 +15,7 @@
 use hrx::{
     Result,
     inference::{InferenceGraph, ModelContext, PreparedModel},
-    tensor::{DType, DeviceTensor, Ops, TensorDesc, ops::BinaryOp},
+    tensor::{DType, DeviceTensor, TensorDesc, ops::BinaryOp},
 };
 
 /// Width of the model's vectors.
@@ -84,7 +84,7 @@ pub fn desc() -> Result<TensorDesc> {
 
 /// Prepare the model with `capacity` slots.
 pub fn model(context: &ModelContext, capacity: usize) -> Result<PreparedModel> {
-    let ops = Ops::new(context.runtime());
+    let ops = context.ops();
     let shared: Vec<DeviceTensor> = weights()
         .iter()
         .map(|w| context.upload(desc()?, &f32_bytes(w)))

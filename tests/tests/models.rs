@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 #[test]
 fn sixty_four_tasks_share_four_mlp_slots() {
-    let context = ModelContext::new(RuntimeOptions::default()).unwrap();
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let config = MlpConfig::small();
     let weights = Arc::new(config.seeded_weights(9));
     let model = Mlp::new(&context, config, &weights)

@@ -6,7 +6,7 @@ use hrx_tests::*;
 
 #[test]
 fn sixty_four_tasks_share_four_slots() {
-    let context = ModelContext::new(RuntimeOptions::default()).unwrap();
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let model = model(&context, 4).unwrap();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -43,7 +43,7 @@ fn sixty_four_tasks_share_four_slots() {
 
 #[test]
 fn blocking_clients_and_device_inputs_agree_with_the_reference() {
-    let context = ModelContext::new(RuntimeOptions::default()).unwrap();
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let model = model(&context, 2).unwrap();
     let threads: Vec<_> = (0..4u32)
         .map(|t| {

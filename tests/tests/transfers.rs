@@ -16,7 +16,7 @@ fn desc(shape: &[usize]) -> Result<TensorDesc> {
 
 #[test]
 fn the_facade_names_every_layer() {
-    let runtime: Runtime = Runtime::with_options(RuntimeOptions::default()).unwrap();
+    let runtime: Runtime = Runtime::with_options(RuntimeOptions::from_env().unwrap()).unwrap();
     let ready: Completion = Completion::ready();
     assert!(ready.validate_runtime(&runtime).is_ok());
     let cell = std::sync::Mutex::new(None);
@@ -37,7 +37,7 @@ fn the_facade_names_every_layer() {
 
 #[test]
 fn upload_download_round_trip() -> Result<()> {
-    let context = ModelContext::new(RuntimeOptions::default())?;
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap())?;
     let x = values(7, 1000);
     let tensor = context.upload(desc(&[10, 100])?, &f32_bytes(&x))?;
     assert_eq!(f32_values(&context.download(&tensor)?.wait()?), x);
@@ -46,7 +46,7 @@ fn upload_download_round_trip() -> Result<()> {
 
 #[test]
 fn concatenate_and_copy_into_round_trip() -> Result<()> {
-    let context = ModelContext::new(RuntimeOptions::default())?;
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap())?;
     let (a, b) = (values(1, 6), values(2, 9));
     let ta = context.upload(desc(&[2, 3])?, &f32_bytes(&a))?;
     let empty = context.allocate(desc(&[0, 3])?)?;

@@ -30,6 +30,9 @@ pub(crate) fn gpu_test(root: &Path) -> Result<(), String> {
             "hrx-inference",
             "-p",
             "hrx-models",
+            // The end-to-end tests, with loom's kernels run on the device.
+            "-p",
+            "hrx-tests",
         ],
     )?;
     let stage = root.join(STAGE);

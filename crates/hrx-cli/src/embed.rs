@@ -86,7 +86,8 @@ fn check_model_dir(dir: &Path) -> Result<()> {
 
 /// The embedder `args` selects.
 fn load(args: &EmbedArgs) -> Result<SentenceEmbedder> {
-    let context = ModelContext::new(crate::demo::device_options(args.device.as_deref()))
+    let context = crate::demo::device_options(args.device.as_deref())
+        .and_then(ModelContext::new)
         .map_err(|e| device_error(args.device.as_deref(), e))?;
     context
         .runtime()

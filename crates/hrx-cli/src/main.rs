@@ -79,7 +79,7 @@ fn target(choice: TargetChoice) -> Result<Target, Error> {
         TargetChoice::Lavapipe => Ok(Target::lavapipe()),
         TargetChoice::Hopper => Ok(Target::hopper()),
         // The device `HRX_DEVICE` (or the type preference) selects.
-        TargetChoice::Device => Ok(Runtime::new()?.gpu()?.target().clone()),
+        TargetChoice::Device => Ok(Runtime::from_env()?.gpu()?.target().clone()),
     }
 }
 

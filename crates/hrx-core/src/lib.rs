@@ -14,16 +14,20 @@
 //!   assume about a device. It is read off the live device by the runtime,
 //!   or taken from an offline profile ([`Target::lavapipe`],
 //!   [`Target::hopper`]) so that kernels compile with no driver installed.
+//! - **Kernel contracts are data too.** [`KernelContract`] (bindings with
+//!   their [`Access`], push constants, workgroup size) and [`DispatchArgs`]
+//!   are the vocabulary the loom compiler produces and the runtime
+//!   consumes; they live here so neither of those crates depends on the
+//!   other.
 //! - [`cached_init`] memoises the first *successful* initialisation of a lazily
 //!   built value; a failure is returned and the next call tries again.
 
+mod contract;
 mod error;
 mod lazy;
 mod target;
 
+pub use contract::{Access, BindingContract, DispatchArgs, KernelContract};
 pub use error::{Diagnostic, Error, Result};
 pub use lazy::cached_init;
-pub use target::{
-    CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target, WorkgroupMatrices,
-    WorkgroupMatrixShape,
-};
+pub use target::{CooperativeMatrixShape, DeviceKind, ScalarKind, SubgroupOps, Target};

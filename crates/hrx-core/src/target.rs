@@ -62,46 +62,6 @@ pub struct CooperativeMatrixShape {
     pub accumulator: ScalarKind,
 }
 
-/// One flexible workgroup-scope cooperative matrix configuration
-/// (`VK_NV_cooperative_matrix2`): `C[m x n] += A[m x k] * B[k x n]` held by
-/// a whole workgroup of `workgroup_invocations`, for any `m`, `n`, `k` that
-/// are multiples of the granularities (up to
-/// [`WorkgroupMatrices::max_dimension`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct WorkgroupMatrixShape {
-    /// `m` must be a multiple of this.
-    pub m_granularity: u32,
-    /// `n` must be a multiple of this.
-    pub n_granularity: u32,
-    /// `k` must be a multiple of this.
-    pub k_granularity: u32,
-    /// Element type of A and B.
-    pub input: ScalarKind,
-    /// Element type of the accumulator C and the result.
-    pub accumulator: ScalarKind,
-    /// The workgroup size (in invocations) a kernel using the shape must have.
-    pub workgroup_invocations: u32,
-}
-
-/// Workgroup-scope cooperative matrices, where the device has them: the
-/// driver spreads one matrix over a whole workgroup and stages its loads
-/// itself (on NVIDIA, through workgroup memory it reserves).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct WorkgroupMatrices {
-    /// Largest workgroup (in invocations) that may use them.
-    pub max_workgroup_invocations: u32,
-    /// Largest matrix dimension.
-    pub max_dimension: u32,
-    /// Workgroup memory the driver reserves in a kernel that uses them:
-    /// the kernel's own allocations must fit in what is left.
-    pub reserved_workgroup_bytes: u32,
-    /// Whether matrices load from and store to storage through tensor
-    /// layouts (bounds-clamped 2-D slices; `cooperativeMatrixTensorAddressing`).
-    pub tensor_addressing: bool,
-    /// Supported element types, granularities and workgroup sizes.
-    pub shapes: Vec<WorkgroupMatrixShape>,
-}
-
 /// What a kernel compiler may assume about a device.
 ///
 /// Built from the live device by the runtime, or from an offline profile.
@@ -156,9 +116,6 @@ pub struct Target {
     /// Cooperative matrix configurations (`VK_KHR_cooperative_matrix`), empty
     /// when the extension is absent.
     pub cooperative_matrix: Vec<CooperativeMatrixShape>,
-    /// Workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`
-    /// with its workgroup-scope and flexible-dimension features), or `None`.
-    pub workgroup_matrices: Option<WorkgroupMatrices>,
 }
 
 impl Target {
@@ -192,7 +149,6 @@ impl Target {
             shader_int64: true,
             timeline_semaphores: true,
             cooperative_matrix: Vec::new(),
-            workgroup_matrices: None,
         }
     }
 
@@ -238,7 +194,6 @@ impl Target {
                 shape(16, 8, 16, F16, F16),
                 shape(16, 8, 16, F16, F32),
             ],
-            workgroup_matrices: None,
         }
     }
 

@@ -1,15 +1,16 @@
-//! The model context: one runtime domain, a lazily built compiler, and
-//! tensor allocation and transfers within that domain.
+//! The model context: one runtime domain, its operator library, and tensor
+//! allocation and transfers within that domain.
 
 use crate::{pool::keep_slot_until, readback::TensorReadback};
-use hrx_core::{Error, Result, cached_init};
-use hrx_loom::Compiler;
+use hrx_core::{Error, Result};
 use hrx_runtime::{BufferView, Completion, MemoryPlacement, Runtime, RuntimeOptions};
-use hrx_tensor::{DeviceTensor, TensorDesc};
-use std::sync::{Arc, Mutex};
+use hrx_tensor::{DeviceTensor, Ops, TensorDesc};
 
 /// Explicitly shared allocation, compilation and scheduling domain for
-/// models. Cheap to clone; clones share the runtime and the compiler.
+/// models. Cheap to clone; clones share the runtime and the operator
+/// library, so every model loaded on one context (and its clones) shares
+/// one kernel cache: each kernel compiles once per domain, not once per
+/// model.
 ///
 /// ```
 /// use hrx_inference::ModelContext;
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct ModelContext {
     runtime: Runtime,
-    compiler: Arc<Mutex<Option<Compiler>>>,
+    ops: Ops,
 }
 
 impl std::fmt::Debug for ModelContext {
@@ -43,9 +44,10 @@ fn invalid(why: &str) -> Error {
 impl ModelContext {
     /// Construct a context; hardware and compiler initialisation stay lazy.
     pub fn new(options: RuntimeOptions) -> Result<Self> {
+        let runtime = Runtime::with_options(options)?;
         Ok(ModelContext {
-            runtime: Runtime::with_options(options)?,
-            compiler: Arc::new(Mutex::new(None)),
+            ops: Ops::new(&runtime),
+            runtime,
         })
     }
 
@@ -54,13 +56,12 @@ impl ModelContext {
         &self.runtime
     }
 
-    /// The compiler for the selected device's actual target, built on first
-    /// use (opening the device) and shared afterwards. A failure is returned
-    /// and the next call tries again.
-    pub fn compiler(&self) -> Result<Compiler> {
-        cached_init(&self.compiler, || {
-            Compiler::for_target(None, self.runtime.gpu()?.target())
-        })
+    /// The operator library of this context's domain, shared by every
+    /// model loaded on it: kernels compile for the device's actual target at
+    /// first use (opening the device) and are kept for every later user.
+    /// Clone it to keep it (clones share the cache).
+    pub fn ops(&self) -> &Ops {
+        &self.ops
     }
 
     /// Allocate zero-initialised device-local storage for `desc`. Empty

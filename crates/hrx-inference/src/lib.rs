@@ -4,7 +4,9 @@
 //! Design choices and contracts:
 //!
 //! - **One explicit domain.** A [`ModelContext`] is a cheap clone of one
-//!   runtime domain plus a lazily built loom compiler for that device.
+//!   runtime domain plus its operator library ([`ModelContext::ops`]),
+//!   shared by every model loaded on the context, so each kernel compiles
+//!   once per domain.
 //!   Creating one touches no hardware; empty tensors never need a device.
 //!   Every tensor crossing the API is checked against the context before
 //!   anything is queued ([`ModelContext::validate`]).

@@ -15,8 +15,8 @@ fn desc(dtype: DType, shape: &[usize]) -> TensorDesc {
 
 #[test]
 fn empty_tensors_need_no_device_and_keep_context_identity() {
-    let a = ModelContext::new(RuntimeOptions::default()).unwrap();
-    let b = ModelContext::new(RuntimeOptions::default()).unwrap();
+    let a = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
+    let b = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let tensor = a.upload(desc(DType::F32, &[0]), &[]).unwrap();
     assert!(tensor.binding().is_none());
     assert!(a.download(&tensor).unwrap().wait().unwrap().is_empty());
@@ -263,12 +263,27 @@ fn download_queues_without_waiting_on_the_host() {
 }
 
 #[test]
-fn the_compiler_is_built_lazily_for_the_live_device() {
+fn clones_share_one_operator_library() {
     let context = context();
     assert!(!context.runtime().is_open());
-    let compiler = context.compiler().unwrap();
-    let target = context.runtime().gpu().unwrap().target();
-    assert_eq!(compiler.target().fingerprint(), target.fingerprint());
-    let again = context.compiler().unwrap();
-    assert_eq!(again.target().fingerprint(), target.fingerprint());
+    assert_eq!(context.ops().compiled_kernels(), 0);
+    let clone = context.clone();
+    let desc = TensorDesc::new(DType::F32, vec![4]).unwrap();
+    let x = context.upload(desc.clone(), &[0u8; 16]).unwrap();
+    let add = |ops: &hrx_tensor::Ops| {
+        ops.binary(hrx_tensor::ops::BinaryOp::Add, &x, &x)
+            .unwrap()
+            .completion()
+            .wait()
+            .unwrap();
+    };
+    add(context.ops());
+    let compiled = context.ops().compiled_kernels();
+    assert!(compiled > 0);
+    // The clone's library is the same one: nothing compiles again.
+    add(clone.ops());
+    assert_eq!(clone.ops().compiled_kernels(), compiled);
+    // Another context is another domain, with a library of its own.
+    let other = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
+    assert_eq!(other.ops().compiled_kernels(), 0);
 }

@@ -287,7 +287,7 @@ impl Saxpy {
         let artifact = hrx_loom::Compiler::for_target(None, target)
             .and_then(|c| c.module(source)?.compile(&Specialization::new(symbol)))
             .map_err(e)?;
-        let ours = artifact.gpu_kernel(runtime).map_err(e)?;
+        let ours = GpuKernel::new(runtime, artifact.spirv(), artifact.contract()).map_err(e)?;
         let mut contract = artifact.contract();
         contract.entry_point = "main".into();
         let theirs =
@@ -299,7 +299,10 @@ impl Saxpy {
         let y = runtime
             .allocate(bytes, MemoryPlacement::GpuLocal)
             .map_err(e)?;
-        let (constants, grid) = artifact
+        let hrx_core::DispatchArgs {
+            push_constants: constants,
+            workgroups: grid,
+        } = artifact
             .dispatch_args(
                 &[ScalarValue::Index(self.n as u64), ScalarValue::F32(1e-3)],
                 &[self.n as u64],
@@ -351,7 +354,7 @@ impl Saxpy {
 }
 
 fn run() -> Result<(), String> {
-    let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
+    let runtime = Runtime::from_env().map_err(|e| format!("hrx: {e}"))?;
     let target = runtime
         .gpu()
         .map_err(|e| format!("hrx: {e}"))?

@@ -1,19 +1,25 @@
 //! The compiled form of one kernel: SPIR-V plus everything the runtime needs
 //! to bind, launch and feed it.
+//!
+//! An artifact speaks the runtime's language through hrx-core's kernel
+//! vocabulary, not through the runtime itself: [`Artifact::contract`] is
+//! the one place an artifact becomes a [`hrx_core::KernelContract`], and
+//! [`Artifact::dispatch_args`] gives the [`hrx_core::DispatchArgs`] of one
+//! launch. The runtime turns SPIR-V plus a contract into a pipeline
+//! (`hrx_runtime::GpuKernel::new(&runtime, artifact.spirv(),
+//! artifact.contract())`), so this crate never links Vulkan.
 
 mod codec;
+mod contract;
 
 use crate::launch::LaunchProgram;
 use hrx_core::{Error, Result};
 
-/// How a kernel uses a storage binding, inferred from the loom source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Access {
-    /// Only read (the binding is declared read-only).
-    Read,
-    /// Written, and possibly read.
-    ReadWrite,
-}
+/// How a kernel uses a storage binding (hrx-core's one access vocabulary).
+/// The compiler infers [`Access::Read`] for a buffer declared read-only
+/// and [`Access::ReadWrite`] for one it writes; it never claims
+/// [`Access::Write`] alone, since a store may follow a load anywhere.
+pub use hrx_core::Access;
 
 /// One storage-buffer binding (descriptor set 0), in buffer-argument order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -22,7 +28,7 @@ pub struct Binding {
     pub index: u32,
     /// Loom name of the buffer argument (without `%`).
     pub name: String,
-    /// Read-only or read-write.
+    /// Read-only or read-write (see [`Access`]).
     pub access: Access,
     /// Bytes the kernel may touch, when every view of the buffer has a
     /// static extent and offset; `None` when any extent is dynamic.

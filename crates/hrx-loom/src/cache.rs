@@ -195,6 +195,11 @@ mod tests {
     fn codec_round_trips() {
         let a = sample();
         assert_eq!(Artifact::decode(&a.encode()), Some(a));
+        for access in [Access::Read, Access::Write] {
+            let mut a = sample();
+            a.bindings[0].access = access;
+            assert_eq!(Artifact::decode(&a.encode()), Some(a));
+        }
     }
 
     #[test]

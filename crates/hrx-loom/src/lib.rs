@@ -50,9 +50,14 @@
 //!
 //! # Running kernels
 //!
-//! With the cargo feature `runtime`, `Artifact::contract`,
-//! `Artifact::gpu_kernel` and `Artifact::dispatch_args` turn an artifact
-//! into an `hrx_runtime::GpuKernel` and the arguments of a graph dispatch.
+//! The compiler stands beside the runtime, not above it: both depend only
+//! on hrx-core, whose kernel vocabulary ([`hrx_core::KernelContract`],
+//! [`hrx_core::DispatchArgs`]) is what passes between them.
+//! [`Artifact::contract`] and [`Artifact::dispatch_args`] produce it;
+//! `hrx_runtime::GpuKernel::new(&runtime, artifact.spirv(),
+//! artifact.contract())` builds the pipeline, and a graph dispatch takes the
+//! arguments' push constants and workgroups. hrx-tensor's operator library
+//! does exactly this for every kernel it compiles.
 
 pub mod diag;
 pub mod front;
@@ -66,8 +71,6 @@ pub mod compiler;
 pub mod emit;
 pub mod launch;
 pub mod lower;
-#[cfg(feature = "runtime")]
-mod runtime_bridge;
 pub mod specialize;
 
 pub use artifact::{Access, Artifact, Binding, PushConstant, ScalarType, ScalarValue};

@@ -24,6 +24,21 @@ fn every_corpus_kernel_compiles_and_validates() {
                 assert_eq!(a.entry_point(), kernel);
                 assert!(a.spirv().len() > 5, "{name}");
                 assert_eq!(a.spirv()[0], 0x0723_0203, "SPIR-V magic");
+                // The contract the runtime will check: the compiler's own
+                // binding facts, never less than one declared element, and
+                // within the target's limits.
+                let contract = a.contract();
+                contract
+                    .check(&target)
+                    .unwrap_or_else(|e| panic!("{name} {kernel}: {e}"));
+                for (b, c) in a.bindings().iter().zip(&contract.bindings) {
+                    assert_eq!(c.access, b.access, "{name} {kernel}");
+                    assert_eq!(c.alignment, b.alignment as usize, "{name} {kernel}");
+                    assert!(c.min_bytes >= b.element_bytes as usize, "{name} {kernel}");
+                    if let Some(extent) = b.min_bytes {
+                        assert!(c.min_bytes as u64 >= extent, "{name} {kernel}");
+                    }
+                }
             }
         }
     }

@@ -245,7 +245,9 @@ struct Row {
 }
 
 fn run() -> Result<(), String> {
-    let context = ModelContext::new(RuntimeOptions::default()).map_err(text)?;
+    let context = RuntimeOptions::from_env()
+        .and_then(ModelContext::new)
+        .map_err(text)?;
     let gpu = context.runtime().gpu().map_err(text)?;
     let (device, index) = (gpu.target().name.clone(), gpu.index());
     let settings = Settings::new(gpu.target().kind == DeviceKind::Cpu)?;

@@ -252,7 +252,9 @@ fn torch_results(path: &Path) -> std::result::Result<(String, BTreeMap<String, f
 }
 
 fn main() -> std::result::Result<(), String> {
-    let context = ModelContext::new(RuntimeOptions::default()).map_err(|e| e.to_string())?;
+    let context = RuntimeOptions::from_env()
+        .and_then(ModelContext::new)
+        .map_err(|e| e.to_string())?;
     let target = context
         .runtime()
         .gpu()

@@ -12,7 +12,7 @@ use hrx_runtime::RuntimeOptions;
 use std::time::Instant;
 
 fn main() -> hrx_core::Result<()> {
-    let context = ModelContext::new(RuntimeOptions::default())?;
+    let context = ModelContext::new(RuntimeOptions::from_env()?)?;
     let config = MlpConfig::small();
     let weights = config.seeded_weights(42);
     let mlp = Mlp::new(&context, config, &weights)?;

@@ -13,7 +13,7 @@ use hrx_runtime::RuntimeOptions;
 use std::time::Instant;
 
 fn main() -> hrx_core::Result<()> {
-    let context = ModelContext::new(RuntimeOptions::default())?;
+    let context = ModelContext::new(RuntimeOptions::from_env()?)?;
     let config = TransformerConfig {
         batch: 2,
         ..TransformerConfig::small()

@@ -22,7 +22,7 @@ fn the_device_is_closed_when_the_last_clone_drops() {
 
 fn one_round() {
     assert_eq!(open_device_count(), 0);
-    let context = ModelContext::new(RuntimeOptions::default()).expect("context");
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
     let options = EmbedderOptions {
         max_batch: 1,
         slots: 1,

@@ -67,7 +67,7 @@ fn short_texts(tokens: usize) -> Vec<&'static str> {
 }
 
 fn load(options: &EmbedderOptions) -> SentenceEmbedder {
-    let context = ModelContext::new(RuntimeOptions::default()).expect("context");
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
     SentenceEmbedder::load(&context, &model_dir(), options).expect("load")
 }
 
@@ -201,7 +201,7 @@ fn concurrent_clients_match_one_at_a_time() {
 
 #[test]
 fn f16_matches_the_reference_where_the_device_has_f16() {
-    let context = ModelContext::new(RuntimeOptions::default()).expect("context");
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
     let target = context.runtime().gpu().expect("device").target().clone();
     let options = EmbedderOptions {
         precision: Precision::F16,

@@ -26,8 +26,9 @@ fn options() -> EmbedderOptions {
 /// Replica 0 healthy, replica 1 able to take injected faults.
 fn pool() -> Replicas {
     let contexts = [
-        ModelContext::new(RuntimeOptions::default()).expect("context"),
-        ModelContext::new(RuntimeOptions::default().with_fault_injection()).expect("context"),
+        ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context"),
+        ModelContext::new(RuntimeOptions::from_env().unwrap().with_fault_injection())
+            .expect("context"),
     ];
     Replicas::load(&contexts, &model_dir(), &options()).expect("load")
 }

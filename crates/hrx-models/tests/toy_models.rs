@@ -197,3 +197,17 @@ fn weights_are_held_once_whatever_the_slot_count() {
     assert!(mlp.weights().bytes() > io_and_scratch);
     drop(three);
 }
+
+#[test]
+fn models_on_one_context_share_its_compiled_kernels() {
+    let context = context();
+    let config = MlpConfig::small();
+    let first = Mlp::new(&context, config, &config.seeded_weights(1)).unwrap();
+    let second = Mlp::new(&context, config, &config.seeded_weights(2)).unwrap();
+    first.prepare(1).unwrap();
+    let compiled = context.ops().compiled_kernels();
+    assert!(compiled > 0);
+    // The same operators for the second model: no kernel compiles again.
+    second.prepare(1).unwrap();
+    assert_eq!(context.ops().compiled_kernels(), compiled);
+}

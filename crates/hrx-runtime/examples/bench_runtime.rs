@@ -75,7 +75,7 @@ impl Config {
 const MICROS: f64 = 1e6;
 
 fn run() -> Result<(), String> {
-    let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
+    let runtime = Runtime::from_env().map_err(|e| format!("hrx: {e}"))?;
     let gpu = runtime.gpu().map_err(|e| format!("hrx: {e}"))?;
     let target = gpu.target().clone();
     let config = Config::new(target.kind == DeviceKind::Cpu)?;

@@ -38,7 +38,7 @@ fn spirv(wgsl: &str) -> Vec<u32> {
 }
 
 fn main() -> Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target();
     println!(
         "device: {} ({:?}, Vulkan {:?})",

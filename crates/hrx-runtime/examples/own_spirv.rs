@@ -196,7 +196,7 @@ fn square_plus_c() -> Vec<u32> {
 }
 
 fn main() -> Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     println!("device: {} ({:?})", target.name, target.kind);
 

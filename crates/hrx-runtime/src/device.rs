@@ -55,7 +55,7 @@ impl Gpu {
     pub(crate) fn open(domain: u64, options: &RuntimeOptions) -> Result<Arc<Gpu>> {
         let instance = Instance::shared(options)?;
         let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
-        let mut physical = instance.select(options.selector())?;
+        let physical = instance.select(options.device.clone())?;
         if !physical.push_descriptor {
             return Err(Error::Unsupported(format!(
                 "{} lacks VK_KHR_push_descriptor",
@@ -64,10 +64,6 @@ impl Gpu {
         }
         let queue_family = compute_queue_family(&instance, &physical)?;
         let statistics = options.pipeline_statistics && physical.pipeline_statistics;
-        if options.workgroup_matrices && physical.workgroup_matrix_ext {
-            physical.target.workgroup_matrices =
-                crate::workgroup_matrix::query(&instance, physical.raw);
-        }
         let device = create_device(&instance, &physical, queue_family, statistics)?;
         // From here on, `partial` destroys what exists if a later step fails.
         let partial = PartialDevice(&device);
@@ -115,7 +111,7 @@ impl Gpu {
             executable_properties,
             timeline,
             memory: MemoryCounters::new(options.memory_budget),
-            fault_injection: options.fault_injection,
+            fault_injection: options.fault_injection_enabled(),
             compute_copy,
             fail_next_submission: AtomicBool::new(false),
             fail_next_execution: AtomicBool::new(false),
@@ -179,10 +175,12 @@ impl Gpu {
 /// Devices open in this process (a leak detector for tests).
 static OPEN_DEVICES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// How many runtime devices are open in this process right now. A device
+/// How many runtime devices are open in this process right now (cargo
+/// feature `testing`). A device
 /// is destroyed when the last runtime clone, buffer, view, kernel and graph
 /// of its domain is gone, on the thread that drops it, before that drop
 /// returns (in-flight work is waited for when the last runtime handle goes).
+#[cfg(feature = "testing")]
 pub fn open_device_count() -> usize {
     OPEN_DEVICES.load(std::sync::atomic::Ordering::SeqCst)
 }
@@ -338,15 +336,6 @@ fn create_device(
     if target.supports_cooperative_matrix() {
         extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         features = features.push_next(&mut cooperative);
-    }
-    let mut workgroup_matrices = target
-        .workgroup_matrices
-        .as_ref()
-        .map(crate::workgroup_matrix::Features::used)
-        .unwrap_or_default();
-    if target.workgroup_matrices.is_some() {
-        extensions.push(crate::workgroup_matrix::NAME.as_ptr());
-        features = features.push_next(&mut workgroup_matrices);
     }
     let mut executable = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
         .pipeline_executable_info(true);

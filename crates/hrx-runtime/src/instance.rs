@@ -1,7 +1,7 @@
 //! The Vulkan instance, the validation judge, and device discovery.
 
 use crate::{
-    options::{DeviceSelector, RuntimeOptions},
+    options::{DeviceSelector, RuntimeOptions, Validation},
     vk_error,
 };
 use ash::{ext::debug_utils, vk};
@@ -22,10 +22,12 @@ const INSTALL_HINT: &str = "install a Vulkan driver and loader, for example \
 
 static VALIDATION_MESSAGES: AtomicUsize = AtomicUsize::new(0);
 
-/// Number of validation messages reported in this process so far.
+/// Number of validation messages reported in this process so far (cargo
+/// feature `testing`).
 ///
-/// With `HRX_VALIDATION` set the process aborts at the first message, so
-/// tests fail; this counter serves runs that enable validation explicitly.
+/// Under [`Validation::Abort`] the process aborts at the first message, so
+/// tests fail; this counter serves runs under [`Validation::Report`].
+#[cfg(feature = "testing")]
 pub fn validation_message_count() -> usize {
     VALIDATION_MESSAGES.load(Ordering::SeqCst)
 }
@@ -47,15 +49,13 @@ pub(crate) struct PhysicalDevice {
     pub(crate) uniform_16bit: bool,
     /// `VK_KHR_pipeline_executable_properties` with `pipelineExecutableInfo`.
     pub(crate) pipeline_statistics: bool,
-    /// `VK_NV_cooperative_matrix2` is advertised.
-    pub(crate) workgroup_matrix_ext: bool,
 }
 
-/// The process-wide instances, one with and one without validation. An
+/// The process-wide instances, one per validation mode. An
 /// instance is created once and kept for the life of the process: creating
 /// and destroying instances while other threads open devices has hung the
 /// NVIDIA driver in our GPU test tier, and an instance costs milliseconds.
-static SHARED: Mutex<[Option<Arc<Instance>>; 2]> = Mutex::new([None, None]);
+static SHARED: Mutex<[Option<Arc<Instance>>; 3]> = Mutex::new([None, None, None]);
 
 /// Serialises device creation and destruction across domains (see `SHARED`).
 pub(crate) static DEVICE_LIFECYCLE: Mutex<()> = Mutex::new(());
@@ -63,9 +63,12 @@ pub(crate) static DEVICE_LIFECYCLE: Mutex<()> = Mutex::new(());
 impl Instance {
     /// The shared instance for these options, created on first need.
     pub(crate) fn shared(options: &RuntimeOptions) -> Result<Arc<Self>> {
-        let validation = options.validation_enabled();
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = &mut shared[usize::from(validation)];
+        let slot = &mut shared[match options.validation {
+            Validation::Off => 0,
+            Validation::Report => 1,
+            Validation::Abort => 2,
+        }];
         if let Some(instance) = slot {
             return Ok(instance.clone());
         }
@@ -80,7 +83,7 @@ impl Instance {
         // program must.
         let entry = unsafe { ash::Entry::load() }
             .map_err(|e| Error::Unsupported(format!("no Vulkan loader ({e}); {INSTALL_HINT}")))?;
-        let validation = options.validation_enabled();
+        let validation = options.validation.enabled();
         let mut layers = Vec::new();
         let mut extensions = Vec::new();
         if validation {
@@ -132,7 +135,10 @@ impl Instance {
                     vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
                         | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
                 )
-                .pfn_user_callback(Some(on_validation_message));
+                .pfn_user_callback(Some(match options.validation {
+                    Validation::Abort => on_validation_message_abort,
+                    _ => on_validation_message,
+                }));
             // SAFETY: the instance was created with the debug utils extension.
             match unsafe { loader.create_debug_utils_messenger(&info, None) } {
                 Ok(handle) => Some((loader, handle)),
@@ -287,8 +293,6 @@ impl Instance {
             shader_int64,
             timeline_semaphores: v12.timeline_semaphore == vk::TRUE,
             cooperative_matrix,
-            // Read only where a runtime asks for them (see `Gpu::open`).
-            workgroup_matrices: None,
         };
         PhysicalDevice {
             raw: device,
@@ -299,7 +303,6 @@ impl Instance {
             uniform_16bit,
             pipeline_statistics: has(ash::khr::pipeline_executable_properties::NAME)
                 && executable.pipeline_executable_info == vk::TRUE,
-            workgroup_matrix_ext: has(crate::workgroup_matrix::NAME),
         }
     }
 
@@ -361,7 +364,7 @@ impl Drop for Instance {
 /// enumeration order (the index `HRX_DEVICE` and
 /// [`RuntimeOptions::with_device_index`] take) and its facts.
 pub fn available_devices() -> Result<Vec<(usize, Target)>> {
-    let instance = Instance::shared(&RuntimeOptions::default().with_validation(false))?;
+    let instance = Instance::shared(&RuntimeOptions::default())?;
     Ok(instance
         .devices()?
         .into_iter()
@@ -369,6 +372,7 @@ pub fn available_devices() -> Result<Vec<(usize, Target)>> {
         .collect())
 }
 
+/// The messenger of a [`Validation::Report`] instance: print and count.
 unsafe extern "system" fn on_validation_message(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
     _types: vk::DebugUtilsMessageTypeFlagsEXT,
@@ -385,11 +389,21 @@ unsafe extern "system" fn on_validation_message(
     };
     VALIDATION_MESSAGES.fetch_add(1, Ordering::SeqCst);
     eprintln!("hrx: Vulkan validation {severity:?}: {message}");
-    if std::env::var("HRX_VALIDATION").is_ok_and(|v| !v.is_empty() && v != "0") {
-        // The judge has spoken: a validation message fails the whole run.
-        // Unwinding out of a foreign callback is not allowed, so abort.
-        eprintln!("hrx: aborting on validation message (HRX_VALIDATION is set)");
-        std::process::abort();
-    }
     vk::FALSE
+}
+
+/// The messenger of a [`Validation::Abort`] instance: print, then abort.
+/// The judge has spoken: a validation message fails the whole run, and
+/// unwinding out of a foreign callback is not allowed.
+unsafe extern "system" fn on_validation_message_abort(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    // SAFETY: the arguments are the layer's, passed on unchanged for the
+    // duration of this call.
+    unsafe { on_validation_message(severity, types, data, user) };
+    eprintln!("hrx: aborting on validation message (validation mode Abort, HRX_VALIDATION=1)");
+    std::process::abort();
 }

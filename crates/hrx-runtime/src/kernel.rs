@@ -1,9 +1,9 @@
-//! Compute kernels: SPIR-V plus the contract a dispatch is checked against.
+//! Compute kernels: SPIR-V plus the contract (hrx-core's kernel vocabulary,
+//! re-exported here) a dispatch is checked against.
 
-mod contract;
 mod statistics;
 
-pub use contract::{Access, BindingContract, KernelContract};
+pub use hrx_core::{Access, BindingContract, DispatchArgs, KernelContract};
 pub use statistics::{KernelRepresentation, KernelStatistic, StatisticValue};
 
 use crate::{Runtime, device::Gpu, vk_error};

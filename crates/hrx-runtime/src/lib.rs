@@ -36,33 +36,47 @@
 //!   destroyed by whoever drops its last handle (views and kernels keep the
 //!   device, not the domain), before that drop returns: never by the
 //!   watcher thread, whose driver calls could otherwise race process exit.
+//! - **Kernels are SPIR-V plus a contract.** [`GpuKernel::new`] takes a
+//!   module and a [`KernelContract`] (bindings with their [`Access`], push
+//!   constants, workgroup size), checks the contract against the device and
+//!   every dispatch against the contract. The contract vocabulary lives in
+//!   hrx-core and is re-exported here: the loom compiler, which stands
+//!   beside this crate and never links it, states each artifact's contract
+//!   and [`DispatchArgs`] in the same terms.
 //! - **Kernel statistics, opt-in.** With
 //!   [`RuntimeOptions::with_pipeline_statistics`] every pipeline is built
 //!   with `CAPTURE_STATISTICS` and [`GpuKernel::statistics`] reports what
 //!   the driver made of it (registers, spills, ...); without it, or on a
 //!   device lacking `VK_KHR_pipeline_executable_properties`, the call is an
 //!   [`Error::Unsupported`].
-//! - **Workgroup-scope matrices, opt-in.** With
-//!   [`RuntimeOptions::with_workgroup_matrices`] a device advertising
-//!   `VK_NV_cooperative_matrix2` is created with its workgroup-scope,
-//!   flexible-dimension (and tensor-addressing) features and
-//!   [`Target::workgroup_matrices`](hrx_core::Target) says what it offers;
-//!   otherwise that is `None`. For kernels brought as SPIR-V.
 //! - **Mappings and submissions exclude each other.** Submitting work that
 //!   writes memory the host holds mapped is [`Error::Busy`]; a mapping taken
-//!   after a submission waits for it (or, `try_`, is `Busy`). Work that only
-//!   reads mapped memory runs and sees what the host wrote before it read.
+//!   after a submission waits for it (or, `try_`, is `Busy`; the `_timeout`
+//!   forms wait at most that long). Work that only reads mapped memory runs
+//!   and sees what the host wrote before it read.
 //! - **The caller's job.** Declare accesses truthfully in kernel contracts:
 //!   a kernel that writes a binding declared read-only escapes the checks
 //!   above and races.
-//! - **Validation.** With `HRX_VALIDATION=1` the Khronos validation layers
-//!   (with synchronization validation) are enabled and any message aborts
-//!   the process, so a test run fails on the first one.
+//! - **Settings are code.** [`RuntimeOptions`] says which device opens and
+//!   how; the library reads no environment variable. Binaries, examples
+//!   and tests that want `HRX_DEVICE` and `HRX_VALIDATION` call
+//!   [`RuntimeOptions::from_env`] (or [`Runtime::from_env`]), which refuses
+//!   values it does not understand.
+//! - **Validation.** [`Validation::Abort`] (`HRX_VALIDATION=1`) enables the
+//!   Khronos validation layers (with synchronization validation) and any
+//!   message aborts the process, so a test run fails on the first one;
+//!   [`Validation::Report`] prints and counts messages instead.
+//! - **Test hooks behind a feature.** The cargo feature `testing` adds
+//!   deterministic fault injection (`Runtime::inject_fault`, `Fault`) and
+//!   the process-wide counters `open_device_count` and
+//!   `validation_message_count`; tests enable it through their
+//!   dev-dependencies, and a product build never carries it.
 
 mod builtin;
 mod completion;
 mod copy_batch;
 mod device;
+#[cfg(feature = "testing")]
 mod fault;
 mod graph;
 mod instance;
@@ -73,21 +87,25 @@ mod runtime;
 mod submit;
 mod timeline;
 mod view;
-mod workgroup_matrix;
 
 pub use completion::Completion;
 pub use copy_batch::CopyBatch;
-pub use device::{Gpu, open_device_count};
+pub use device::Gpu;
+#[cfg(feature = "testing")]
+pub use device::open_device_count;
+#[cfg(feature = "testing")]
 pub use fault::Fault;
 pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
-pub use instance::{available_devices, validation_message_count};
+pub use instance::available_devices;
+#[cfg(feature = "testing")]
+pub use instance::validation_message_count;
 pub use kernel::{
-    Access, BindingContract, GpuKernel, KernelContract, KernelRepresentation, KernelStatistic,
-    StatisticValue,
+    Access, BindingContract, DispatchArgs, GpuKernel, KernelContract, KernelRepresentation,
+    KernelStatistic, StatisticValue,
 };
 pub use memory::{Buffer, MappedRead, MappedWrite, MemoryPlacement, MemoryStats};
-pub use options::{DeviceSelector, RuntimeOptions};
+pub use options::{DeviceSelector, RuntimeOptions, Validation};
 pub use runtime::Runtime;
 pub use view::BufferView;
 

@@ -1,4 +1,16 @@
 //! How a [`Runtime`](crate::Runtime) chooses and configures its device.
+//!
+//! Settings are values in code. The library never reads the environment by
+//! itself: a binary, example, bench or test that wants the `HRX_DEVICE` and
+//! `HRX_VALIDATION` variables calls [`RuntimeOptions::from_env`] once, which
+//! parses both and refuses a value it does not understand.
+
+use hrx_core::{Error, Result};
+
+/// The variable [`RuntimeOptions::from_env`] reads the device choice from.
+const DEVICE_VAR: &str = "HRX_DEVICE";
+/// The variable [`RuntimeOptions::from_env`] reads the validation mode from.
+const VALIDATION_VAR: &str = "HRX_VALIDATION";
 
 /// Which physical device a runtime opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -9,11 +21,66 @@ pub enum DeviceSelector {
     Name(String),
 }
 
+/// Whether the Khronos validation layers (with synchronization validation)
+/// run, and what a message they report does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Validation {
+    /// No layers (the default): nothing is checked, nothing costs.
+    #[default]
+    Off,
+    /// Layers on; every message is printed to stderr and counted, and the
+    /// process goes on.
+    Report,
+    /// Layers on; the first message is printed and aborts the process, so
+    /// a test run fails on it. (Unwinding out of the driver's callback is
+    /// not allowed, so abort is the only way to fail from there.)
+    Abort,
+}
+
+impl Validation {
+    /// Whether the layers are enabled.
+    pub fn enabled(self) -> bool {
+        self != Validation::Off
+    }
+
+    /// Parse an `HRX_VALIDATION` value: `0` (off), `1` (on; any message
+    /// aborts) or `report` (on; messages are printed and counted).
+    pub fn parse(text: &str) -> Result<Validation> {
+        match text.trim() {
+            "0" => Ok(Validation::Off),
+            "1" => Ok(Validation::Abort),
+            "report" => Ok(Validation::Report),
+            other => Err(Error::Message(format!(
+                "{VALIDATION_VAR}={other:?}: expected 0 (off), 1 (on, any message aborts) \
+                 or report (on, messages printed)"
+            ))),
+        }
+    }
+}
+
+impl DeviceSelector {
+    /// Parse an `HRX_DEVICE` value: a number is an index in Vulkan's
+    /// enumeration order, anything else a name fragment.
+    pub fn parse(text: &str) -> Result<DeviceSelector> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Error::Message(format!(
+                "{DEVICE_VAR}: an empty device choice (give an index or a name fragment)"
+            )));
+        }
+        Ok(match text.parse() {
+            Ok(index) => DeviceSelector::Index(index),
+            Err(_) => DeviceSelector::Name(text.to_string()),
+        })
+    }
+}
+
 /// Options of a runtime domain. Building them touches no hardware.
 ///
-/// Device selection order: [`RuntimeOptions::device`], then the `HRX_DEVICE`
-/// environment variable (an index or a name fragment), then the first
+/// Device selection order: [`RuntimeOptions::device`], then the first
 /// discrete GPU, integrated GPU, virtual GPU and CPU device, in that order.
+/// [`RuntimeOptions::from_env`] fills `device` and `validation` from the
+/// environment for programs that want that.
 ///
 /// ```
 /// use hrx_runtime::RuntimeOptions;
@@ -24,17 +91,17 @@ pub enum DeviceSelector {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeOptions {
-    /// Explicit device choice; `None` falls back to `HRX_DEVICE`, then to type preference.
+    /// Explicit device choice; `None` chooses by device type.
     pub device: Option<DeviceSelector>,
-    /// Enable the Khronos validation layers (with synchronization validation).
-    /// `None` follows the `HRX_VALIDATION` environment variable.
-    pub validation: Option<bool>,
+    /// The Khronos validation layers, and what their messages do.
+    pub validation: Validation,
     /// Upper bound on live bytes allocated through this domain; an allocation
     /// that would exceed it is refused with an error.
     pub memory_budget: Option<usize>,
-    /// Allow [`Runtime::inject_fault`](crate::Runtime::inject_fault), the
+    /// Allow `Runtime::inject_fault` (cargo feature `testing`), the
     /// deterministic failure switch for tests. Off by default so that a
     /// serving process cannot fail its own work by accident.
+    #[cfg(feature = "testing")]
     pub fault_injection: bool,
     /// Copy large device-local ranges with the built-in compute kernel
     /// rather than `vkCmdCopyBuffer`. `None` chooses by device: on for GPUs
@@ -48,19 +115,35 @@ pub struct RuntimeOptions {
     /// default: a driver may bypass its pipeline cache for such pipelines
     /// and build them more slowly.
     pub pipeline_statistics: bool,
-    /// Discover and enable workgroup-scope cooperative matrices
-    /// (`VK_NV_cooperative_matrix2`: workgroup scope, flexible dimensions,
-    /// tensor addressing) where the device has them, for kernels brought as
-    /// SPIR-V; [`Target::workgroup_matrices`](hrx_core::Target) says what was
-    /// found. Off by default: hrx's own kernels do not use them (on the H200
-    /// they measured slower than its subgroup-scope kernels; see
-    /// docs/tensor.md), and the extension's structures are declared by hand
-    /// (ash 0.38 predates them), so a device is only created with them on
-    /// request.
-    pub workgroup_matrices: bool,
 }
 
 impl RuntimeOptions {
+    /// Default options with `device` and `validation` taken from the
+    /// environment: `HRX_DEVICE` (an index in Vulkan's enumeration order or
+    /// a name fragment) and `HRX_VALIDATION` (`0`, `1` or `report`; see
+    /// [`Validation::parse`]). An unset or empty variable leaves the
+    /// default; any other value that does not parse is an error, never
+    /// ignored. For binaries, examples, benches and tests: the library
+    /// itself never calls it.
+    pub fn from_env() -> Result<RuntimeOptions> {
+        let var = |name: &str| match std::env::var(name) {
+            Ok(text) if text.trim().is_empty() => Ok(None),
+            Ok(text) => Ok(Some(text)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(Error::Message(format!(
+                "{name}: the value is not valid Unicode"
+            ))),
+        };
+        let mut options = RuntimeOptions::default();
+        if let Some(text) = var(DEVICE_VAR)? {
+            options.device = Some(DeviceSelector::parse(&text)?);
+        }
+        if let Some(text) = var(VALIDATION_VAR)? {
+            options.validation = Validation::parse(&text)?;
+        }
+        Ok(options)
+    }
+
     /// Select the device at `index` in enumeration order.
     pub fn with_device_index(mut self, index: usize) -> Self {
         self.device = Some(DeviceSelector::Index(index));
@@ -73,9 +156,9 @@ impl RuntimeOptions {
         self
     }
 
-    /// Force validation on or off, regardless of `HRX_VALIDATION`.
-    pub fn with_validation(mut self, enabled: bool) -> Self {
-        self.validation = Some(enabled);
+    /// Run the validation layers in `mode` (see [`Validation`]).
+    pub fn with_validation(mut self, mode: Validation) -> Self {
+        self.validation = mode;
         self
     }
 
@@ -85,7 +168,8 @@ impl RuntimeOptions {
         self
     }
 
-    /// Permit deterministic fault injection (for tests).
+    /// Permit deterministic fault injection (cargo feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn with_fault_injection(mut self) -> Self {
         self.fault_injection = true;
         self
@@ -97,36 +181,47 @@ impl RuntimeOptions {
         self
     }
 
-    /// Enable workgroup-scope cooperative matrices where the device has
-    /// them (see [`Self::workgroup_matrices`]).
-    pub fn with_workgroup_matrices(mut self) -> Self {
-        self.workgroup_matrices = true;
-        self
-    }
-
     /// Keep compiled-code statistics (see [`Self::pipeline_statistics`]).
     pub fn with_pipeline_statistics(mut self) -> Self {
         self.pipeline_statistics = true;
         self
     }
 
-    pub(crate) fn validation_enabled(&self) -> bool {
-        self.validation.unwrap_or_else(|| {
-            std::env::var("HRX_VALIDATION").is_ok_and(|v| !v.is_empty() && v != "0")
-        })
+    /// Whether faults may be injected (never without the `testing` feature).
+    pub(crate) fn fault_injection_enabled(&self) -> bool {
+        #[cfg(feature = "testing")]
+        return self.fault_injection;
+        #[cfg(not(feature = "testing"))]
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_values_parse_or_fail() {
+        assert_eq!(Validation::parse("0").unwrap(), Validation::Off);
+        assert_eq!(Validation::parse("1").unwrap(), Validation::Abort);
+        assert_eq!(Validation::parse(" report ").unwrap(), Validation::Report);
+        for bad in ["yes", "2", "true", "on"] {
+            let err = Validation::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("HRX_VALIDATION"), "{bad}: {err}");
+        }
+        assert!(!Validation::Off.enabled() && Validation::Report.enabled());
     }
 
-    pub(crate) fn selector(&self) -> Option<DeviceSelector> {
-        self.device.clone().or_else(|| {
-            let text = std::env::var("HRX_DEVICE").ok()?;
-            let text = text.trim();
-            if text.is_empty() {
-                None
-            } else if let Ok(index) = text.parse() {
-                Some(DeviceSelector::Index(index))
-            } else {
-                Some(DeviceSelector::Name(text.to_string()))
-            }
-        })
+    #[test]
+    fn device_values_are_indices_or_names() {
+        assert_eq!(
+            DeviceSelector::parse("1").unwrap(),
+            DeviceSelector::Index(1)
+        );
+        assert_eq!(
+            DeviceSelector::parse(" llvmpipe ").unwrap(),
+            DeviceSelector::Name("llvmpipe".into())
+        );
+        assert!(DeviceSelector::parse("  ").is_err());
     }
 }

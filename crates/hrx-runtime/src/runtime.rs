@@ -1,11 +1,11 @@
 //! The runtime domain: one device, one allocator, one timeline.
 
 use crate::{
-    BufferView, Fault, Graph, RuntimeOptions,
+    BufferView, Graph, RuntimeOptions,
     device::Gpu,
     memory::{Allocation, Buffer, MemoryPlacement, MemoryStats},
 };
-use hrx_core::{Error, Result};
+use hrx_core::Result;
 use std::sync::{
     Arc, Mutex, OnceLock,
     atomic::{AtomicU64, Ordering},
@@ -68,9 +68,17 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// A domain with default options (device from `HRX_DEVICE` or by type).
+    /// A domain with default options (the device chosen by type, no
+    /// validation). Reads no environment variable.
     pub fn new() -> Result<Self> {
         Self::with_options(RuntimeOptions::default())
+    }
+
+    /// A domain with the options the environment gives
+    /// ([`RuntimeOptions::from_env`]: `HRX_DEVICE`, `HRX_VALIDATION`); an
+    /// invalid value is an error. For binaries, examples and tests.
+    pub fn from_env() -> Result<Self> {
+        Self::with_options(RuntimeOptions::from_env()?)
     }
 
     /// A domain with explicit options. No hardware is touched.
@@ -157,20 +165,25 @@ impl Runtime {
             .unwrap_or_default()
     }
 
-    /// Arm a deterministic fault (see [`Fault`]). Refused unless the domain
-    /// was created with fault injection enabled.
-    pub fn inject_fault(&self, fault: Fault) -> Result<()> {
+    /// Arm a deterministic fault (see [`Fault`](crate::Fault); cargo feature `testing`).
+    /// Refused unless the domain was created with fault injection enabled.
+    #[cfg(feature = "testing")]
+    pub fn inject_fault(&self, fault: crate::Fault) -> Result<()> {
         if !self.domain.options.fault_injection {
-            return Err(Error::Message(
+            return Err(hrx_core::Error::Message(
                 "fault injection is disabled; enable it with RuntimeOptions::with_fault_injection"
                     .into(),
             ));
         }
         let gpu = self.gpu_arc()?;
         match fault {
-            Fault::FailNextSubmission => gpu.fail_next_submission.store(true, Ordering::Release),
-            Fault::FailNextExecution => gpu.fail_next_execution.store(true, Ordering::Release),
-            Fault::LoseDevice => gpu.timeline.lose("injected device loss"),
+            crate::Fault::FailNextSubmission => {
+                gpu.fail_next_submission.store(true, Ordering::Release)
+            }
+            crate::Fault::FailNextExecution => {
+                gpu.fail_next_execution.store(true, Ordering::Release)
+            }
+            crate::Fault::LoseDevice => gpu.timeline.lose("injected device loss"),
         }
         Ok(())
     }

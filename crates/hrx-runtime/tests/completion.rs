@@ -10,7 +10,7 @@ use hrx_runtime::{
 use std::time::{Duration, Instant};
 
 fn faulty_runtime() -> Runtime {
-    Runtime::with_options(RuntimeOptions::default().with_fault_injection()).unwrap()
+    Runtime::with_options(RuntimeOptions::from_env().unwrap().with_fault_injection()).unwrap()
 }
 
 /// A graph that fills `buffer` with `value`.
@@ -31,7 +31,7 @@ fn words(buffer: &Buffer) -> Vec<u32> {
 
 #[test]
 fn the_gate_holds_the_device_until_opened() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let gate = Gate::new(&runtime);
     let held = gate.submit().unwrap();
     assert!(!held.is_complete(), "the gate finished at once");
@@ -61,7 +61,7 @@ fn the_gate_holds_the_device_until_opened() {
 
 #[test]
 fn submit_after_orders_work_across_graphs_on_the_device() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let source = runtime
         .allocate(1 << 20, MemoryPlacement::GpuLocal)
         .unwrap();
@@ -84,7 +84,7 @@ fn submit_after_orders_work_across_graphs_on_the_device() {
 
 #[test]
 fn completion_is_a_future_under_tokio() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let buffer = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
         .unwrap();
@@ -116,7 +116,7 @@ async fn futures_join(completions: Vec<Completion>) -> Vec<hrx_runtime::Result<(
 
 #[test]
 fn wait_timeout_reports_pending_work_then_success() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let gate = Gate::new(&runtime);
     let first = gate.submit().unwrap();
     let second = gate.submit().unwrap();
@@ -133,7 +133,7 @@ fn wait_timeout_reports_pending_work_then_success() {
 
 #[test]
 fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let buffer = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
         .unwrap();
@@ -166,7 +166,7 @@ fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
 
 #[test]
 fn cancelling_finished_work_changes_nothing_and_dropping_never_cancels() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let buffer = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
         .unwrap();
@@ -298,7 +298,7 @@ fn failure_takes_precedence_over_cancellation() {
 
 #[test]
 fn fault_injection_is_refused_unless_enabled() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     assert!(runtime.inject_fault(Fault::LoseDevice).is_err());
 }
 
@@ -326,8 +326,8 @@ fn device_loss_fails_every_pending_completion_without_hanging() {
 
 #[test]
 fn completions_of_another_domain_are_rejected_before_queueing() {
-    let a = Runtime::new().unwrap();
-    let b = Runtime::new().unwrap();
+    let a = Runtime::from_env().unwrap();
+    let b = Runtime::from_env().unwrap();
     let buffer = a.allocate(64, MemoryPlacement::HostVisible).unwrap();
     let foreign = {
         let other = b.allocate(64, MemoryPlacement::HostVisible).unwrap();
@@ -343,7 +343,7 @@ fn completions_of_another_domain_are_rejected_before_queueing() {
 
 #[test]
 fn mapping_waits_for_device_writes_or_reports_busy() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let buffer = runtime
         .allocate(1 << 20, MemoryPlacement::HostVisible)
         .unwrap();

@@ -98,7 +98,7 @@ fn bad_sources_are_rejected_before_anything_is_queued() {
     assert!(message(batch.submit_after(&[], &[])).contains("expects 1 sources, got 0"));
     assert!(message(batch.submit_after(&[big.view()], &[])).contains("128 bytes"));
     assert!(message(batch.submit_after(&[a.view()], &[])).contains("overlaps"));
-    let other = hrx_runtime::Runtime::new().unwrap();
+    let other = hrx_runtime::Runtime::from_env().unwrap();
     let foreign = other.allocate(64, MemoryPlacement::HostVisible).unwrap();
     assert!(message(batch.submit_after(&[foreign.view()], &[])).contains("another runtime domain"));
     // Destinations must be disjoint and of this domain.

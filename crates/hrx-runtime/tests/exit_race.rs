@@ -13,7 +13,7 @@ const CHILD: &str = "HRX_EXIT_RACE_CHILD";
 
 /// Queue `fills` device fills of `bytes` each, drop everything, return.
 fn drop_while_in_flight(bytes: usize, fills: usize) {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let buffer = runtime.allocate(bytes, MemoryPlacement::GpuLocal).unwrap();
     let mut graph = runtime.graph();
     for value in 0..fills {

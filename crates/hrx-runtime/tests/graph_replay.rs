@@ -62,7 +62,7 @@ fn submit_after_orders_graphs_on_the_device() {
 
 #[test]
 fn empty_graphs_need_no_device_and_still_order() {
-    let idle = Runtime::new().unwrap();
+    let idle = Runtime::from_env().unwrap();
     let empty = idle.graph().prepare().unwrap();
     assert!(empty.barriers().is_empty());
     empty.submit().unwrap().wait().unwrap();
@@ -107,7 +107,8 @@ fn foreign_completions_and_runtimes_are_rejected() {
 
 #[test]
 fn a_native_failure_disables_the_graph() {
-    let rt = Runtime::with_options(RuntimeOptions::default().with_fault_injection()).unwrap();
+    let rt =
+        Runtime::with_options(RuntimeOptions::from_env().unwrap().with_fault_injection()).unwrap();
     let a = upload(&rt, &[0; 64]);
     let mut graph = rt.graph();
     graph.fill(a.view(), 3).unwrap();

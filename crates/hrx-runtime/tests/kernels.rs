@@ -194,9 +194,12 @@ fn kernel_statistics_need_the_option() {
 /// extension, and its kernels still build and run.
 #[test]
 fn kernel_statistics_with_the_option() {
-    let rt =
-        Runtime::with_options(hrx_runtime::RuntimeOptions::default().with_pipeline_statistics())
-            .expect("runtime");
+    let rt = Runtime::with_options(
+        hrx_runtime::RuntimeOptions::from_env()
+            .unwrap()
+            .with_pipeline_statistics(),
+    )
+    .expect("runtime");
     let kernel = add(&rt);
     let target = rt.gpu().expect("gpu").target().clone();
     match kernel.statistics() {
@@ -231,48 +234,5 @@ fn kernel_statistics_with_the_option() {
         }
         Err(e) => panic!("{e}"),
     }
-    assert_eq!(run_add(&rt, &kernel, 5), (5..69).collect::<Vec<u32>>());
-}
-
-/// Workgroup-scope matrices are read off the device only when asked for:
-/// NVIDIA's driver (the GPU tier's H200) reports f16 -> f32 shapes whose
-/// workgroups fit its limit; lavapipe has none. Kernels build and run
-/// either way, on a device created with the extension's features.
-#[test]
-fn workgroup_matrices_with_the_option() {
-    let plain = Runtime::new().expect("runtime");
-    assert_eq!(plain.gpu().expect("gpu").target().workgroup_matrices, None);
-    let rt =
-        Runtime::with_options(hrx_runtime::RuntimeOptions::default().with_workgroup_matrices())
-            .expect("runtime");
-    let target = rt.gpu().expect("gpu").target().clone();
-    match &target.workgroup_matrices {
-        Some(facts) => {
-            println!("{facts:?}");
-            assert!(!facts.shapes.is_empty());
-            assert!(facts.reserved_workgroup_bytes < target.workgroup_memory_bytes);
-            assert!(
-                facts.shapes.iter().all(|s| s.workgroup_invocations
-                    <= facts.max_workgroup_invocations
-                    && s.m_granularity > 0
-                    && s.n_granularity > 0
-                    && s.k_granularity > 0),
-                "{facts:?}"
-            );
-        }
-        None => assert_ne!(target.vendor_id, 0x10de, "NVIDIA's driver has them"),
-    }
-    if target.vendor_id == 0x10de {
-        let facts = target.workgroup_matrices.as_ref().expect("facts");
-        assert!(
-            facts
-                .shapes
-                .iter()
-                .any(|s| s.input == hrx_core::ScalarKind::F16
-                    && s.accumulator == hrx_core::ScalarKind::F32),
-            "{facts:?}"
-        );
-    }
-    let kernel = add(&rt);
     assert_eq!(run_add(&rt, &kernel, 5), (5..69).collect::<Vec<u32>>());
 }

@@ -50,7 +50,7 @@ fn devices_close_when_their_domain_is_gone() {
     let _serial = serial();
     assert_eq!(open_device_count(), 0);
     {
-        let runtime = Runtime::new().unwrap();
+        let runtime = Runtime::from_env().unwrap();
         let a = runtime
             .allocate(1 << 20, MemoryPlacement::GpuLocal)
             .unwrap();
@@ -84,7 +84,7 @@ struct Busy {
 }
 
 fn busy(rest: usize) -> Busy {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let a = runtime
         .allocate(1 << 16, MemoryPlacement::GpuLocal)
         .unwrap();

@@ -4,14 +4,17 @@ use hrx_runtime::{Error, MemoryPlacement, Runtime, RuntimeOptions};
 use proptest::prelude::*;
 
 fn runtime() -> Runtime {
-    Runtime::new().expect("runtime")
+    Runtime::from_env().expect("runtime")
 }
 
 #[test]
 fn creating_a_runtime_touches_no_hardware() {
-    let runtime =
-        Runtime::with_options(RuntimeOptions::default().with_device_name("no such device"))
-            .unwrap();
+    let runtime = Runtime::with_options(
+        RuntimeOptions::from_env()
+            .unwrap()
+            .with_device_name("no such device"),
+    )
+    .unwrap();
     assert!(!runtime.is_open());
     assert_eq!(runtime.memory_stats().total_allocations, 0);
     // The bad selector only matters once the device is needed.
@@ -50,8 +53,12 @@ fn zero_byte_allocations_are_refused() {
 
 #[test]
 fn the_memory_budget_refuses_without_crashing_and_statistics_follow() {
-    let runtime =
-        Runtime::with_options(RuntimeOptions::default().with_memory_budget(10_000)).unwrap();
+    let runtime = Runtime::with_options(
+        RuntimeOptions::from_env()
+            .unwrap()
+            .with_memory_budget(10_000),
+    )
+    .unwrap();
     let a = runtime
         .allocate(6_000, MemoryPlacement::HostVisible)
         .unwrap();

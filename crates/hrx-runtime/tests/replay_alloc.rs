@@ -40,7 +40,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn replaying_a_prepared_graph_allocates_nothing() {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::from_env().unwrap();
     let a = runtime
         .allocate(1 << 16, MemoryPlacement::GpuLocal)
         .unwrap();

@@ -167,7 +167,7 @@ fn run_case(ops: &Ops, case: &Case, config: &Config) -> Result<(f64, String), St
 }
 
 fn run() -> Result<(), String> {
-    let runtime = Runtime::new().map_err(|e| format!("hrx: {e}"))?;
+    let runtime = Runtime::from_env().map_err(|e| format!("hrx: {e}"))?;
     let gpu = runtime.gpu().map_err(|e| format!("hrx: {e}"))?;
     let target = gpu.target().clone();
     let config = Config::new(target.kind == DeviceKind::Cpu)?;

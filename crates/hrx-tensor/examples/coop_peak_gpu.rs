@@ -19,8 +19,8 @@ mod best_run;
 
 use best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
-use hrx_runtime::{MemoryPlacement, Runtime};
-use hrx_tensor::ops::{coop_matmul_source, kernel_from_artifact};
+use hrx_runtime::{GpuKernel, MemoryPlacement, Runtime};
+use hrx_tensor::ops::coop_matmul_source;
 
 /// Subgroups per workgroup and accumulators per subgroup.
 const SUBGROUPS: usize = 16;
@@ -152,7 +152,7 @@ fn source(tiles: bool, sg: usize) -> String {
 }
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     // Where the matmul kernel cannot run (no 16x16x16 f16 -> f32 shape, or
     // subgroups of varying size), neither can these.
@@ -172,7 +172,7 @@ fn main() -> hrx_core::Result<()> {
         let artifact = compiler
             .module(&source(tiles, sg))
             .and_then(|m| m.compile(&Specialization::new("@coop_peak")))?;
-        let kernel = kernel_from_artifact(&runtime, &artifact)?;
+        let kernel = GpuKernel::new(&runtime, artifact.spirv(), artifact.contract())?;
         let constants = artifact.push_constants_from(&[
             ScalarValue::Index(iters as u64),
             ScalarValue::Index(crows as u64),

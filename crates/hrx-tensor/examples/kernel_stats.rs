@@ -15,13 +15,11 @@
 //! kernels; devices without `VK_KHR_pipeline_executable_properties` say so.
 
 use hrx_loom::{Compiler, Specialization};
-use hrx_runtime::{Runtime, RuntimeOptions};
-use hrx_tensor::ops::{
-    SplitKOperands, coop_matmul_source, coop_splitk_source, kernel_from_artifact,
-};
+use hrx_runtime::{GpuKernel, Runtime, RuntimeOptions};
+use hrx_tensor::ops::{SplitKOperands, coop_matmul_source, coop_splitk_source};
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::with_options(RuntimeOptions::default().with_pipeline_statistics())?;
+    let runtime = Runtime::with_options(RuntimeOptions::from_env()?.with_pipeline_statistics())?;
     let target = runtime.gpu()?.target().clone();
     println!("device: {}", target.name);
     let mut kernels = vec![];
@@ -51,7 +49,7 @@ fn main() -> hrx_core::Result<()> {
         let artifact = compiler
             .module(&src)
             .and_then(|module| module.compile_uncached(&Specialization::new(symbol)))?;
-        let kernel = kernel_from_artifact(&runtime, &artifact)?;
+        let kernel = GpuKernel::new(&runtime, artifact.spirv(), artifact.contract())?;
         match kernel.statistics() {
             Ok(stats) => {
                 let line: Vec<String> = stats

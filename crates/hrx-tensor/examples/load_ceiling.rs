@@ -34,8 +34,8 @@ mod best_run;
 
 use best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
-use hrx_runtime::{MemoryPlacement, Runtime};
-use hrx_tensor::ops::{coop_matmul_source, kernel_from_artifact};
+use hrx_runtime::{GpuKernel, MemoryPlacement, Runtime};
+use hrx_tensor::ops::coop_matmul_source;
 
 /// The H200's SMs: the matmul kernel runs one workgroup on each (128
 /// registers by 512 invocations fill an SM's register file). Vulkan does
@@ -164,7 +164,7 @@ fn source(unroll: usize, load_a: bool, load_b: bool, hot: bool) -> String {
 }
 
 fn main() -> hrx_core::Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     // The matmul's extent (m = n = k): 8192 where the kernel runs, a
     // small check of these kernels elsewhere (lavapipe in CI).
@@ -198,7 +198,7 @@ fn main() -> hrx_core::Result<()> {
         let artifact = compiler
             .module(&source(unroll, load_a, load_b, hot))
             .and_then(|m| m.compile(&Specialization::new("@loads")))?;
-        let kernel = kernel_from_artifact(&runtime, &artifact)?;
+        let kernel = GpuKernel::new(&runtime, artifact.spirv(), artifact.contract())?;
         let constants = artifact.push_constants_from(&[
             ScalarValue::Index(size as u64),
             ScalarValue::Index(size as u64),

@@ -47,7 +47,7 @@ fn main() -> hrx_core::Result<()> {
     let decode_only = std::env::args().any(|a| a == "--decode");
     // `--big`: only the timed f16 8192^3 (for tuning runs).
     let big_only = std::env::args().any(|a| a == "--big");
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     let ops = Ops::new(&runtime);
     println!(

@@ -92,7 +92,7 @@ fn reference_layer_norm(h: &[f64], eps: f64) -> Vec<f64> {
 }
 
 fn main() -> Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     println!("device: {}", runtime.gpu()?.target().name);
     let ops = Ops::new(&runtime);
 

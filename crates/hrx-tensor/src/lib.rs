@@ -21,7 +21,11 @@
 //!   shapes; nothing is recorded or queued when it fails.
 //! - **Operators are loom.** [`Ops`] is the operator library of one runtime
 //!   domain: a loom [`Compiler`](hrx_loom::Compiler) for the device's
-//!   target, built at first use, and a cache of pipelines. Kernels live in
+//!   target, built at first use, and a cache of pipelines, each built from
+//!   the artifact's SPIR-V and its [`KernelContract`](hrx_core::KernelContract)
+//!   (`Artifact::contract`, the one bridge from compiler to runtime; one
+//!   library per domain, which `hrx_inference::ModelContext` shares among
+//!   its models). Kernels live in
 //!   `kernels/*.loom` as templates: `${NAME}` placeholders (element type,
 //!   the few lines of an operation's body, tile sizes that must be static
 //!   view extents) are substituted before compiling; grid sizes go through

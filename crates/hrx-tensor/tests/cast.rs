@@ -305,7 +305,7 @@ fn mismatches_are_errors_and_record_nothing() {
         .unwrap();
     let e = ops().record_cast(&mut graph, &odd, &out).unwrap_err();
     assert!(e.to_string().contains("half-way"), "{e}");
-    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::new().unwrap());
+    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::from_env().unwrap());
     let e = other.cast(&f, DType::I32).unwrap_err();
     assert!(e.to_string().contains("another runtime domain"), "{e}");
     assert!(graph.is_empty());

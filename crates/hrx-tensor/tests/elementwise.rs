@@ -133,7 +133,7 @@ fn mismatches_are_errors_and_record_nothing() {
         .record_unary(&mut graph, UnaryOp::Exp, &f, &wrong)
         .unwrap_err();
     assert!(e.to_string().contains("output f32[3, 2]"), "{e}");
-    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::new().unwrap());
+    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::from_env().unwrap());
     let e = other.unary(UnaryOp::Neg, &f).unwrap_err();
     assert!(e.to_string().contains("another runtime domain"), "{e}");
     assert!(ops().binary(BinaryOp::Add, &f, &g3).is_err());

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 /// (opening a device is the slow part).
 fn other() -> &'static Ops {
     static OTHER: OnceLock<Ops> = OnceLock::new();
-    OTHER.get_or_init(|| Ops::new(&Runtime::new().expect("second runtime")))
+    OTHER.get_or_init(|| Ops::new(&Runtime::from_env().expect("second runtime")))
 }
 
 fn desc(dtype: DType, shape: &[usize]) -> TensorDesc {

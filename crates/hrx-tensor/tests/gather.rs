@@ -159,7 +159,7 @@ fn mismatches_are_errors_and_record_nothing() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("contiguous"), "{e}");
-    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::new().unwrap());
+    let other = hrx_tensor::Ops::new(&hrx_runtime::Runtime::from_env().unwrap());
     let e = other.gather(&table, &ind).unwrap_err();
     assert!(e.to_string().contains("another runtime domain"), "{e}");
     assert!(graph.is_empty());

@@ -148,7 +148,7 @@ fn decode_kernel_is_chosen_for_few_rows() {
 /// H200) run split-k; elsewhere this checks nothing and says so.
 #[test]
 fn split_k_matmuls_of_one_graph_share_one_scratch() {
-    let runtime = hrx_runtime::Runtime::new().unwrap();
+    let runtime = hrx_runtime::Runtime::from_env().unwrap();
     let ops = Ops::new(&runtime);
     let (m, k, n) = (16, 512, 256);
     let a = DeviceTensor::from_values(&runtime, DType::F16, vec![m, k], &vec![0.5; m * k]).unwrap();

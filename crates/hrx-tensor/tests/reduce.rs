@@ -217,7 +217,7 @@ fn record_errors_name_the_operator_and_record_nothing() {
     let a = input(DType::F32, &[2, 3], &[1.0; 6], Placement::Contiguous);
     let ints = input(DType::I32, &[2, 3], &[1.0; 6], Placement::Contiguous);
     let empty_rows = input(DType::F32, &[2, 0], &[], Placement::Contiguous);
-    let other_rt = hrx_runtime::Runtime::new().unwrap();
+    let other_rt = hrx_runtime::Runtime::from_env().unwrap();
     let other = hrx_tensor::Ops::new(&other_rt);
     let foreign = DeviceTensor::from_values(&other_rt, DType::F32, vec![2, 3], &[1.0; 6]).unwrap();
     let ours = |dtype, shape: &[usize]| {

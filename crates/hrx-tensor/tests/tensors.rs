@@ -17,7 +17,7 @@ fn tensors_are_send_sync_clone() {
 
 #[test]
 fn empty_tensors_need_no_device() {
-    let rt = Runtime::new().unwrap();
+    let rt = Runtime::from_env().unwrap();
     let t = DeviceTensor::from_parts(
         rt.clone(),
         desc(DType::F32, &[0]),
@@ -35,8 +35,8 @@ fn empty_tensors_need_no_device() {
 
 #[test]
 fn from_parts_checks_storage() {
-    let rt = Runtime::new().unwrap();
-    let other = Runtime::new().unwrap();
+    let rt = Runtime::from_env().unwrap();
+    let other = Runtime::from_env().unwrap();
     let buf = rt.allocate(64, MemoryPlacement::GpuLocal).unwrap();
     let foreign = other.allocate(64, MemoryPlacement::GpuLocal).unwrap();
     let d = desc(DType::F32, &[4, 4]);
@@ -88,7 +88,7 @@ fn from_parts_checks_storage() {
 
 #[test]
 fn views_reshapes_and_slices_share_storage() {
-    let rt = Runtime::new().unwrap();
+    let rt = Runtime::from_env().unwrap();
     let values: Vec<f64> = (0..24).map(|v| v as f64 + 1.0).collect();
     let t = DeviceTensor::from_values(&rt, DType::F32, vec![2, 3, 4], &values).unwrap();
     assert_eq!(t.to_values().unwrap(), values);
@@ -138,7 +138,7 @@ fn views_reshapes_and_slices_share_storage() {
 
 #[test]
 fn producer_and_lease_travel_with_views() {
-    let rt = Runtime::new().unwrap();
+    let rt = Runtime::from_env().unwrap();
     let mut t = DeviceTensor::allocate(&rt, desc(DType::F32, &[4, 4]), MemoryPlacement::GpuLocal)
         .unwrap()
         .view(
@@ -164,7 +164,7 @@ fn producer_and_lease_travel_with_views() {
 
 #[test]
 fn odd_length_half_tensors_own_whole_words() {
-    let rt = Runtime::new().unwrap();
+    let rt = Runtime::from_env().unwrap();
     for (dtype, shape) in [
         (DType::F16, vec![3]),
         (DType::BF16, vec![5, 1]),

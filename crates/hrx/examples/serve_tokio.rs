@@ -15,7 +15,7 @@ use hrx::{
     execution::RuntimeOptions,
     inference::{InferenceGraph, ModelContext, PreparedModel},
     tensor::{
-        DType, Ops, TensorDesc,
+        DType, TensorDesc,
         ops::{MatmulOptions, UnaryOp},
     },
 };
@@ -67,7 +67,7 @@ fn from_bytes(bytes: &[u8]) -> Vec<f32> {
 
 /// Prepare the pool: shared weights, per-slot IO and graph.
 fn dense_layer(context: &ModelContext) -> Result<PreparedModel> {
-    let ops = Ops::new(context.runtime());
+    let ops = context.ops();
     let w: Vec<f32> = (0..IN * OUT).map(|e| weight(e / OUT, e % OUT)).collect();
     let b: Vec<f32> = (0..OUT).map(bias).collect();
     let w = context.upload(TensorDesc::new(DType::F32, vec![IN, OUT])?, &to_bytes(&w))?;
@@ -114,7 +114,7 @@ async fn client(model: PreparedModel, client: usize) -> Result<Vec<Duration>> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<()> {
-    let context = ModelContext::new(RuntimeOptions::default())?;
+    let context = ModelContext::new(RuntimeOptions::from_env()?)?;
     println!("device: {}", context.runtime().gpu()?.target().name);
     let model = dense_layer(&context)?;
 

@@ -5,10 +5,12 @@
 //!
 //! Design choices and contracts:
 //!
-//! - **One module per layer**, each depending only on the ones before it:
+//! - **One module per layer**, each depending only on the layers below it:
 //!   [`execution`] (the Vulkan runtime: buffers, graphs, completions,
-//!   kernels from SPIR-V), [`loom`] (the kernel compiler, which never links
-//!   Vulkan), [`tensor`] (descriptors, device tensors, the operator
+//!   kernels from SPIR-V) and [`loom`] (the kernel compiler, which never
+//!   links Vulkan) side by side, meeting only in hrx-core's kernel
+//!   vocabulary ([`execution::KernelContract`], [`execution::DispatchArgs`]);
+//!   then [`tensor`] (descriptors, device tensors, the operator
 //!   library), [`inference`] (model contexts and bounded pools of
 //!   inference slots) and [`models`] (host weights and safetensors,
 //!   tokenizers, sentence encoders, and the toy models).
@@ -42,7 +44,7 @@
 //!
 //! # fn main() -> Result<()> {
 //! let context = ModelContext::new(RuntimeOptions::default())?;
-//! let ops = Ops::new(context.runtime());
+//! let ops = context.ops();
 //! let desc = TensorDesc::new(DType::F32, vec![4])?;
 //! let bias = context.upload(desc.clone(), &f32_bytes(&[0.5; 4]))?;
 //!

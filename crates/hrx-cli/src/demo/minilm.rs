@@ -62,7 +62,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         None => Corpus::built_in(name == PUBLISHED_MODEL),
     };
     let clients = args.clients();
-    let context = ModelContext::new(device_options(args.device.as_deref()))?;
+    let context = ModelContext::new(device_options(args.device.as_deref())?)?;
     let target = match (context.runtime().gpu(), &args.device) {
         (Ok(gpu), _) => gpu.target().clone(),
         (Err(e), Some(device)) => return Err(Error::msg(format!("--device `{device}`: {e}"))),

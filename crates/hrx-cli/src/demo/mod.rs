@@ -57,7 +57,7 @@ fn run_toy(args: &DemoArgs) -> Result<()> {
         return Ok(());
     }
 
-    let context = ModelContext::new(device_options(args.device.as_deref()))?;
+    let context = ModelContext::new(device_options(args.device.as_deref())?)?;
     let target = match (context.runtime().gpu(), &args.device) {
         (Ok(gpu), _) => gpu.target().clone(),
         (Err(e), Some(device)) => return Err(Error::msg(format!("--device `{device}`: {e}"))),
@@ -134,16 +134,18 @@ fn config(args: &DemoArgs) -> Result<TransformerConfig> {
     Ok(config)
 }
 
-/// `--device` as the runtime reads `HRX_DEVICE`: an index, else a name fragment.
-pub(crate) fn device_options(device: Option<&str>) -> RuntimeOptions {
-    let options = RuntimeOptions::default();
-    match device.map(str::trim) {
+/// The runtime options from the environment (`HRX_DEVICE`,
+/// `HRX_VALIDATION`), with `--device` (an index, else a name fragment, as
+/// `HRX_DEVICE` reads) taking precedence over `HRX_DEVICE`.
+pub(crate) fn device_options(device: Option<&str>) -> Result<RuntimeOptions> {
+    let options = RuntimeOptions::from_env()?;
+    Ok(match device.map(str::trim) {
         None => options,
         Some(text) => match text.parse::<usize>() {
             Ok(index) => options.with_device_index(index),
             Err(_) => options.with_device_name(text),
         },
-    }
+    })
 }
 
 /// 1234567 -> "1,234,567"

@@ -55,21 +55,15 @@ pub fn make(
             })
             .collect()
     });
-    let corrupt = corrupted_request();
     tokens
         .into_iter()
         .zip(references)
         .enumerate()
         .map(|(index, (tokens, expected))| {
-            let mut expected = expected
+            let expected = expected
                 .map_err(|e| Error::msg(format!("request {index}: CPU reference failed: {e}")))?;
             check_tokens(config, &tokens)
                 .map_err(|e| Error::msg(format!("request {index}: {e}")))?;
-            if corrupt == Some(index)
-                && let Some(first) = expected.first_mut()
-            {
-                *first += 1.0;
-            }
             Ok(Request {
                 bytes: tokens.iter().flat_map(|t| t.to_le_bytes()).collect(),
                 tokens,
@@ -77,13 +71,6 @@ pub fn make(
             })
         })
         .collect()
-}
-
-/// Test hook: `HRX_DEMO_CORRUPT=I` shifts the first reference logit of
-/// request `I`, so tests can prove end to end that a mismatch stops the demo
-/// with a non-zero exit naming the request and the element.
-fn corrupted_request() -> Option<usize> {
-    std::env::var("HRX_DEMO_CORRUPT").ok()?.trim().parse().ok()
 }
 
 fn panicked() -> Error {

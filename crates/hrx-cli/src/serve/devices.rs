@@ -4,7 +4,7 @@
 use super::ServeArgs;
 use hrx::{
     Error, Result,
-    execution::{Fault, RuntimeOptions},
+    execution::RuntimeOptions,
     inference::ModelContext,
     models::{
         bert::Precision,
@@ -12,10 +12,11 @@ use hrx::{
     },
 };
 
-/// The runtime options of each replica, in order.
-fn runtime_options(selectors: &[String]) -> Result<Vec<RuntimeOptions>> {
+/// The runtime options of each replica, in order: `base` (the
+/// environment's) with each selector's device.
+fn runtime_options(base: &RuntimeOptions, selectors: &[String]) -> Result<Vec<RuntimeOptions>> {
     if selectors.is_empty() {
-        return Ok(vec![RuntimeOptions::default()]);
+        return Ok(vec![base.clone()]);
     }
     if selectors.iter().any(|s| s == "all") {
         if selectors.len() > 1 {
@@ -27,21 +28,23 @@ fn runtime_options(selectors: &[String]) -> Result<Vec<RuntimeOptions>> {
         }
         return Ok(devices
             .into_iter()
-            .map(|(index, _)| RuntimeOptions::default().with_device_index(index))
+            .map(|(index, _)| base.clone().with_device_index(index))
             .collect());
     }
     Ok(selectors
         .iter()
         .map(|s| match s.trim().parse::<usize>() {
-            Ok(index) => RuntimeOptions::default().with_device_index(index),
-            Err(_) => RuntimeOptions::default().with_device_name(s.trim()),
+            Ok(index) => base.clone().with_device_index(index),
+            Err(_) => base.clone().with_device_name(s.trim()),
         })
         .collect())
 }
 
 /// Load the model once per selected device, every pool prepared.
 pub fn load(args: &ServeArgs) -> Result<Replicas> {
-    let mut options = runtime_options(&args.devices)?;
+    #[allow(unused_mut)] // changed only by the `testing` feature's hook
+    let mut options = runtime_options(&RuntimeOptions::from_env()?, &args.devices)?;
+    #[cfg(feature = "testing")]
     if let Some(faulty) = args.test_lose_device {
         let count = options.len();
         let replica = options.get_mut(faulty).ok_or_else(|| {
@@ -68,13 +71,14 @@ pub fn load(args: &ServeArgs) -> Result<Replicas> {
         prepare_all: true,
     };
     let replicas = Replicas::load(&contexts, &args.model, &embedder)?;
+    #[cfg(feature = "testing")]
     if let Some(faulty) = args.test_lose_device {
         replicas
             .embedder(faulty)
             .encoder()
             .context()
             .runtime()
-            .inject_fault(Fault::LoseDevice)?;
+            .inject_fault(hrx::execution::Fault::LoseDevice)?;
         eprintln!("hrx serve: --test-lose-device: replica {faulty}'s device is lost");
     }
     Ok(replicas)
@@ -87,10 +91,14 @@ mod tests {
 
     #[test]
     fn selectors_become_options() {
-        assert_eq!(runtime_options(&[]).unwrap()[0].device, None);
-        let options = runtime_options(&["0".into(), "0".into(), "llvm".into()]).unwrap();
+        let base = RuntimeOptions::default().with_memory_budget(1 << 20);
+        let options = runtime_options(&base, &[]).unwrap();
+        assert_eq!(options[0].device, None);
+        assert_eq!(options[0].memory_budget, Some(1 << 20));
+        let options = runtime_options(&base, &["0".into(), "0".into(), "llvm".into()]).unwrap();
+        assert_eq!(options[2].memory_budget, Some(1 << 20), "the base is kept");
         assert_eq!(options[1].device, Some(DeviceSelector::Index(0)));
         assert_eq!(options[2].device, Some(DeviceSelector::Name("llvm".into())));
-        assert!(runtime_options(&["all".into(), "0".into()]).is_err());
+        assert!(runtime_options(&base, &["all".into(), "0".into()]).is_err());
     }
 }

@@ -65,9 +65,10 @@ pub struct ServeArgs {
     /// 504 and its sentences are dropped.
     #[arg(long, value_name = "T", default_value_t = 60_000, value_parser = positive_u64)]
     pub timeout_ms: u64,
-    /// For tests only: open replica N's runtime with fault injection and
-    /// lose its device once it is loaded, so that its first request fails
-    /// over to another replica.
+    /// For tests only (cargo feature `testing`): open replica N's runtime
+    /// with fault injection and lose its device once it is loaded, so that
+    /// its first request fails over to another replica.
+    #[cfg(feature = "testing")]
     #[arg(long, value_name = "N", hide = true)]
     pub test_lose_device: Option<usize>,
 }
@@ -126,8 +127,6 @@ mod tests {
             "k",
             "--batch-window-us",
             "500",
-            "--test-lose-device",
-            "1",
         ])
         .unwrap() else {
             panic!()
@@ -135,7 +134,6 @@ mod tests {
         assert_eq!(s.devices, ["0", "lavapipe"]);
         assert_eq!((s.port, s.api_key.as_deref()), (0, Some("k")));
         assert_eq!(s.batch_window().as_micros(), 500);
-        assert_eq!(s.test_lose_device, Some(1));
     }
 
     #[test]

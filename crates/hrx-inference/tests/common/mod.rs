@@ -16,12 +16,12 @@ use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// A context on the default device (lavapipe in CI).
 pub fn context() -> ModelContext {
-    ModelContext::new(RuntimeOptions::default()).expect("context")
+    ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context")
 }
 
 /// A context whose runtime accepts injected faults.
 pub fn faulty_context() -> ModelContext {
-    ModelContext::new(RuntimeOptions::default().with_fault_injection()).expect("context")
+    ModelContext::new(RuntimeOptions::from_env().unwrap().with_fault_injection()).expect("context")
 }
 
 /// A `[n]` tensor descriptor of u32.

@@ -105,7 +105,11 @@ pub(super) fn encode(a: &Artifact) -> Vec<u8> {
     for b in &a.bindings {
         w.u32(b.index);
         w.str(&b.name);
-        w.u8(matches!(b.access, Access::ReadWrite) as u8);
+        w.u8(match b.access {
+            Access::Read => 0,
+            Access::ReadWrite => 1,
+            Access::Write => 2,
+        });
         match b.min_bytes {
             Some(n) => {
                 w.u8(1);
@@ -191,6 +195,7 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Artifact> {
         let access = match r.u8()? {
             0 => Access::Read,
             1 => Access::ReadWrite,
+            2 => Access::Write,
             _ => return None,
         };
         let min_bytes = match r.u8()? {

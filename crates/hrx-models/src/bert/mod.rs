@@ -95,7 +95,7 @@ impl BertEncoder {
             config,
             precision,
             weights,
-            ops: Ops::new(context.runtime()),
+            ops: context.ops().clone(),
         })
     }
 

@@ -122,7 +122,7 @@ impl Mlp {
             context: context.clone(),
             config,
             weights: SharedWeights::upload_f32(context, used.iter())?,
-            ops: Ops::new(context.runtime()),
+            ops: context.ops().clone(),
         })
     }
 

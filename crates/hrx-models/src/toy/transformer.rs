@@ -221,7 +221,7 @@ impl Transformer {
             context: context.clone(),
             config,
             weights: SharedWeights::upload_f32(context, device.iter())?,
-            ops: Ops::new(context.runtime()),
+            ops: context.ops().clone(),
         })
     }
 

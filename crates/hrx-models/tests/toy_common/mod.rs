@@ -7,5 +7,5 @@ use hrx_runtime::RuntimeOptions;
 
 /// A context on the default device (lavapipe in CI).
 pub fn context() -> ModelContext {
-    ModelContext::new(RuntimeOptions::default()).expect("context")
+    ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context")
 }

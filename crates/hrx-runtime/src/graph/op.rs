@@ -142,8 +142,12 @@ mod tests {
 
     #[test]
     fn large_device_local_copies_plan_the_compute_kernel() {
-        let rt = Runtime::with_options(crate::RuntimeOptions::default().with_compute_copy(true))
-            .unwrap();
+        let rt = Runtime::with_options(
+            crate::RuntimeOptions::from_env()
+                .unwrap()
+                .with_compute_copy(true),
+        )
+        .unwrap();
         let gpu = rt.gpu().unwrap();
         let target = gpu.target().clone();
         let a = rt

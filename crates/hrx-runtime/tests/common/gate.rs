@@ -240,7 +240,7 @@ fn spin_kernel(runtime: &Runtime) -> GpuKernel {
 pub fn calibrated_rounds() -> u64 {
     static ROUNDS: OnceLock<u64> = OnceLock::new();
     *ROUNDS.get_or_init(|| {
-        let runtime = Runtime::new().expect("runtime");
+        let runtime = Runtime::from_env().expect("runtime");
         // Never written: calibration measures the whole chain.
         let closed = runtime
             .allocate(4, MemoryPlacement::HostVisible)

@@ -14,8 +14,12 @@ use hrx_runtime::{
 /// A fresh runtime domain on the default device (lavapipe in CI), with the
 /// compute copy kernel forced on so that lavapipe exercises it too.
 pub fn runtime() -> Runtime {
-    Runtime::with_options(hrx_runtime::RuntimeOptions::default().with_compute_copy(true))
-        .expect("runtime")
+    Runtime::with_options(
+        hrx_runtime::RuntimeOptions::from_env()
+            .unwrap()
+            .with_compute_copy(true),
+    )
+    .expect("runtime")
 }
 
 /// WGSL to SPIR-V 1.3 words, with push constants (`var<immediate>`) allowed

@@ -12,7 +12,6 @@
 //! An error names the operator and the shapes, and leaves the graph as it
 //! was (nothing is recorded before every check has passed).
 
-mod bridge;
 mod cast;
 mod elementwise;
 mod gather;
@@ -30,7 +29,6 @@ mod registry;
 mod rotation;
 mod rows;
 
-pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
 pub use matmul::{MatmulOptions, decode_matmul_source};
@@ -72,6 +70,13 @@ impl Ops {
     /// The domain the library records work for.
     pub fn runtime(&self) -> &Runtime {
         self.registry.runtime()
+    }
+
+    /// How many kernels this library (with its clones) has compiled and
+    /// built so far: each distinct kernel counts once, however many
+    /// operators and models use it.
+    pub fn compiled_kernels(&self) -> usize {
+        self.registry.kernel_count()
     }
 
     /// Allocate a device-local output tensor (nothing when empty). The

@@ -403,7 +403,7 @@ mod tests {
     /// several of the 1,000 outputs through the grid-stride loop.
     #[test]
     fn a_capped_grid_reaches_every_output() {
-        let rt = Runtime::new().unwrap();
+        let rt = Runtime::from_env().unwrap();
         let ops = Ops::new(&rt);
         let (rows, cols) = (1000, 3);
         let v: Vec<f32> = (0..rows * cols)

@@ -2,7 +2,6 @@
 //! device's [`Target`](hrx_core::Target) at first use, and kept as
 //! pipelines.
 
-use super::bridge::kernel_from_artifact;
 use hrx_core::{Error, Result, Target, cached_init};
 use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
 use hrx_runtime::{BufferView, GpuKernel, Graph, Runtime};
@@ -138,6 +137,11 @@ impl Registry {
         })
     }
 
+    /// Kernels compiled and built so far.
+    pub(crate) fn kernel_count(&self) -> usize {
+        self.kernels.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The kernel for `key`, compiled and built on first use.
     pub(crate) fn kernel(&self, key: KernelKey) -> Result<Kernel> {
         let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,7 +156,9 @@ impl Registry {
         }
         let artifact = module.compile(&spec)?;
         let kernel = Kernel {
-            gpu: kernel_from_artifact(&self.runtime, &artifact)?,
+            // loom's artifact -> contract bridge, the runtime's contract ->
+            // pipeline: the only path from a compiled kernel to a pipeline.
+            gpu: GpuKernel::new(&self.runtime, artifact.spirv(), artifact.contract())?,
             artifact: Arc::new(artifact),
         };
         kernels.insert(key, kernel.clone());

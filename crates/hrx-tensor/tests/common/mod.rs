@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 /// compile once.
 pub fn ops() -> &'static Ops {
     static OPS: OnceLock<Ops> = OnceLock::new();
-    OPS.get_or_init(|| Ops::new(&Runtime::new().expect("runtime")))
+    OPS.get_or_init(|| Ops::new(&Runtime::from_env().expect("runtime")))
 }
 
 /// A small deterministic generator (xorshift64*).

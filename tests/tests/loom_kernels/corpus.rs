@@ -7,10 +7,8 @@
 //! guard words past each output must stay poisoned. Tolerances are stated
 //! per kernel (`EPS` is the f32 unit roundoff).
 
-mod run;
-
-use hrx_loom::{ScalarValue as S, Specialization};
-use run::{Rng, bits, check, gpu, idx, read, read_f32, rel};
+use crate::run::{Rng, bits, check, gpu, idx, read, read_f32, rel};
+use hrx::loom::{ScalarValue as S, Specialization};
 
 /// Element counts: one item, less than a workgroup, partial last groups.
 const SIZES: [usize; 5] = [1, 7, 255, 1000, 4099];
@@ -26,7 +24,7 @@ fn spec(name: &str) -> Specialization {
 fn fill() {
     // Exact: a store of the push constant.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/fill.loom"), &spec("@fill"));
+    let k = g.kernel(corpus!("fill.loom"), &spec("@fill"));
     let mut rng = Rng::new(1);
     for n in SIZES {
         let value = rng.f32_in(-10.0, 10.0);
@@ -41,7 +39,7 @@ fn fill() {
 fn scale() {
     // Exact: one correctly rounded f32 multiply.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/scale.loom"), &spec("@scale"));
+    let k = g.kernel(corpus!("scale.loom"), &spec("@scale"));
     let mut rng = Rng::new(2);
     for n in SIZES {
         let x = rng.f32s(n, -100.0, 100.0);
@@ -60,7 +58,7 @@ fn scale() {
 fn saxpy4() {
     // One fused (or mul+add) rounding: 2 ulp of |a x| + |y|.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/saxpy4.loom"), &spec("@saxpy4"));
+    let k = g.kernel(corpus!("saxpy4.loom"), &spec("@saxpy4"));
     let mut rng = Rng::new(3);
     for n in [4, 8, 1028, 4100, 16388] {
         let x = rng.f32s(n, -10.0, 10.0);
@@ -87,7 +85,7 @@ fn f16_to_f32() {
         eprintln!("note: device lacks f16 storage or arithmetic; skipping");
         return;
     }
-    let k = g.kernel(include_str!("corpus/f16_to_f32.loom"), &spec("@f16_to_f32"));
+    let k = g.kernel(corpus!("f16_to_f32.loom"), &spec("@f16_to_f32"));
     let mut rng = Rng::new(4);
     for n in SIZES {
         let h: Vec<f16> = (0..n)
@@ -112,7 +110,7 @@ fn f16_to_f32() {
         }
         if n % 2 == 1 {
             // The odd element's neighbour half-word is not the kernel's.
-            assert_eq!(got[words - 1] >> 16, run::POISON >> 16, "f16 tail");
+            assert_eq!(got[words - 1] >> 16, crate::run::POISON >> 16, "f16 tail");
         }
     }
 }
@@ -122,13 +120,13 @@ fn clamp2d() {
     // Exact: compares and selects only. The view starts at a byte offset;
     // the words before it must stay poisoned.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/clamp2d.loom"), &spec("@clamp2d"));
+    let k = g.kernel(corpus!("clamp2d.loom"), &spec("@clamp2d"));
     let mut rng = Rng::new(5);
     for (rows, cols) in SHAPES {
         let pad = 8;
         let x = rng.f32s(rows * cols, -5.0, 5.0);
         let (lo, hi) = (rng.f32_in(-3.0, -0.5), rng.f32_in(0.5, 3.0));
-        let mut init = vec![run::POISON; pad];
+        let mut init = vec![crate::run::POISON; pad];
         init.extend(bits(&x));
         let m = g.input(&init);
         let scalars = [
@@ -140,7 +138,10 @@ fn clamp2d() {
         ];
         g.run(&k, &[&m], &scalars, &[rows as u64, cols as u64]);
         let got = read("clamp2d", &m, pad + rows * cols);
-        assert!(got[..pad].iter().all(|&w| w == run::POISON), "clamp2d pad");
+        assert!(
+            got[..pad].iter().all(|&w| w == crate::run::POISON),
+            "clamp2d pad"
+        );
         let got: Vec<f32> = got[pad..].iter().map(|&w| f32::from_bits(w)).collect();
         let want: Vec<f64> = x.iter().map(|&v| f64::from(v.clamp(lo, hi))).collect();
         check(&format!("clamp2d {rows}x{cols}"), &got, &want, |_| 0.0);
@@ -151,7 +152,7 @@ fn clamp2d() {
 fn row_sum() {
     // Sequential f32 sum: cols * EPS * sum |x|.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/row_sum.loom"), &spec("@row_sum"));
+    let k = g.kernel(corpus!("row_sum.loom"), &spec("@row_sum"));
     let mut rng = Rng::new(6);
     for (rows, cols) in SHAPES.into_iter().chain([(130, 1), (3, 500)]) {
         let x = rng.f32s(rows * cols, -10.0, 10.0);
@@ -177,7 +178,7 @@ fn row_sum() {
 fn wg_sum() {
     // Tree sum of 64 per workgroup: 6 levels, 6 * EPS * sum |x|.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/wg_sum.loom"), &spec("@wg_sum"));
+    let k = g.kernel(corpus!("wg_sum.loom"), &spec("@wg_sum"));
     let mut rng = Rng::new(7);
     for n in SIZES {
         let groups = n.div_ceil(64);
@@ -198,7 +199,7 @@ fn wg_sum() {
 fn prefix_sum() {
     // Inclusive scan within each group of 64, 6 levels of adds.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/prefix_sum.loom"), &spec("@prefix_sum"));
+    let k = g.kernel(corpus!("prefix_sum.loom"), &spec("@prefix_sum"));
     let mut rng = Rng::new(8);
     for n in SIZES {
         let x = rng.f32s(n, -10.0, 10.0);
@@ -225,7 +226,7 @@ fn prefix_sum() {
 fn transpose() {
     // Exact: data movement only.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/transpose.loom"), &spec("@transpose"));
+    let k = g.kernel(corpus!("transpose.loom"), &spec("@transpose"));
     let mut rng = Rng::new(9);
     for (rows, cols) in SHAPES.into_iter().chain([(16, 16), (33, 47)]) {
         let x = rng.f32s(rows * cols, -10.0, 10.0);
@@ -249,7 +250,7 @@ fn transpose() {
 fn matmul() {
     // k fused multiply-adds per element: (k + 1) * EPS * sum |a| |b|.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/matmul.loom"), &spec("@matmul"));
+    let k = g.kernel(corpus!("matmul.loom"), &spec("@matmul"));
     let mut rng = Rng::new(10);
     for (m, n, kk) in [
         (1, 1, 1),
@@ -290,7 +291,7 @@ fn softmax() {
     // exp is a few ulp on Vulkan (3 + 2|x| ulp): relative 1e-5 plus the
     // sum's rounding.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/softmax.loom"), &spec("@softmax"));
+    let k = g.kernel(corpus!("softmax.loom"), &spec("@softmax"));
     let mut rng = Rng::new(11);
     for (rows, cols) in SHAPES.into_iter().chain([(65, 200)]) {
         let x = rng.f32s(rows * cols, -4.0, 4.0);
@@ -327,7 +328,7 @@ fn layernorm() {
     // Variance as E[x^2] - mean^2 in f32 cancels: absolute 2e-4 on unit
     // scale outputs, plus relative 1e-4.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/layernorm.loom"), &spec("@layernorm"));
+    let k = g.kernel(corpus!("layernorm.loom"), &spec("@layernorm"));
     let mut rng = Rng::new(12);
     for (rows, cols) in SHAPES.into_iter().chain([(70, 128)]) {
         let x = rng.f32s(rows * cols, -2.0, 2.0);
@@ -374,7 +375,7 @@ fn histogram() {
     // Exact: integer atomics. Bins start from random counts (not poison:
     // the kernel adds to them).
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/histogram.loom"), &spec("@histogram"));
+    let k = g.kernel(corpus!("histogram.loom"), &spec("@histogram"));
     let mut rng = Rng::new(13);
     for n in SIZES {
         let values: Vec<u32> = (0..n).map(|_| rng.u32()).collect();
@@ -393,7 +394,7 @@ fn histogram() {
 fn config_value() {
     // out = select(negate, -(x f), x f) + width: two roundings.
     let g = gpu();
-    let source = include_str!("corpus/config.loom");
+    let source = corpus!("config.loom");
     let cases = [
         (spec("@configured"), 64usize, 2.0f32, false),
         (
@@ -457,7 +458,7 @@ fn int_ops() {
     // Exact, including wrapping, truncating division, arithmetic shifts and
     // saturating float-to-int conversion.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/int_ops.loom"), &spec("@int_ops"));
+    let k = g.kernel(corpus!("int_ops.loom"), &spec("@int_ops"));
     let mut rng = Rng::new(15);
     for n in SIZES {
         let mut a: Vec<i32> = (0..n).map(|_| rng.u32() as i32).collect();
@@ -495,7 +496,7 @@ fn float_math() {
     // divide 2.5 ulp; log, sqrt, rsqrt within a few ulp (log: 2^-21
     // absolute near 1); tanh 1e-5 absolute (it is derived from exp).
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/float_math.loom"), &spec("@float_math"));
+    let k = g.kernel(corpus!("float_math.loom"), &spec("@float_math"));
     let mut rng = Rng::new(16);
     for n in SIZES {
         let mut x = rng.f32s(n, -10.0, 10.0);
@@ -550,7 +551,7 @@ fn subgroup_ops() {
     // exact. Shuffles up/down past the subgroup's ends are undefined and
     // not checked.
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/subgroup.loom"), &spec("@subgroup_ops"));
+    let k = g.kernel(corpus!("subgroup.loom"), &spec("@subgroup_ops"));
     let mut rng = Rng::new(17);
     for n in SIZES {
         let x = rng.f32s(n, -100.0, 100.0);
@@ -616,13 +617,13 @@ fn subgroup_ops() {
 #[test]
 fn every_corpus_file_is_run_here() {
     // A new corpus kernel must get a run test above.
-    let here = include_str!("corpus_run.rs");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let here = include_str!("corpus.rs");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::CORPUS_DIR);
     for entry in std::fs::read_dir(dir).expect("corpus dir") {
         let name = entry.expect("entry").file_name();
         let name = name.to_string_lossy();
         if name.ends_with(".loom") {
-            let needle = format!("corpus/{name}\"");
+            let needle = format!("corpus!(\"{name}\")");
             assert!(here.contains(&needle), "{name} has no run test");
         }
     }
@@ -630,9 +631,9 @@ fn every_corpus_file_is_run_here() {
 
 #[test]
 fn bridge_contract_and_dispatch_args() {
-    use hrx_runtime::Access;
+    use hrx::execution::Access;
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/saxpy4.loom"), &spec("@saxpy4"));
+    let k = g.kernel(corpus!("saxpy4.loom"), &spec("@saxpy4"));
     let c = k.artifact.contract();
     assert_eq!(c.entry_point, "saxpy4");
     assert_eq!(c.push_constant_bytes, 8);
@@ -646,8 +647,8 @@ fn bridge_contract_and_dispatch_args() {
     assert_eq!(b, [(Access::Read, 16, 16), (Access::ReadWrite, 16, 16)]);
     assert_eq!(k.gpu.contract(), &c);
     // (Compiled only: its pipeline is built by the histogram test.)
-    let h = hrx_loom::Compiler::for_target(None, &g.target)
-        .and_then(|c| c.module(include_str!("corpus/histogram.loom")))
+    let h = hrx::loom::Compiler::for_target(None, &g.target)
+        .and_then(|c| c.module(corpus!("histogram.loom")))
         .and_then(|m| m.compile(&spec("@histogram")))
         .expect("histogram");
     assert_eq!(h.contract().bindings[1].min_bytes, 256, "static extent");
@@ -667,7 +668,7 @@ fn unpack_f16() {
     // exactly; NaNs stay NaN.
     use half::f16;
     let g = gpu();
-    let k = g.kernel(include_str!("corpus/unpack_f16.loom"), &spec("@unpack_f16"));
+    let k = g.kernel(corpus!("unpack_f16.loom"), &spec("@unpack_f16"));
     let mut rng = Rng::new(41);
     for quads in [1, 7, 64, 1000] {
         let halves = quads * 8;
@@ -710,10 +711,7 @@ fn last_group_sum() {
     // run; a stale partial (a store the storage barrier failed to make
     // visible) would show as a wrong total.
     let g = gpu();
-    let k = g.kernel(
-        include_str!("corpus/last_group_sum.loom"),
-        &spec("@last_group_sum"),
-    );
+    let k = g.kernel(corpus!("last_group_sum.loom"), &spec("@last_group_sum"));
     let counter = g.input(&[0]);
     let mut rng = Rng::new(17);
     for n in SIZES.into_iter().chain([64 * 300, 64 * 1000 + 5]) {

@@ -4,11 +4,16 @@
 //! reduction in workgroup memory. The block width is a config value, so one
 //! module is specialized twice (64 and 256) and the compiler's cache answers
 //! a repeated compile from memory. Every block sum is checked on the CPU.
-//! Run with `cargo run -p hrx-loom --example run_kernel` (the example needs
-//! the crate's `runtime` feature, which its dev-dependencies enable).
+//!
+//! The compiler and the runtime meet only through hrx-core's kernel
+//! vocabulary: the artifact's `contract()` and SPIR-V build the pipeline,
+//! its `dispatch_args()` give the push constants and workgroup grid of a
+//! graph dispatch. (hrx-tensor's operator library does the same for every
+//! kernel it compiles.) Run with
+//! `cargo run -p hrx-tensor --example run_kernel`.
 
 use hrx_loom::{Compiler, ScalarValue, Specialization, artifact::report};
-use hrx_runtime::{Error, MemoryPlacement, Result, Runtime};
+use hrx_runtime::{Error, GpuKernel, MemoryPlacement, Result, Runtime};
 
 const SOURCE: &str = r#"
 // out[g] = sum of in[g*W .. g*W+W) (missing tail elements count as 0)
@@ -78,7 +83,7 @@ kernel.def @block_sum(%n: index) {
 "#;
 
 fn main() -> Result<()> {
-    let runtime = Runtime::new()?;
+    let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
     println!("device: {} ({:?})", target.name, target.kind);
 
@@ -107,11 +112,11 @@ fn main() -> Result<()> {
         if width == 64 {
             print!("{}", report(&artifact));
         }
-        let kernel = artifact.gpu_kernel(&runtime)?;
+        let kernel = GpuKernel::new(&runtime, artifact.spirv(), artifact.contract())?;
 
         let groups = n.div_ceil(width);
         let output = runtime.allocate(groups as usize * 4, MemoryPlacement::HostVisible)?;
-        let (constants, grid) = artifact.dispatch_args(
+        let args = artifact.dispatch_args(
             &[
                 ScalarValue::Index(u64::from(n)),
                 ScalarValue::Index(u64::from(groups)),
@@ -119,7 +124,8 @@ fn main() -> Result<()> {
             &[u64::from(n)],
         )?;
         let mut graph = runtime.graph();
-        graph.dispatch(&kernel, &[input.view(), output.view()], &constants, grid)?;
+        let views = [input.view(), output.view()];
+        graph.dispatch(&kernel, &views, &args.push_constants, args.workgroups)?;
         graph.prepare()?.submit()?.wait()?;
 
         let sums = output.map_read()?;
@@ -131,7 +137,10 @@ fn main() -> Result<()> {
                 got != block.iter().sum::<u32>()
             })
             .count();
-        println!("width {width}: grid {grid:?}, {groups} block sums, {wrong} wrong");
+        println!(
+            "width {width}: grid {:?}, {groups} block sums, {wrong} wrong",
+            args.workgroups
+        );
         if wrong > 0 {
             return Err(Error::msg(format!(
                 "width {width}: {wrong} wrong block sums"

@@ -1,11 +1,13 @@
-//! Helpers for running corpus kernels on the live device (lavapipe in CI):
+//! Helpers for running loom kernels on the live device (lavapipe in CI):
 //! one shared runtime, compilation for its `Target`, poisoned buffers with
 //! guard words, a seeded PRNG and tolerance checks against f64 references.
 #![allow(dead_code)]
 
-use hrx_core::Target;
-use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
-use hrx_runtime::{Buffer, GpuKernel, MemoryPlacement, Runtime};
+use hrx::{
+    Target,
+    execution::{Buffer, GpuKernel, MemoryPlacement, Runtime},
+    loom::{Artifact, Compiler, ScalarValue, Specialization},
+};
 
 /// The word every output is filled with before a run: a quiet NaN as f32,
 /// an odd pattern as an integer, so an unwritten element never passes.
@@ -32,7 +34,7 @@ pub fn gpu() -> &'static Gpu {
 }
 
 fn open() -> Gpu {
-    let runtime = Runtime::new().expect("runtime");
+    let runtime = Runtime::from_env().expect("runtime");
     let target = runtime.gpu().expect("device").target().clone();
     let compiler = Compiler::for_target(None, &target).expect("compiler");
     Gpu {
@@ -58,8 +60,7 @@ impl Gpu {
         let artifact = module
             .compile(spec)
             .unwrap_or_else(|e| panic!("{}: {e}", spec.symbol()));
-        let gpu = artifact
-            .gpu_kernel(&self.runtime)
+        let gpu = GpuKernel::new(&self.runtime, artifact.spirv(), artifact.contract())
             .unwrap_or_else(|e| panic!("{}: {e}", spec.symbol()));
         Kernel { artifact, gpu }
     }
@@ -88,14 +89,14 @@ impl Gpu {
     /// constants and the grid the launch region gives for `workload`;
     /// wait for it.
     pub fn run(&self, k: &Kernel, buffers: &[&Buffer], scalars: &[ScalarValue], workload: &[u64]) {
-        let (constants, grid) = k
+        let args = k
             .artifact
             .dispatch_args(scalars, workload)
             .expect("dispatch arguments");
         let views: Vec<_> = buffers.iter().map(|b| b.view()).collect();
         let mut graph = self.runtime.graph();
         graph
-            .dispatch(&k.gpu, &views, &constants, grid)
+            .dispatch(&k.gpu, &views, &args.push_constants, args.workgroups)
             .expect("dispatch");
         let done = graph.prepare().expect("prepare").submit().expect("submit");
         done.wait().expect("wait");

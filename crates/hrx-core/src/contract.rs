@@ -1,7 +1,20 @@
-//! Kernel contracts: what a dispatch must bind, and the device limits a
-//! kernel must fit.
+//! The kernel vocabulary shared by the compiler and the runtime: what a
+//! dispatch must bind ([`KernelContract`], [`BindingContract`], [`Access`])
+//! and the arguments of one dispatch ([`DispatchArgs`]).
+//!
+//! Design choices and contracts:
+//!
+//! - **Plain data, no device.** A contract is what a kernel promises and
+//!   requires; it lives here, below both the loom compiler (which derives
+//!   one from each artifact) and the runtime (which builds a pipeline from
+//!   SPIR-V plus a contract and checks every dispatch against it), so the
+//!   two stand side by side and neither depends on the other.
+//! - **Checked against a [`Target`].** [`KernelContract::check`] refuses a
+//!   contract the device cannot honour (too many bindings, misaligned or
+//!   oversized ranges, push constants or workgroup sizes beyond its
+//!   limits) with a precise error, before any pipeline is built.
 
-use hrx_core::{Error, Result, Target};
+use crate::{Error, Result, Target};
 
 /// Push descriptors every device with `VK_KHR_push_descriptor` supports.
 const MAX_BINDINGS: usize = 32;
@@ -119,6 +132,17 @@ impl KernelContract {
         }
         Ok(())
     }
+}
+
+/// The arguments of one dispatch: the push-constant block and the
+/// workgroup grid, as a compiled kernel's launch program computes them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DispatchArgs {
+    /// The push-constant bytes, exactly the contract's
+    /// `push_constant_bytes` long.
+    pub push_constants: Vec<u8>,
+    /// Workgroups along x, y and z (none is zero).
+    pub workgroups: [u32; 3],
 }
 
 #[cfg(test)]
