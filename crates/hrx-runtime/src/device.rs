@@ -33,6 +33,10 @@ pub struct Gpu {
     pub(crate) executable_properties: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) timeline: Arc<Timeline>,
     pub(crate) memory: MemoryCounters,
+    /// The largest buffer the device creates (`maxBufferSize`).
+    pub(crate) max_buffer_bytes: u64,
+    /// The size of the device's largest memory heap.
+    pub(crate) largest_heap_bytes: u64,
     pub(crate) fault_injection: bool,
     /// Whether large device-local copies use the compute copy kernel.
     pub(crate) compute_copy: bool,
@@ -111,6 +115,8 @@ impl Gpu {
             executable_properties,
             timeline,
             memory: MemoryCounters::new(options.memory_budget),
+            max_buffer_bytes: physical.max_buffer_bytes,
+            largest_heap_bytes: physical.largest_heap_bytes,
             fault_injection: options.fault_injection_enabled(),
             compute_copy,
             fail_next_submission: AtomicBool::new(false),

@@ -49,6 +49,10 @@ pub(crate) struct PhysicalDevice {
     pub(crate) uniform_16bit: bool,
     /// `VK_KHR_pipeline_executable_properties` with `pipelineExecutableInfo`.
     pub(crate) pipeline_statistics: bool,
+    /// `maxBufferSize` (Vulkan 1.3): the largest `VkBuffer` the device creates.
+    pub(crate) max_buffer_bytes: u64,
+    /// The size of the device's largest memory heap.
+    pub(crate) largest_heap_bytes: u64,
 }
 
 /// The process-wide instances, one per validation mode. An
@@ -216,9 +220,11 @@ impl Instance {
     fn describe(&self, index: usize, device: vk::PhysicalDevice) -> PhysicalDevice {
         let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
         let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+        let mut maintenance4 = vk::PhysicalDeviceMaintenance4Properties::default();
         let mut properties = vk::PhysicalDeviceProperties2::default()
             .push_next(&mut subgroup)
-            .push_next(&mut size_control);
+            .push_next(&mut size_control)
+            .push_next(&mut maintenance4);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut executable = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
@@ -228,15 +234,24 @@ impl Instance {
             .push_next(&mut executable);
         // SAFETY: queries on a device handle enumerated from this instance,
         // with correctly chained output structures that outlive the calls.
-        let extensions = unsafe {
+        let (extensions, memory) = unsafe {
             self.raw
                 .get_physical_device_properties2(device, &mut properties);
+            let memory = self.raw.get_physical_device_memory_properties(device);
             self.raw
                 .get_physical_device_features2(device, &mut features);
-            self.raw
+            let extensions = self
+                .raw
                 .enumerate_device_extension_properties(device)
-                .unwrap_or_default()
+                .unwrap_or_default();
+            (extensions, memory)
         };
+        let largest_heap_bytes = memory
+            .memory_heaps_as_slice()
+            .iter()
+            .map(|heap| heap.size)
+            .max()
+            .unwrap_or(0);
         let shader_int64 = features.features.shader_int64 == vk::TRUE;
         let uniform_16bit = v11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
         let has = |name: &CStr| {
@@ -303,6 +318,12 @@ impl Instance {
             uniform_16bit,
             pipeline_statistics: has(ash::khr::pipeline_executable_properties::NAME)
                 && executable.pipeline_executable_info == vk::TRUE,
+            // A driver reporting 0 (none should) leaves the check to it.
+            max_buffer_bytes: match maintenance4.max_buffer_size {
+                0 => u64::MAX,
+                size => size,
+            },
+            largest_heap_bytes,
         }
     }
 

@@ -158,6 +158,22 @@ impl Allocation {
         if bytes == 0 {
             return Err(Error::Message("cannot allocate zero bytes".into()));
         }
+        // Asking the driver for more than it can ever give is undefined
+        // (maxBufferSize) or a vague out-of-memory: say which limit it is.
+        let wanted = bytes as u64;
+        if wanted > gpu.max_buffer_bytes {
+            return Err(Error::Message(format!(
+                "cannot allocate {bytes} bytes: the device's largest buffer is {} bytes \
+                 (maxBufferSize)",
+                gpu.max_buffer_bytes
+            )));
+        }
+        if wanted > gpu.largest_heap_bytes {
+            return Err(Error::Message(format!(
+                "cannot allocate {bytes} bytes: the device's largest memory heap holds {} bytes",
+                gpu.largest_heap_bytes
+            )));
+        }
         gpu.memory.charge(bytes)?;
         match Self::create(gpu, bytes, placement) {
             Ok(allocation) => Ok(allocation),

@@ -234,3 +234,19 @@ fn work_that_writes_memory_the_host_has_mapped_is_busy() {
             .all(|w| w == 7u32.to_le_bytes())
     );
 }
+
+#[test]
+fn allocations_past_the_devices_limits_are_clear_errors() {
+    let runtime = runtime();
+    for bytes in [usize::MAX, 1 << 62, 1 << 50] {
+        for placement in [MemoryPlacement::HostVisible, MemoryPlacement::GpuLocal] {
+            let error = runtime.allocate(bytes, placement).unwrap_err().to_string();
+            assert!(
+                error.contains("maxBufferSize") || error.contains("largest memory heap"),
+                "{bytes}: {error}"
+            );
+        }
+    }
+    // Nothing was charged or leaked by the refusals.
+    assert_eq!(runtime.memory_stats().live_bytes, 0);
+}
