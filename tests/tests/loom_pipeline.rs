@@ -1,0 +1,346 @@
+//! A property test through the whole loom pipeline: random valid programs
+//! (the `program` module) are parsed, verified, lowered and emitted for two
+//! targets (lavapipe and Hopper), every SPIR-V module goes through
+//! `spirv-val`, and a sample runs on the live device (lavapipe in CI, with
+//! validation layers when `HRX_VALIDATION` is set) with its output compared
+//! to an interpreter of the verified IR (the `interp` module).
+//!
+//! Cost and knobs: by default 64 programs, about 16 of them run on the
+//! device, from a fixed seed so CI is reproducible. For a long run set
+//! `HRX_LOOM_PIPELINE_CASES` (programs), `HRX_LOOM_PIPELINE_DEVICE_CASES`
+//! (how many of them, on average, also run) and `HRX_LOOM_PIPELINE_SEED`.
+//! A failure is shrunk by proptest and reported with the minimal program's
+//! source and its `Program` value, ready to paste as a regression test.
+//!
+//! `spirv-val` is `HRX_SPIRV_VAL` or the one on `PATH`; when neither runs,
+//! validation is skipped with a note unless `HRX_REQUIRE_SPIRV_VAL` is set.
+
+#[path = "loom_pipeline/interp.rs"]
+mod interp;
+#[path = "loom_pipeline/program.rs"]
+mod program;
+
+use hrx_core::Target;
+use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
+use hrx_runtime::{Buffer, MemoryPlacement, Runtime};
+use interp::{ArgValue, Word};
+use program::{Data, Instr, Program};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The word the output is filled with before a run: a quiet NaN as f32, an
+/// odd pattern as an integer, so an unwritten word never passes.
+const POISON: u32 = 0x7fc0_dead;
+/// Words past the output that the kernel must leave poisoned.
+const GUARD: usize = 16;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Run `spirv-val` for Vulkan 1.3 on `words`.
+fn spirv_val(label: &str, words: &[u32]) -> Result<(), String> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("hrx-pipeline-{}-{n}.spv", std::process::id()));
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+    let out = Command::new(&exe)
+        .args(["--target-env", "vulkan1.3"])
+        .arg(&path)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{exe} rejected {label}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => {
+            assert!(
+                std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
+                "HRX_REQUIRE_SPIRV_VAL is set but {exe} does not run: {e}"
+            );
+            eprintln!("note: {exe} does not run ({e}); skipping validation of {label}");
+            Ok(())
+        }
+    }
+}
+
+/// The live device and a compiler for its target, opened once per thread.
+struct Device {
+    runtime: Runtime,
+    compiler: Compiler,
+}
+
+fn device() -> &'static Device {
+    thread_local! {
+        static DEVICE: &'static Device = Box::leak(Box::new({
+            let runtime = Runtime::new().expect("runtime");
+            let target = runtime.gpu().expect("device").target().clone();
+            let compiler = Compiler::for_target(None, &target).expect("compiler");
+            Device { runtime, compiler }
+        }));
+    }
+    DEVICE.with(|d| *d)
+}
+
+/// A host-visible buffer holding `words`, then `GUARD` poisoned words.
+fn buffer(runtime: &Runtime, words: &[u32]) -> Result<Buffer, String> {
+    let buffer = runtime
+        .allocate(4 * (words.len() + GUARD), MemoryPlacement::HostVisible)
+        .map_err(|e| e.to_string())?;
+    let mut mapped = buffer.map_write().map_err(|e| e.to_string())?;
+    let all = words.iter().copied().chain(std::iter::repeat(POISON));
+    for (chunk, w) in mapped.chunks_exact_mut(4).zip(all) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    drop(mapped);
+    Ok(buffer)
+}
+
+/// Dispatch `artifact` once over `buffers` with `scalars` and the grid its
+/// launch region gives for `workload`, and wait. The one place this test
+/// crosses from a compiled artifact to the runtime.
+fn dispatch(
+    runtime: &Runtime,
+    artifact: &Artifact,
+    buffers: &[&Buffer],
+    scalars: &[ScalarValue],
+    workload: &[u64],
+) -> Result<(), String> {
+    let kernel = artifact.gpu_kernel(runtime).map_err(|e| e.to_string())?;
+    let (constants, grid) = artifact
+        .dispatch_args(scalars, workload)
+        .map_err(|e| e.to_string())?;
+    let views: Vec<_> = buffers.iter().map(|b| b.view()).collect();
+    let mut graph = runtime.graph();
+    graph
+        .dispatch(&kernel, &views, &constants, grid)
+        .map_err(|e| e.to_string())?;
+    let done = graph.prepare().map_err(|e| e.to_string())?;
+    done.submit()
+        .map_err(|e| e.to_string())?
+        .wait()
+        .map_err(|e| e.to_string())
+}
+
+/// Every word of a buffer.
+fn words(buffer: &Buffer) -> Result<Vec<u32>, String> {
+    let mapped = buffer.map_read().map_err(|e| e.to_string())?;
+    Ok(mapped
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect())
+}
+
+/// Run the program on the device; the output words (guard checked).
+fn run_on_device(program: &Program, data: &Data, outputs: usize) -> Result<Vec<u32>, String> {
+    let device = device();
+    let artifact = device
+        .compiler
+        .module(&program.source())
+        .and_then(|m| m.compile(&Specialization::new("@prop")))
+        .map_err(|e| format!("compiling for the device: {e}"))?;
+    let input = buffer(&device.runtime, &data.words)?;
+    let output = buffer(&device.runtime, &vec![POISON; outputs])?;
+    let scalars = [
+        ScalarValue::Index(u64::from(program.n)),
+        ScalarValue::I32(data.si),
+        ScalarValue::U32(data.su),
+        ScalarValue::F32(data.sf),
+    ];
+    dispatch(
+        &device.runtime,
+        &artifact,
+        &[&input, &output],
+        &scalars,
+        &[u64::from(program.n)],
+    )?;
+    let all = words(&output)?;
+    if let Some(i) = (outputs..all.len()).find(|&i| all[i] != POISON) {
+        return Err(format!("word {i}, past the output, was written"));
+    }
+    Ok(all[..outputs].to_vec())
+}
+
+/// How many device runs and compared words (exact, within a bound,
+/// unpredictable) the random cases saw: a check that the interpreter
+/// predicts most of what it is asked.
+static TALLY: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// Whether the device's `got` is what the interpreter predicted.
+fn matches(want: Word, got: u32) -> bool {
+    match want {
+        Word::Exact(bits) => bits == got,
+        Word::Approx { value, err } => {
+            let got = f32::from_bits(got);
+            got.is_finite() && (f64::from(got) - f64::from(value)).abs() <= err
+        }
+        Word::Unknown => true,
+    }
+}
+
+/// The whole pipeline for one program: both targets and spirv-val, the
+/// interpreter, and (for device cases) the device's output against it.
+fn check(program: &Program) -> Result<(), String> {
+    let source = program.source();
+    if std::env::var_os("SHOWPROG").is_some() && program.on_device { eprintln!("{source}"); }
+    let spec = Specialization::new("@prop");
+    let mut ir = None;
+    for (label, target) in [
+        ("lavapipe", Target::lavapipe()),
+        ("hopper", Target::hopper()),
+    ] {
+        let compiler = Compiler::for_target(None, &target).map_err(|e| e.to_string())?;
+        let module = compiler
+            .module(&source)
+            .map_err(|e| format!("the verifier rejected a generated program: {e}"))?;
+        let artifact = module
+            .compile_uncached(&spec)
+            .map_err(|e| format!("compiling for {label}: {e}"))?;
+        spirv_val(label, artifact.spirv())?;
+        ir.get_or_insert_with(|| module.ir().clone());
+    }
+    let module = ir.expect("two targets compiled");
+    let kernel = module.kernel("prop").ok_or("no kernel @prop")?;
+    let data = program.data();
+    let outputs = program.n as usize * program.outputs.len();
+    let memory = interp::run(
+        kernel,
+        &[program.n],
+        &[
+            ArgValue::Index(program.n),
+            ArgValue::I32(data.si),
+            ArgValue::U32(data.su),
+            ArgValue::F32(data.sf),
+            ArgValue::Buffer(data.words.clone()),
+            ArgValue::Buffer(vec![POISON; outputs]),
+        ],
+    )
+    .map_err(|e| format!("interpreter: {e}"))?;
+    let want = memory[5].as_ref().ok_or("no output buffer")?;
+    if !program.on_device {
+        return Ok(());
+    }
+    let got = run_on_device(program, &data, outputs)?;
+    TALLY[0].fetch_add(1, Ordering::Relaxed);
+    for w in want {
+        let kind = match w {
+            Word::Exact(_) => 1,
+            Word::Approx { .. } => 2,
+            Word::Unknown => 3,
+        };
+        TALLY[kind].fetch_add(1, Ordering::Relaxed);
+    }
+    let width = program.outputs.len();
+    let wrong: Vec<String> = want
+        .iter()
+        .zip(&got)
+        .enumerate()
+        .filter(|(_, (w, g))| !matches(**w, **g))
+        .take(8)
+        .map(|(i, (w, g))| {
+            format!(
+                "item {} slot {}: device {g:#010x} ({:e}), interpreter {w:?}",
+                i / width,
+                i % width,
+                f32::from_bits(*g)
+            )
+        })
+        .collect();
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "device and interpreter disagree (inputs {:?}, si {}, su {}, sf {:e}):\n{}",
+            &data.words[..data.words.len().min(24)],
+            data.si,
+            data.su,
+            data.sf,
+            wrong.join("\n")
+        ))
+    }
+}
+
+#[test]
+fn random_programs_compile_validate_and_run_as_interpreted() {
+    let cases = env_number("HRX_LOOM_PIPELINE_CASES", 64).max(1);
+    let on_device = env_number("HRX_LOOM_PIPELINE_DEVICE_CASES", 16);
+    let seed = env_number("HRX_LOOM_PIPELINE_SEED", 0x1008_a11e);
+    let config = Config {
+        cases: u32::try_from(cases).unwrap_or(u32::MAX),
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        max_shrink_iters: 2048,
+        ..Config::default()
+    };
+    let share = on_device as f64 / cases as f64;
+    let started = std::time::Instant::now();
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&program::program(share), |p| {
+        check(&p).map_err(TestCaseError::fail)
+    });
+    let tally: Vec<u64> = TALLY.iter().map(|t| t.load(Ordering::Relaxed)).collect();
+    eprintln!(
+        "{cases} programs (seed {seed}) in {:.1} s; {} ran on the device, output words \
+         compared exactly {}, within a bound {}, not predictable {}",
+        started.elapsed().as_secs_f64(),
+        tally[0],
+        tally[1],
+        tally[2],
+        tally[3]
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(reason, p)) => panic!(
+            "minimal failing program (seed {seed}):\n{reason}\n--- source\n{}--- value\n{p:#?}",
+            p.source()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A hand-written program covering every instruction kind, so that the
+/// generator and interpreter are exercised even if the random cases drift.
+#[test]
+fn a_fixed_program_with_every_construct_matches() {
+    let op = |code, args| Instr::Op { code, args };
+    let program = Program {
+        workgroup_size: 3,
+        inputs: vec![program::Ty::I32, program::Ty::F32, program::Ty::U32],
+        body: vec![
+            op(13, [3, 4, 0]),
+            Instr::Gather { row: 1, slot: 2 },
+            Instr::If {
+                cond: 0,
+                then: vec![op(37, [1, 2, 0])],
+                otherwise: vec![op(29, [2, 1, 0])],
+                results: vec![(4, 9, 1), (2, 3, 5)],
+            },
+            Instr::For {
+                lower: 1,
+                trips: 3,
+                step: 2,
+                carried: vec![(2, 1, 7), (4, 0, 3)],
+                body: vec![op(55, [1, 0, 0]), op(41, [2, 3, 0])],
+            },
+        ],
+        outputs: vec![(0, 2), (1, 0), (2, 5), (3, 1), (4, 3)],
+        n: 10,
+        data_seed: 7,
+        on_device: true,
+    };
+    eprintln!("{}", program.source());
+    if let Err(e) = check(&program) {
+        panic!("{e}\n--- source\n{}", program.source());
+    }
+}
