@@ -193,7 +193,6 @@ fn matches(want: Word, got: u32) -> bool {
 /// interpreter, and (for device cases) the device's output against it.
 fn check(program: &Program) -> Result<(), String> {
     let source = program.source();
-    if std::env::var_os("SHOWPROG").is_some() && program.on_device { eprintln!("{source}"); }
     let spec = Specialization::new("@prop");
     let mut ir = None;
     for (label, target) in [
@@ -213,7 +212,7 @@ fn check(program: &Program) -> Result<(), String> {
     let module = ir.expect("two targets compiled");
     let kernel = module.kernel("prop").ok_or("no kernel @prop")?;
     let data = program.data();
-    let outputs = program.n as usize * program.outputs.len();
+    let outputs = program.n as usize * program.width();
     let memory = interp::run(
         kernel,
         &[program.n],
@@ -241,7 +240,7 @@ fn check(program: &Program) -> Result<(), String> {
         };
         TALLY[kind].fetch_add(1, Ordering::Relaxed);
     }
-    let width = program.outputs.len();
+    let width = program.width();
     let wrong: Vec<String> = want
         .iter()
         .zip(&got)
@@ -331,7 +330,20 @@ fn a_fixed_program_with_every_construct_matches() {
                 trips: 3,
                 step: 2,
                 carried: vec![(2, 1, 7), (4, 0, 3)],
-                body: vec![op(55, [1, 0, 0]), op(41, [2, 3, 0])],
+                body: vec![
+                    op(55, [1, 0, 0]),
+                    op(41, [2, 3, 0]),
+                    Instr::Store {
+                        cond: 0x8001,
+                        ty: 4,
+                        value: 0,
+                    },
+                ],
+            },
+            Instr::Store {
+                cond: 0,
+                ty: 2,
+                value: 1,
             },
         ],
         outputs: vec![(0, 2), (1, 0), (2, 5), (3, 1), (4, 3)],
@@ -339,7 +351,6 @@ fn a_fixed_program_with_every_construct_matches() {
         data_seed: 7,
         on_device: true,
     };
-    eprintln!("{}", program.source());
     if let Err(e) = check(&program) {
         panic!("{e}\n--- source\n{}", program.source());
     }

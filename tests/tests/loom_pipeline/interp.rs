@@ -22,7 +22,10 @@
 //! - A value derived from a float whose bound makes the outcome ambiguous
 //!   (a compare too close to call, a conversion whose truncation could
 //!   differ, a bitcast of an approximate value) is *unknown*; unknown
-//!   values propagate, and unknown output words are not compared.
+//!   values propagate, and unknown output words are not compared. A load
+//!   at an unknown index reads an unknown value; a store at one is an
+//!   [`Error`]. Both branches of an `scf.if` on an unknown condition run,
+//!   with their stores leaving unknown words.
 
 use hrx_loom::ir::{
     Axis, BufferRef, ConvertOp, Dim, FloatPredicate, IndexBinary, IntPredicate, Kernel, Literal,
@@ -130,14 +133,25 @@ struct Machine<'k> {
     /// The current invocation's workgroup and local ids.
     group: [u32; 3],
     local: [u32; 3],
+    /// Inside a branch that may or may not run (its condition is
+    /// unknown): stores leave unknown words.
+    uncertain: usize,
 }
 
 /// Run `kernel` with `workload` values and `args` (one per launch argument,
 /// in order); returns every buffer argument's words afterwards (`None` for
 /// scalar arguments).
-pub fn run(kernel: &Kernel, workload: &[u32], args: &[ArgValue]) -> Result<Vec<Option<Vec<Word>>>, Error> {
+pub fn run(
+    kernel: &Kernel,
+    workload: &[u32],
+    args: &[ArgValue],
+) -> Result<Vec<Option<Vec<Word>>>, Error> {
     if args.len() != kernel.args.len() {
-        return Err(format!("{} arguments for {}", args.len(), kernel.args.len()));
+        return Err(format!(
+            "{} arguments for {}",
+            args.len(),
+            kernel.args.len()
+        ));
     }
     let mut m = Machine {
         kernel,
@@ -147,6 +161,7 @@ pub fn run(kernel: &Kernel, workload: &[u32], args: &[ArgValue]) -> Result<Vec<O
         count: [1; 3],
         group: [0; 3],
         local: [0; 3],
+        uncertain: 0,
     };
     // The launch region: workload arguments, then index arithmetic.
     for (arg, v) in kernel.workload_args.iter().zip(workload) {
@@ -274,7 +289,11 @@ impl Machine<'_> {
             OpKind::IndexBinary(kind, a, b) => self.index_binary(*kind, *a, *b)?,
             OpKind::IndexMadd(a, b, c) => {
                 let (a, b, c) = (self.int(*a)?, self.int(*b)?, self.int(*c)?);
-                Value::Int(a.zip(b).zip(c).map(|((a, b), c)| a.wrapping_mul(b).wrapping_add(c)))
+                Value::Int(
+                    a.zip(b)
+                        .zip(c)
+                        .map(|((a, b), c)| a.wrapping_mul(b).wrapping_add(c)),
+                )
             }
             OpKind::IndexCmp(p, a, b) | OpKind::CmpI(p, a, b) => {
                 let (a, b) = (self.int(*a)?, self.int(*b)?);
@@ -288,7 +307,8 @@ impl Machine<'_> {
             }
             OpKind::ScalarBinary(kind, a, b) => self.scalar_binary(*kind, *a, *b)?,
             OpKind::ScalarFma(a, b, c) => {
-                let ((a, ea), (b, eb), (c, ec)) = (self.float(*a)?, self.float(*b)?, self.float(*c)?);
+                let ((a, ea), (b, eb), (c, ec)) =
+                    (self.float(*a)?, self.float(*b)?, self.float(*c)?);
                 let (a, b, c) = (f64::from(a), f64::from(b), f64::from(c));
                 let product = a * b; // exact in f64
                 // Vulkan lets fmaf round the product separately.
@@ -332,7 +352,11 @@ impl Machine<'_> {
                     _ => Value::Int(None),
                 },
             },
-            OpKind::Convert { op: kind, value, to } => self.convert(*kind, *value, to)?,
+            OpKind::Convert {
+                op: kind,
+                value,
+                to,
+            } => self.convert(*kind, *value, to)?,
             OpKind::BufferView {
                 buffer,
                 byte_offset,
@@ -362,9 +386,21 @@ impl Machine<'_> {
                 }
             }
             OpKind::ViewLoad { view, indices } => {
-                let (buffer, element, elem) = self.address(*view, indices)?;
-                let word = self.memory[buffer][element];
-                load(word, elem)?
+                // An unpredictable index (computed from an approximate
+                // float) reads an unpredictable element.
+                let mut predictable = true;
+                for index in indices {
+                    predictable &= self.int(*index)?.is_some();
+                }
+                if predictable {
+                    let (buffer, element, elem) = self.address(*view, indices)?;
+                    load(self.memory[buffer][element], elem)?
+                } else {
+                    match self.ty(op.results[0])? {
+                        Type::F32 => UNKNOWN_FLOAT,
+                        _ => Value::Int(None),
+                    }
+                }
             }
             OpKind::ViewStore {
                 value,
@@ -373,7 +409,11 @@ impl Machine<'_> {
             } => {
                 let (buffer, element, elem) = self.address(*view, indices)?;
                 let word = store(self.get(*value)?, elem)?;
-                self.memory[buffer][element] = word;
+                self.memory[buffer][element] = if self.uncertain > 0 {
+                    Word::Unknown
+                } else {
+                    word
+                };
                 return Ok(());
             }
             OpKind::If {
@@ -385,17 +425,15 @@ impl Machine<'_> {
                     Some(true) => Some(then),
                     Some(false) => otherwise.as_ref(),
                     None => {
-                        // Neither branch can be followed; that is fine as
-                        // long as no branch writes memory.
-                        let mut writes = false;
-                        for region in std::iter::once(then).chain(otherwise) {
-                            region.for_each_op(|o| {
-                                writes |= matches!(o.kind, OpKind::ViewStore { .. });
-                            });
-                        }
-                        if writes {
-                            return Err("a store under an unpredictable condition".into());
-                        }
+                        // Either branch may run: run both, so that their
+                        // stores leave unknown words, and yield unknowns.
+                        self.uncertain += 1;
+                        let ran = self.block(&then.ops).and_then(|_| match otherwise {
+                            Some(region) => self.block(&region.ops),
+                            None => Ok(Vec::new()),
+                        });
+                        self.uncertain -= 1;
+                        ran?;
                         for id in &op.results {
                             let v = match self.ty(*id)? {
                                 Type::F32 => UNKNOWN_FLOAT,
@@ -603,7 +641,9 @@ impl Machine<'_> {
             ConvertOp::Bitcast => match (self.get(value)?, to) {
                 // The sign of a zero may differ (min/max of zeros), so a
                 // zero's bits are not predictable either.
-                (Value::Float(v, e), _) => Value::Int((*e == 0.0 && *v != 0.0).then_some(v.to_bits())),
+                (Value::Float(v, e), _) => {
+                    Value::Int((*e == 0.0 && *v != 0.0).then_some(v.to_bits()))
+                }
                 (Value::Int(bits), Type::F32) => match bits.map(f32::from_bits) {
                     Some(f) if f.is_finite() && (f == 0.0 || f.abs() >= f32::MIN_POSITIVE) => {
                         Value::Float(f, 0.0)

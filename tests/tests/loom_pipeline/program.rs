@@ -19,8 +19,10 @@
 //!   Float-to-int conversions saturate (documented in docs/loom.md), so
 //!   they need no guard.
 //! - The kernel reads `inputs.len()` words per work item from `%in` (row
-//!   `%i`, or another row for a gather), and writes `outputs.len()` words
-//!   per work item to `%out`; each buffer is viewed with every element type
+//!   `%i`, or another row for a gather), and writes [`Program::width`]
+//!   words per work item to `%out`: one per `outputs` entry at the end,
+//!   then one per conditional `Store` (left as the caller filled it when
+//!   the condition never held); each buffer is viewed with every element type
 //!   it is accessed at, so mixed-type buffers lower to words.
 
 use proptest::collection::vec;
@@ -88,6 +90,17 @@ pub enum Instr {
         row: u16,
         /// Input slot selector.
         slot: u16,
+    },
+    /// Store a value to this instruction's own output slot (after the
+    /// `outputs` slots) when the selected condition holds; inside a loop
+    /// the last iteration's store wins.
+    Store {
+        /// Selects the `i1` condition.
+        cond: u16,
+        /// Type selector.
+        ty: u8,
+        /// Value selector.
+        value: u16,
     },
     /// `scf.if` yielding `results` (type, then-selector, else-selector).
     If {
@@ -191,7 +204,11 @@ const OPS: &[OpDef] = &[
     op!(Index, [Index, Index], Form::Binary("index.min")),
     op!(Index, [Index, Index], Form::Binary("index.max")),
     op!(Index, [Index, Index, Index], Form::Ternary("index.madd")),
-    op!(I1, [Index, Index], Form::Compare("index.cmp", INT_PREDICATES)),
+    op!(
+        I1,
+        [Index, Index],
+        Form::Compare("index.cmp", INT_PREDICATES)
+    ),
     op!(Index, [I32], Form::Convert("index.cast")),
     op!(Index, [U32], Form::Convert("index.cast")),
     op!(I32, [Index], Form::Convert("index.cast")),
@@ -233,7 +250,11 @@ const OPS: &[OpDef] = &[
     op!(F32, [F32], Form::Unary("scalar.negf")),
     op!(F32, [F32], Form::Unary("scalar.absf")),
     op!(F32, [F32], Form::SqrtAbs),
-    op!(I1, [F32, F32], Form::Compare("scalar.cmpf", FLOAT_PREDICATES)),
+    op!(
+        I1,
+        [F32, F32],
+        Form::Compare("scalar.cmpf", FLOAT_PREDICATES)
+    ),
     // selects
     op!(Index, [I1, Index, Index], Form::Select),
     op!(I1, [I1, I1, I1], Form::Select),
@@ -257,6 +278,8 @@ fn instr() -> impl Strategy<Value = Instr> {
         10 => (any::<u16>(), any::<[u16; 3]>()).prop_map(|(code, args)| Instr::Op { code, args }),
         2 => (any::<u8>(), any::<u32>()).prop_map(|(ty, bits)| Instr::Const { ty, bits }),
         1 => (any::<u16>(), any::<u16>()).prop_map(|(row, slot)| Instr::Gather { row, slot }),
+        1 => (any::<u16>(), any::<u8>(), any::<u16>())
+            .prop_map(|(cond, ty, value)| Instr::Store { cond, ty, value }),
     ];
     leaf.clone().prop_recursive(3, 64, 8, move |inner| {
         let yielded = (any::<u8>(), any::<u16>(), any::<u16>());
@@ -268,7 +291,7 @@ fn instr() -> impl Strategy<Value = Instr> {
                 any::<u16>(),
                 vec(inner.clone(), 0..6),
                 vec(inner.clone(), 0..6),
-                vec(yielded.clone(), 0..4),
+                vec(yielded, 0..4),
             )
                 .prop_map(|(cond, then, otherwise, results)| Instr::If {
                     cond,
@@ -355,6 +378,8 @@ struct Renderer<'a> {
     indent: usize,
     next: usize,
     scopes: Scopes,
+    /// The output slot the next `Store` writes.
+    next_store: usize,
 }
 
 impl Renderer<'_> {
@@ -389,6 +414,26 @@ impl Renderer<'_> {
         self.temp(&format!("{op} {literal} : {}", ty.name()))
     }
 
+    /// `view.store` of `value` (of type `ty`) to output slot `slot` of row
+    /// `%i`; `index` and `i1` values are stored as `u32`.
+    fn store(&mut self, ty: Ty, value: &str, slot: usize) {
+        let value = match ty {
+            Ty::Index => self.temp(&format!("index.cast {value} : index -> u32")),
+            Ty::I1 => {
+                let yes = self.temp("scalar.constant 1 : u32");
+                let no = self.temp("scalar.constant 0 : u32");
+                self.temp(&format!("scalar.select {value}, {yes}, {no} : u32"))
+            }
+            _ => value.to_string(),
+        };
+        let t = stored_type(ty);
+        let view = output_view_type(self.program, t);
+        self.line(&format!(
+            "view.store {value}, %out_{n}[%i, %c{slot}] : {n}, {view}",
+            n = t.name()
+        ));
+    }
+
     fn block(&mut self, instrs: &[Instr]) {
         for instr in instrs {
             self.instr(instr);
@@ -415,6 +460,18 @@ impl Renderer<'_> {
                     t = ty.name()
                 ));
                 self.scopes.define(ty, name);
+            }
+            Instr::Store { cond, ty, value } => {
+                let cond = self.scopes.pick(Ty::I1, *cond);
+                let ty = Ty::of(*ty);
+                let value = self.scopes.pick(ty, *value);
+                let slot = self.program.outputs.len() + self.next_store;
+                self.next_store += 1;
+                self.line(&format!("scf.if {cond} {{"));
+                self.indent += 1;
+                self.store(ty, &value, slot);
+                self.indent -= 1;
+                self.line("}");
             }
             Instr::If {
                 cond,
@@ -491,7 +548,13 @@ impl Renderer<'_> {
         self.scopes.define(def.result, name);
     }
 
-    fn if_op(&mut self, cond: u16, then: &[Instr], otherwise: &[Instr], results: &[(u8, u16, u16)]) {
+    fn if_op(
+        &mut self,
+        cond: u16,
+        then: &[Instr],
+        otherwise: &[Instr],
+        results: &[(u8, u16, u16)],
+    ) {
         let cond = self.scopes.pick(Ty::I1, cond);
         let types: Vec<Ty> = results.iter().map(|(t, _, _)| Ty::of(*t)).collect();
         let names: Vec<String> = types.iter().map(|_| self.fresh("v")).collect();
@@ -518,7 +581,14 @@ impl Renderer<'_> {
         }
     }
 
-    fn for_op(&mut self, lower: u8, trips: u8, step: u8, carried: &[(u8, u16, u16)], body: &[Instr]) {
+    fn for_op(
+        &mut self,
+        lower: u8,
+        trips: u8,
+        step: u8,
+        carried: &[(u8, u16, u16)],
+        body: &[Instr],
+    ) {
         let upper = u32::from(lower) + u32::from(trips) * u32::from(step);
         let lo = self.temp(&format!("index.constant {lower} : index"));
         let hi = self.temp(&format!("index.constant {upper} : index"));
@@ -593,7 +663,11 @@ impl Renderer<'_> {
 }
 
 fn type_list(types: &[Ty]) -> String {
-    types.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+    types
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The view type through which input slots of type `ty` are read.
@@ -603,7 +677,25 @@ fn input_view_type(program: &Program, ty: Ty) -> String {
 
 /// The view type through which output slots of type `ty` are written.
 fn output_view_type(program: &Program, ty: Ty) -> String {
-    format!("view<[%n]x{}x{}>", program.outputs.len(), ty.name())
+    format!("view<[%n]x{}x{}>", program.width(), ty.name())
+}
+
+/// The `Store` instructions in `instrs` and their regions, and the
+/// stored types.
+fn stores(instrs: &[Instr], types: &mut Vec<Ty>) {
+    for instr in instrs {
+        match instr {
+            Instr::Store { ty, .. } => types.push(stored_type(Ty::of(*ty))),
+            Instr::If {
+                then, otherwise, ..
+            } => {
+                stores(then, types);
+                stores(otherwise, types);
+            }
+            Instr::For { body, .. } => stores(body, types),
+            _ => {}
+        }
+    }
 }
 
 /// A literal of type `ty` chosen by `bits`: mostly interesting small or
@@ -613,19 +705,19 @@ fn constant_literal(ty: Ty, bits: u32) -> String {
     const FLOATS: [f32; 12] = [
         0.0, 1.0, -1.0, 0.5, 2.0, -3.25, 3.0, 0.125, 1024.0, 7.5, 1.0e6, -0.0,
     ];
-    let choice = (bits >> 24) as usize;
+    let raw = (bits >> 24) & 1 == 1;
     match ty {
         Ty::I1 => if bits & 1 == 1 { "true" } else { "false" }.into(),
-        Ty::Index => if choice % 2 == 0 { bits % 64 } else { bits }.to_string(),
-        Ty::U32 => if choice % 2 == 0 { bits % 64 } else { bits }.to_string(),
-        Ty::I32 => if choice % 2 == 0 {
+        Ty::Index => if raw { bits } else { bits % 64 }.to_string(),
+        Ty::U32 => if raw { bits } else { bits % 64 }.to_string(),
+        Ty::I32 => if !raw {
             SIGNED[bits as usize % SIGNED.len()]
         } else {
             bits as i32
         }
         .to_string(),
         Ty::F32 => {
-            let value = if choice % 2 == 0 {
+            let value = if !raw {
                 FLOATS[bits as usize % FLOATS.len()]
             } else {
                 // A dyadic value in [-256, 256) with 1/64 steps.
@@ -637,6 +729,14 @@ fn constant_literal(ty: Ty, bits: u32) -> String {
 }
 
 impl Program {
+    /// Output words per work item: the `outputs` slots, then one per
+    /// `Store` instruction.
+    pub fn width(&self) -> usize {
+        let mut types = Vec::new();
+        stores(&self.body, &mut types);
+        self.outputs.len() + types.len()
+    }
+
     /// The loom source of the kernel `@prop`.
     pub fn source(&self) -> String {
         let mut r = Renderer {
@@ -647,6 +747,7 @@ impl Program {
             scopes: Scopes {
                 scopes: vec![Vec::new()],
             },
+            next_store: 0,
         };
         let w = self.workgroup_size;
         let _ = write!(
@@ -672,7 +773,12 @@ impl Program {
                 ));
             }
         }
-        let stored: Vec<Ty> = self.outputs.iter().map(|(t, _)| stored_type(Ty::of(*t))).collect();
+        let mut stored: Vec<Ty> = self
+            .outputs
+            .iter()
+            .map(|(t, _)| stored_type(Ty::of(*t)))
+            .collect();
+        stores(&self.body, &mut stored);
         for ty in MEMORY_TYPES {
             if stored.contains(&ty) {
                 let view = output_view_type(self, ty);
@@ -687,10 +793,18 @@ impl Program {
         r.line("scf.if %inside {");
         r.indent = 2;
         r.line("%one_i = index.constant 1 : index");
-        for c in 0..self.inputs.len().max(self.outputs.len()) {
+        for c in 0..self.inputs.len().max(self.width()) {
             r.line(&format!("%c{c} = index.constant {c} : index"));
         }
+        r.line("%gid = kernel.workgroup.id<x> : index");
+        r.line("%lid = kernel.workitem.id<x> : index");
+        r.line("%gsize = kernel.workgroup.size<x> : index");
+        r.line("%gcount = kernel.workgroup.count<x> : index");
         for (ty, name) in [
+            (Ty::Index, "%gid"),
+            (Ty::Index, "%lid"),
+            (Ty::Index, "%gsize"),
+            (Ty::Index, "%gcount"),
             (Ty::Index, "%i"),
             (Ty::Index, "%n"),
             (Ty::I32, "%si"),
@@ -721,21 +835,7 @@ impl Program {
         for (slot, (ty, selector)) in self.outputs.iter().enumerate() {
             let ty = Ty::of(*ty);
             let value = r.scopes.pick(ty, *selector);
-            let value = match ty {
-                Ty::Index => r.temp(&format!("index.cast {value} : index -> u32")),
-                Ty::I1 => {
-                    let yes = r.temp("scalar.constant 1 : u32");
-                    let no = r.temp("scalar.constant 0 : u32");
-                    r.temp(&format!("scalar.select {value}, {yes}, {no} : u32"))
-                }
-                _ => value,
-            };
-            let t = stored_type(ty);
-            let view = output_view_type(self, t);
-            r.line(&format!(
-                "view.store {value}, %out_{n}[%i, %c{slot}] : {n}, {view}",
-                n = t.name()
-            ));
+            r.store(ty, &value, slot);
         }
         r.indent = 1;
         r.line("}");
