@@ -76,6 +76,8 @@ enum Value {
     Bool(Option<bool>),
     /// An f32 and its error bound (infinite when unknown).
     Float(f32, f64),
+    /// A vector's lanes.
+    Vector(Vec<Value>),
     /// A buffer launch argument.
     Buffer(usize),
     /// A view: buffer argument, first element, dimensions, element type.
@@ -258,13 +260,6 @@ impl Machine<'_> {
         }
     }
 
-    fn float(&self, id: ValueId) -> Result<(f32, f64), Error> {
-        match self.get(id)? {
-            Value::Float(v, e) => Ok((*v, *e)),
-            other => Err(format!("%{} is not an f32: {other:?}", self.name(id))),
-        }
-    }
-
     fn ty(&self, id: ValueId) -> Result<&Type, Error> {
         self.kernel
             .ty(id)
@@ -305,39 +300,16 @@ impl Machine<'_> {
                 let id = result.ok_or("a constant without a result")?;
                 constant(*literal, self.ty(id)?)?
             }
-            OpKind::ScalarBinary(kind, a, b) => self.scalar_binary(*kind, *a, *b)?,
+            OpKind::ScalarBinary(kind, a, b) => lanewise(&[self.get(*a)?, self.get(*b)?], &|v| {
+                binary(*kind, v[0], v[1])
+            })?,
             OpKind::ScalarFma(a, b, c) => {
-                let ((a, ea), (b, eb), (c, ec)) =
-                    (self.float(*a)?, self.float(*b)?, self.float(*c)?);
-                let (a, b, c) = (f64::from(a), f64::from(b), f64::from(c));
-                let product = a * b; // exact in f64
-                // Vulkan lets fmaf round the product separately.
-                let unfused = f64::from(product as f32) != product;
-                let product_rounding = if unfused { ulp(product) } else { 0.0 };
-                let input_err = a.abs() * eb + b.abs() * ea + ea * eb + ec + product_rounding;
-                let inexact = unfused || !two_sum_exact(product, c);
-                float_result(a.mul_add(b, c), input_err, 2.0, inexact)
+                let operands = [self.get(*a)?, self.get(*b)?, self.get(*c)?];
+                lanewise(&operands, &|v| fma(v[0], v[1], v[2]))?
             }
-            OpKind::ScalarUnary(kind, a) => {
-                let (a, ea) = self.float(*a)?;
-                let a = f64::from(a);
-                match kind {
-                    ScalarUnary::NegF => float_result(-a, ea, 0.0, false),
-                    ScalarUnary::AbsF => float_result(a.abs(), ea, 0.0, false),
-                    ScalarUnary::SqrtF => {
-                        if a < 0.0 {
-                            UNKNOWN_FLOAT
-                        } else {
-                            let spread = (a + ea).sqrt() - (a - ea).max(0.0).sqrt();
-                            // 1 / inversesqrt: 2 ulp, then a 2.5 ulp division.
-                            float_result(a.sqrt(), spread, 6.0, true)
-                        }
-                    }
-                    other => return Err(format!("unsupported unary op {other:?}")),
-                }
-            }
+            OpKind::ScalarUnary(kind, a) => lanewise(&[self.get(*a)?], &|v| unary(*kind, v[0]))?,
             OpKind::CmpF(p, a, b) => {
-                let ((a, ea), (b, eb)) = (self.float(*a)?, self.float(*b)?);
+                let ((a, ea), (b, eb)) = (as_float(self.get(*a)?)?, as_float(self.get(*b)?)?);
                 let (a, b) = (f64::from(a), f64::from(b));
                 let err = ea + eb;
                 let clear = err == 0.0 || (a - b).abs() > err;
@@ -346,17 +318,34 @@ impl Machine<'_> {
             OpKind::Select(c, a, b) => match self.bool(*c)? {
                 Some(true) => self.get(*a)?.clone(),
                 Some(false) => self.get(*b)?.clone(),
-                None => match self.get(*a)? {
-                    Value::Float(..) => UNKNOWN_FLOAT,
-                    Value::Bool(_) => Value::Bool(None),
-                    _ => Value::Int(None),
-                },
+                None => unknown(self.ty(op.results[0])?),
             },
             OpKind::Convert {
                 op: kind,
                 value,
                 to,
-            } => self.convert(*kind, *value, to)?,
+            } => {
+                let to_float = to.element() == Some(Scalar::F32);
+                lanewise(&[self.get(*value)?], &|v| convert(*kind, v[0], to_float))?
+            }
+            OpKind::VectorSplat(value) => {
+                let Type::Vector { len, .. } = self.ty(op.results[0])? else {
+                    return Err("vector.splat to a non-vector".into());
+                };
+                Value::Vector(vec![self.get(*value)?.clone(); usize::from(*len)])
+            }
+            OpKind::VectorExtract(vector, lane) => {
+                let Value::Vector(lanes) = self.get(*vector)? else {
+                    return Err("vector.extract of a non-vector".into());
+                };
+                match self.int(*lane)? {
+                    Some(i) => lanes
+                        .get(i as usize)
+                        .cloned()
+                        .ok_or_else(|| format!("lane {i} of a {}-lane vector", lanes.len()))?,
+                    None => unknown(self.ty(op.results[0])?),
+                }
+            }
             OpKind::BufferView {
                 buffer,
                 byte_offset,
@@ -396,10 +385,7 @@ impl Machine<'_> {
                     let (buffer, element, elem) = self.address(*view, indices)?;
                     load(self.memory[buffer][element], elem)?
                 } else {
-                    match self.ty(op.results[0])? {
-                        Type::F32 => UNKNOWN_FLOAT,
-                        _ => Value::Int(None),
-                    }
+                    unknown(self.ty(op.results[0])?)
                 }
             }
             OpKind::ViewStore {
@@ -435,11 +421,7 @@ impl Machine<'_> {
                         self.uncertain -= 1;
                         ran?;
                         for id in &op.results {
-                            let v = match self.ty(*id)? {
-                                Type::F32 => UNKNOWN_FLOAT,
-                                Type::I1 => Value::Bool(None),
-                                _ => Value::Int(None),
-                            };
+                            let v = unknown(self.ty(*id)?);
                             self.set(*id, v);
                         }
                         return Ok(());
@@ -534,127 +516,6 @@ impl Machine<'_> {
             IndexBinary::Min => a.min(b),
             IndexBinary::Max => a.max(b),
         })))
-    }
-
-    fn scalar_binary(&self, kind: ScalarBinary, a: ValueId, b: ValueId) -> Result<Value, Error> {
-        use ScalarBinary as B;
-        if matches!(
-            kind,
-            B::AddF | B::SubF | B::MulF | B::DivF | B::MaxNumF | B::MinNumF
-        ) {
-            let ((a, ea), (b, eb)) = (self.float(a)?, self.float(b)?);
-            let (a, b) = (f64::from(a), f64::from(b));
-            return Ok(match kind {
-                // f64 holds these exactly for f32 operands (sums unless the
-                // exponents are far apart, where the f32 result is inexact
-                // anyway and the check below sees it).
-                B::AddF => float_result(a + b, ea + eb, 2.0, !two_sum_exact(a, b)),
-                B::SubF => float_result(a - b, ea + eb, 2.0, !two_sum_exact(a, -b)),
-                B::MulF => float_result(a * b, a.abs() * eb + b.abs() * ea + ea * eb, 2.0, false),
-                B::DivF => {
-                    let smallest = b.abs() - eb;
-                    // Vulkan's 2.5 ulp holds for |b| in [2^-126, 2^126].
-                    if smallest < 2f64.powi(-126) || b.abs() + eb > 2f64.powi(126) {
-                        UNKNOWN_FLOAT
-                    } else {
-                        let spread = (a.abs() * eb + b.abs() * ea) / (b.abs() * smallest);
-                        float_result(a / b, spread, 3.0, true)
-                    }
-                }
-                B::MaxNumF => float_result(a.max(b), ea.max(eb), 0.0, false),
-                _ => float_result(a.min(b), ea.max(eb), 0.0, false),
-            });
-        }
-        if matches!(self.get(a)?, Value::Bool(_)) {
-            let (Some(a), Some(b)) = (self.bool(a)?, self.bool(b)?) else {
-                return Ok(Value::Bool(None));
-            };
-            return match kind {
-                B::AndI => Ok(Value::Bool(Some(a & b))),
-                B::OrI => Ok(Value::Bool(Some(a | b))),
-                B::XorI => Ok(Value::Bool(Some(a ^ b))),
-                other => Err(format!("{other:?} on i1")),
-            };
-        }
-        let (Some(a), Some(b)) = (self.int(a)?, self.int(b)?) else {
-            return Ok(Value::Int(None));
-        };
-        let (sa, sb) = (a as i32, b as i32);
-        let undefined = match kind {
-            B::DivSI | B::RemSI => sb == 0 || (sa == i32::MIN && sb == -1),
-            B::DivUI | B::RemUI => b == 0,
-            B::ShlI | B::ShrSI | B::ShrUI => b >= 32,
-            _ => false,
-        };
-        if undefined {
-            return Err(format!("{kind:?} of {a:#x} and {b:#x} is undefined"));
-        }
-        Ok(Value::Int(Some(match kind {
-            B::AddI => a.wrapping_add(b),
-            B::SubI => a.wrapping_sub(b),
-            B::MulI => a.wrapping_mul(b),
-            B::DivSI => (sa / sb) as u32,
-            B::DivUI => a / b,
-            B::RemSI => (sa % sb) as u32,
-            B::RemUI => a % b,
-            B::AndI => a & b,
-            B::OrI => a | b,
-            B::XorI => a ^ b,
-            B::ShlI => a << b,
-            B::ShrSI => (sa >> b) as u32,
-            B::ShrUI => a >> b,
-            other => return Err(format!("unsupported binary op {other:?}")),
-        })))
-    }
-
-    fn convert(&self, kind: ConvertOp, value: ValueId, to: &Type) -> Result<Value, Error> {
-        Ok(match kind {
-            ConvertOp::SIToFP | ConvertOp::UIToFP => {
-                let Some(bits) = self.int(value)? else {
-                    return Ok(UNKNOWN_FLOAT);
-                };
-                let exact = if kind == ConvertOp::SIToFP {
-                    f64::from(bits as i32)
-                } else {
-                    f64::from(bits)
-                };
-                float_result(exact, 0.0, 1.0, false)
-            }
-            ConvertOp::FPToSI | ConvertOp::FPToUI => {
-                let (v, e) = self.float(value)?;
-                if !e.is_finite() {
-                    return Ok(Value::Int(None));
-                }
-                let v = f64::from(v);
-                // Saturating, truncating toward zero (docs/loom.md): the
-                // clamp bounds are the extreme f32s inside the range.
-                let convert = |x: f64| -> u32 {
-                    if kind == ConvertOp::FPToSI {
-                        x.clamp(-2_147_483_648.0, 2_147_483_520.0).trunc() as i32 as u32
-                    } else {
-                        x.clamp(0.0, 4_294_967_040.0).trunc() as u32
-                    }
-                };
-                let (low, high) = (convert(v - e), convert(v + e));
-                Value::Int((low == high).then_some(low))
-            }
-            ConvertOp::Bitcast => match (self.get(value)?, to) {
-                // The sign of a zero may differ (min/max of zeros), so a
-                // zero's bits are not predictable either.
-                (Value::Float(v, e), _) => {
-                    Value::Int((*e == 0.0 && *v != 0.0).then_some(v.to_bits()))
-                }
-                (Value::Int(bits), Type::F32) => match bits.map(f32::from_bits) {
-                    Some(f) if f.is_finite() && (f == 0.0 || f.abs() >= f32::MIN_POSITIVE) => {
-                        Value::Float(f, 0.0)
-                    }
-                    _ => UNKNOWN_FLOAT,
-                },
-                (Value::Int(bits), _) => Value::Int(*bits),
-                (other, _) => return Err(format!("bitcast of {other:?}")),
-            },
-            other => return Err(format!("unsupported conversion {other:?}")),
-        })
     }
 
     /// The buffer, element and element type a view access touches.
@@ -768,5 +629,206 @@ fn float_compare(p: FloatPredicate, a: f64, b: f64) -> bool {
         FloatPredicate::Ole => a <= b,
         FloatPredicate::Ogt => a > b,
         FloatPredicate::Oge => a >= b,
+    }
+}
+
+/// `scalar.<kind> a, b` on scalars.
+fn binary(kind: ScalarBinary, a: &Value, b: &Value) -> Result<Value, Error> {
+    use ScalarBinary as B;
+    if matches!(
+        kind,
+        B::AddF | B::SubF | B::MulF | B::DivF | B::MaxNumF | B::MinNumF
+    ) {
+        let ((a, ea), (b, eb)) = (as_float(a)?, as_float(b)?);
+        let (a, b) = (f64::from(a), f64::from(b));
+        return Ok(match kind {
+            // f64 holds these exactly for f32 operands (sums unless the
+            // exponents are far apart, where the f32 result is inexact
+            // anyway and the check below sees it).
+            B::AddF => float_result(a + b, ea + eb, 2.0, !two_sum_exact(a, b)),
+            B::SubF => float_result(a - b, ea + eb, 2.0, !two_sum_exact(a, -b)),
+            B::MulF => float_result(a * b, a.abs() * eb + b.abs() * ea + ea * eb, 2.0, false),
+            B::DivF => {
+                let smallest = b.abs() - eb;
+                // Vulkan's 2.5 ulp holds for |b| in [2^-126, 2^126].
+                if smallest < 2f64.powi(-126) || b.abs() + eb > 2f64.powi(126) {
+                    UNKNOWN_FLOAT
+                } else {
+                    let spread = (a.abs() * eb + b.abs() * ea) / (b.abs() * smallest);
+                    float_result(a / b, spread, 3.0, true)
+                }
+            }
+            B::MaxNumF => float_result(a.max(b), ea.max(eb), 0.0, false),
+            _ => float_result(a.min(b), ea.max(eb), 0.0, false),
+        });
+    }
+    if let (Value::Bool(a), Value::Bool(b)) = (a, b) {
+        let (Some(a), Some(b)) = (*a, *b) else {
+            return Ok(Value::Bool(None));
+        };
+        return match kind {
+            B::AndI => Ok(Value::Bool(Some(a & b))),
+            B::OrI => Ok(Value::Bool(Some(a | b))),
+            B::XorI => Ok(Value::Bool(Some(a ^ b))),
+            other => Err(format!("{other:?} on i1")),
+        };
+    }
+    let (Some(a), Some(b)) = (as_int(a)?, as_int(b)?) else {
+        return Ok(Value::Int(None));
+    };
+    let (sa, sb) = (a as i32, b as i32);
+    let undefined = match kind {
+        B::DivSI | B::RemSI => sb == 0 || (sa == i32::MIN && sb == -1),
+        B::DivUI | B::RemUI => b == 0,
+        B::ShlI | B::ShrSI | B::ShrUI => b >= 32,
+        _ => false,
+    };
+    if undefined {
+        return Err(format!("{kind:?} of {a:#x} and {b:#x} is undefined"));
+    }
+    Ok(Value::Int(Some(match kind {
+        B::AddI => a.wrapping_add(b),
+        B::SubI => a.wrapping_sub(b),
+        B::MulI => a.wrapping_mul(b),
+        B::DivSI => (sa / sb) as u32,
+        B::DivUI => a / b,
+        B::RemSI => (sa % sb) as u32,
+        B::RemUI => a % b,
+        B::AndI => a & b,
+        B::OrI => a | b,
+        B::XorI => a ^ b,
+        B::ShlI => a << b,
+        B::ShrSI => (sa >> b) as u32,
+        B::ShrUI => a >> b,
+        other => return Err(format!("unsupported binary op {other:?}")),
+    })))
+}
+
+/// `scalar.<kind> value` on a scalar, to f32 when `to_float`.
+fn convert(kind: ConvertOp, value: &Value, to_float: bool) -> Result<Value, Error> {
+    Ok(match kind {
+        ConvertOp::SIToFP | ConvertOp::UIToFP => {
+            let Some(bits) = as_int(value)? else {
+                return Ok(UNKNOWN_FLOAT);
+            };
+            let exact = if kind == ConvertOp::SIToFP {
+                f64::from(bits as i32)
+            } else {
+                f64::from(bits)
+            };
+            float_result(exact, 0.0, 1.0, false)
+        }
+        ConvertOp::FPToSI | ConvertOp::FPToUI => {
+            let (v, e) = as_float(value)?;
+            if !e.is_finite() {
+                return Ok(Value::Int(None));
+            }
+            let v = f64::from(v);
+            // Saturating, truncating toward zero (docs/loom.md): the
+            // clamp bounds are the extreme f32s inside the range.
+            let convert = |x: f64| -> u32 {
+                if kind == ConvertOp::FPToSI {
+                    x.clamp(-2_147_483_648.0, 2_147_483_520.0).trunc() as i32 as u32
+                } else {
+                    x.clamp(0.0, 4_294_967_040.0).trunc() as u32
+                }
+            };
+            let (low, high) = (convert(v - e), convert(v + e));
+            Value::Int((low == high).then_some(low))
+        }
+        ConvertOp::Bitcast => match (value, to_float) {
+            // The sign of a zero may differ (min/max of zeros), so a
+            // zero's bits are not predictable either.
+            (Value::Float(v, e), _) => Value::Int((*e == 0.0 && *v != 0.0).then_some(v.to_bits())),
+            (Value::Int(bits), true) => match bits.map(f32::from_bits) {
+                Some(f) if f.is_finite() && (f == 0.0 || f.abs() >= f32::MIN_POSITIVE) => {
+                    Value::Float(f, 0.0)
+                }
+                _ => UNKNOWN_FLOAT,
+            },
+            (Value::Int(bits), _) => Value::Int(*bits),
+            (other, _) => return Err(format!("bitcast of {other:?}")),
+        },
+        other => return Err(format!("unsupported conversion {other:?}")),
+    })
+}
+
+/// `scalar.fmaf a, b, c` on scalars.
+fn fma(a: &Value, b: &Value, c: &Value) -> Result<Value, Error> {
+    let ((a, ea), (b, eb), (c, ec)) = (as_float(a)?, as_float(b)?, as_float(c)?);
+    let (a, b, c) = (f64::from(a), f64::from(b), f64::from(c));
+    let product = a * b; // exact in f64
+    // Vulkan lets fmaf round the product separately.
+    let unfused = f64::from(product as f32) != product;
+    let product_rounding = if unfused { ulp(product) } else { 0.0 };
+    let input_err = a.abs() * eb + b.abs() * ea + ea * eb + ec + product_rounding;
+    let inexact = unfused || !two_sum_exact(product, c);
+    Ok(float_result(a.mul_add(b, c), input_err, 2.0, inexact))
+}
+
+/// `scalar.<kind> a` on a scalar.
+fn unary(kind: ScalarUnary, a: &Value) -> Result<Value, Error> {
+    let (a, ea) = as_float(a)?;
+    let a = f64::from(a);
+    Ok(match kind {
+        ScalarUnary::NegF => float_result(-a, ea, 0.0, false),
+        ScalarUnary::AbsF => float_result(a.abs(), ea, 0.0, false),
+        ScalarUnary::SqrtF if a < 0.0 => UNKNOWN_FLOAT,
+        ScalarUnary::SqrtF => {
+            let spread = (a + ea).sqrt() - (a - ea).max(0.0).sqrt();
+            // 1 / inversesqrt: 2 ulp, then a 2.5 ulp division.
+            float_result(a.sqrt(), spread, 6.0, true)
+        }
+        other => return Err(format!("unsupported unary op {other:?}")),
+    })
+}
+
+/// Apply `f` to the operands, lane by lane when they are vectors (all
+/// operands of a lane-wise op have the same shape).
+fn lanewise(
+    operands: &[&Value],
+    f: &dyn Fn(&[&Value]) -> Result<Value, Error>,
+) -> Result<Value, Error> {
+    let Value::Vector(first) = operands[0] else {
+        return f(operands);
+    };
+    (0..first.len())
+        .map(|lane| {
+            let lanes: Vec<&Value> = operands
+                .iter()
+                .map(|v| match v {
+                    Value::Vector(l) => l.get(lane).ok_or("vectors of different lengths"),
+                    _ => Err("a vector mixed with a scalar"),
+                })
+                .collect::<Result<_, _>>()?;
+            f(&lanes)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Vector)
+}
+
+fn as_float(v: &Value) -> Result<(f32, f64), Error> {
+    match v {
+        Value::Float(v, e) => Ok((*v, *e)),
+        other => Err(format!("not an f32: {other:?}")),
+    }
+}
+
+fn as_int(v: &Value) -> Result<Option<u32>, Error> {
+    match v {
+        Value::Int(v) => Ok(*v),
+        other => Err(format!("not an integer: {other:?}")),
+    }
+}
+
+/// An unknown value of type `ty`.
+fn unknown(ty: &Type) -> Value {
+    match ty {
+        Type::F32 => UNKNOWN_FLOAT,
+        Type::I1 => Value::Bool(None),
+        Type::Vector { len, elem } => {
+            Value::Vector(vec![unknown(&elem.to_type()); usize::from(*len)])
+        }
+        _ => Value::Int(None),
     }
 }

@@ -42,10 +42,24 @@ pub enum Ty {
     U32,
     /// `f32`
     F32,
+    /// `vector<4xi32>`
+    V4I32,
+    /// `vector<4xf32>`
+    V4F32,
 }
 
 /// Every type, for selectors.
-pub const TYPES: [Ty; 5] = [Ty::Index, Ty::I1, Ty::I32, Ty::U32, Ty::F32];
+pub const TYPES: [Ty; 7] = [
+    Ty::Index,
+    Ty::I1,
+    Ty::I32,
+    Ty::U32,
+    Ty::F32,
+    Ty::V4I32,
+    Ty::V4F32,
+];
+/// The scalar types, for stores.
+pub const SCALAR_TYPES: [Ty; 5] = [Ty::Index, Ty::I1, Ty::I32, Ty::U32, Ty::F32];
 /// The types a buffer holds.
 pub const MEMORY_TYPES: [Ty; 3] = [Ty::I32, Ty::U32, Ty::F32];
 
@@ -58,11 +72,26 @@ impl Ty {
             Ty::I32 => "i32",
             Ty::U32 => "u32",
             Ty::F32 => "f32",
+            Ty::V4I32 => "vector<4xi32>",
+            Ty::V4F32 => "vector<4xf32>",
         }
     }
 
     fn of(selector: u8) -> Ty {
         TYPES[usize::from(selector) % TYPES.len()]
+    }
+
+    fn scalar_of(selector: u8) -> Ty {
+        SCALAR_TYPES[usize::from(selector) % SCALAR_TYPES.len()]
+    }
+
+    /// The lane type of a vector type.
+    fn lane(self) -> Option<Ty> {
+        match self {
+            Ty::V4I32 => Some(Ty::I32),
+            Ty::V4F32 => Some(Ty::F32),
+            _ => None,
+        }
     }
 }
 
@@ -173,6 +202,10 @@ enum Form {
     DivIndex(&'static str),
     /// `sqrtf` of `absf`.
     SqrtAbs,
+    /// `vector.splat %a : T -> vector<4xT>`
+    Splat,
+    /// `vector.extract %v, lane` with the lane an `index` reduced modulo 4.
+    Extract,
 }
 
 /// An op: result type, operand types, spelling.
@@ -270,6 +303,87 @@ const OPS: &[OpDef] = &[
     op!(I32, [U32], Form::Convert("scalar.bitcast")),
     op!(F32, [U32], Form::Convert("scalar.bitcast")),
     op!(I32, [F32], Form::Convert("scalar.bitcast")),
+    // vectors: lane-wise arithmetic, splat, extract, select, conversions
+    op!(V4I32, [I32], Form::Splat),
+    op!(V4F32, [F32], Form::Splat),
+    op!(I32, [V4I32, Index], Form::Extract),
+    op!(F32, [V4F32, Index], Form::Extract),
+    op!(V4I32, [V4I32, V4I32], Form::Binary("scalar.addi")),
+    op!(V4I32, [V4I32, V4I32], Form::Binary("scalar.muli")),
+    op!(V4I32, [V4I32, V4I32], Form::Binary("scalar.xori")),
+    op!(V4I32, [V4I32, V4I32], Form::Shift("scalar.shrsi")),
+    op!(V4I32, [V4I32, V4I32], Form::DivSigned("scalar.remsi")),
+    op!(V4F32, [V4F32, V4F32], Form::Binary("scalar.addf")),
+    op!(V4F32, [V4F32, V4F32], Form::Binary("scalar.mulf")),
+    op!(V4F32, [V4F32, V4F32], Form::Binary("scalar.minnumf")),
+    op!(V4F32, [V4F32, V4F32, V4F32], Form::Ternary("scalar.fmaf")),
+    op!(V4F32, [V4F32], Form::Unary("scalar.negf")),
+    op!(V4I32, [I1, V4I32, V4I32], Form::Select),
+    op!(V4F32, [I1, V4F32, V4F32], Form::Select),
+    op!(V4F32, [V4I32], Form::Convert("scalar.sitofp")),
+    op!(V4I32, [V4F32], Form::Convert("scalar.fptosi")),
+    op!(V4I32, [V4F32], Form::Convert("scalar.bitcast")),
+];
+
+/// Op spellings and constructs every large enough sample of programs
+/// contains.
+pub const SPELLINGS: &[&str] = &[
+    "index.add",
+    "index.sub",
+    "index.mul",
+    "index.div",
+    "index.rem",
+    "index.min",
+    "index.max",
+    "index.madd",
+    "index.cmp",
+    "index.cast",
+    "scalar.addi",
+    "scalar.subi",
+    "scalar.muli",
+    "scalar.andi",
+    "scalar.ori",
+    "scalar.xori",
+    "scalar.shli",
+    "scalar.shrsi",
+    "scalar.shrui",
+    "scalar.divsi",
+    "scalar.remsi",
+    "scalar.divui",
+    "scalar.remui",
+    "scalar.cmpi",
+    "scalar.addf",
+    "scalar.subf",
+    "scalar.mulf",
+    "scalar.divf",
+    "scalar.maxnumf",
+    "scalar.minnumf",
+    "scalar.fmaf",
+    "scalar.negf",
+    "scalar.absf",
+    "scalar.sqrtf",
+    "scalar.cmpf",
+    "scalar.select",
+    "scalar.sitofp",
+    "scalar.uitofp",
+    "scalar.fptosi",
+    "scalar.fptoui",
+    "scalar.bitcast",
+    "vector.splat",
+    "vector.extract",
+    "scalar.addf %v",
+    ": vector<4xf32>\n",
+    ": vector<4xi32>\n",
+    "scf.if",
+    "} else {",
+    "scf.for",
+    "scf.yield",
+    "view.load",
+    "view.store",
+    "-> (",
+    "xi32>",
+    "xf32>",
+    "xu32>",
 ];
 
 /// The strategy for one instruction (regions nest up to three deep).
@@ -404,7 +518,30 @@ impl Renderer<'_> {
         name
     }
 
+    /// A helper constant `literal` of type `ty` (splatted for vectors).
+    fn typed_constant(&mut self, ty: Ty, literal: &str) -> String {
+        match ty.lane() {
+            Some(lane) => {
+                let scalar = self.temp(&format!("scalar.constant {literal} : {}", lane.name()));
+                self.temp(&format!(
+                    "vector.splat {scalar} : {} -> {}",
+                    lane.name(),
+                    ty.name()
+                ))
+            }
+            None => self.temp(&format!("scalar.constant {literal} : {}", ty.name())),
+        }
+    }
+
     fn constant(&mut self, ty: Ty, bits: u32) -> String {
+        if let Some(lane) = ty.lane() {
+            let scalar = self.constant(lane, bits);
+            return self.temp(&format!(
+                "vector.splat {scalar} : {} -> {}",
+                lane.name(),
+                ty.name()
+            ));
+        }
         let literal = constant_literal(ty, bits);
         let op = if ty == Ty::Index {
             "index.constant"
@@ -463,7 +600,7 @@ impl Renderer<'_> {
             }
             Instr::Store { cond, ty, value } => {
                 let cond = self.scopes.pick(Ty::I1, *cond);
-                let ty = Ty::of(*ty);
+                let ty = Ty::scalar_of(*ty);
                 let value = self.scopes.pick(ty, *value);
                 let slot = self.program.outputs.len() + self.next_store;
                 self.next_store += 1;
@@ -516,8 +653,26 @@ impl Renderer<'_> {
             Form::Convert(name) => {
                 format!("{name} {} : {t} -> {}", operands[0], def.result.name())
             }
+            Form::Splat => {
+                let lane = def.operands[0].name();
+                format!(
+                    "vector.splat {} : {lane} -> {}",
+                    operands[0],
+                    def.result.name()
+                )
+            }
+            Form::Extract => {
+                let four = self.temp("index.constant 4 : index");
+                let lane = self.temp(&format!("index.rem {}, {four} : index", operands[1]));
+                format!(
+                    "vector.extract {}, {lane} : {} -> {}",
+                    operands[0],
+                    def.operands[0].name(),
+                    def.result.name()
+                )
+            }
             Form::Shift(name) => {
-                let mask = self.temp(&format!("scalar.constant 31 : {t}"));
+                let mask = self.typed_constant(def.operands[1], "31");
                 let amount = self.temp(&format!("scalar.andi {}, {mask} : {t}", operands[1]));
                 format!("{name} {}, {amount} : {t}", operands[0])
             }
@@ -528,8 +683,8 @@ impl Renderer<'_> {
             }
             Form::DivSigned(name) => {
                 // Odd with bit 1 clear: never 0 and never -1.
-                let clear = self.temp(&format!("scalar.constant -3 : {t}"));
-                let one = self.temp(&format!("scalar.constant 1 : {t}"));
+                let clear = self.typed_constant(def.operands[1], "-3");
+                let one = self.typed_constant(def.operands[1], "1");
                 let masked = self.temp(&format!("scalar.andi {}, {clear} : {t}", operands[1]));
                 let divisor = self.temp(&format!("scalar.ori {masked}, {one} : {t}"));
                 format!("{name} {}, {divisor} : {t}", operands[0])
@@ -685,7 +840,7 @@ fn output_view_type(program: &Program, ty: Ty) -> String {
 fn stores(instrs: &[Instr], types: &mut Vec<Ty>) {
     for instr in instrs {
         match instr {
-            Instr::Store { ty, .. } => types.push(stored_type(Ty::of(*ty))),
+            Instr::Store { ty, .. } => types.push(stored_type(Ty::scalar_of(*ty))),
             Instr::If {
                 then, otherwise, ..
             } => {
@@ -725,6 +880,8 @@ fn constant_literal(ty: Ty, bits: u32) -> String {
             };
             format!("{value:?}")
         }
+        // Vector constants are splatted lane constants.
+        Ty::V4I32 | Ty::V4F32 => unreachable!("constant_literal of a vector type"),
     }
 }
 
@@ -776,7 +933,7 @@ impl Program {
         let mut stored: Vec<Ty> = self
             .outputs
             .iter()
-            .map(|(t, _)| stored_type(Ty::of(*t)))
+            .map(|(t, _)| stored_type(Ty::scalar_of(*t)))
             .collect();
         stores(&self.body, &mut stored);
         for ty in MEMORY_TYPES {
@@ -813,7 +970,13 @@ impl Program {
         ] {
             r.scopes.define(ty, name.into());
         }
-        for (ty, bits) in [(Ty::F32, 1), (Ty::I32, 7), (Ty::U32, 3)] {
+        for (ty, bits) in [
+            (Ty::F32, 1),
+            (Ty::I32, 7),
+            (Ty::U32, 3),
+            (Ty::V4I32, 2),
+            (Ty::V4F32, 4),
+        ] {
             let name = r.constant(ty, bits);
             r.scopes.define(ty, name);
         }
@@ -833,7 +996,7 @@ impl Program {
         }
         r.block(&self.body);
         for (slot, (ty, selector)) in self.outputs.iter().enumerate() {
-            let ty = Ty::of(*ty);
+            let ty = Ty::scalar_of(*ty);
             let value = r.scopes.pick(ty, *selector);
             r.store(ty, &value, slot);
         }
