@@ -142,8 +142,23 @@ fn words(buffer: &Buffer) -> Result<Vec<u32>, String> {
         .collect())
 }
 
-/// Run the program on the device; the output words (guard checked).
-fn run_on_device(program: &Program, data: &Data, outputs: usize) -> Result<Vec<u32>, String> {
+/// The first `n` words of `buffer`, after checking the guard words past
+/// them are still poisoned.
+fn output_words(buffer: &Buffer, n: usize) -> Result<Vec<u32>, String> {
+    let all = words(buffer)?;
+    if let Some(i) = (n..all.len()).find(|&i| all[i] != POISON) {
+        return Err(format!("word {i}, past the output, was written"));
+    }
+    Ok(all[..n].to_vec())
+}
+
+/// Run the program on the device; the words of `%out` and `%vout` (guards
+/// checked).
+fn run_on_device(
+    program: &Program,
+    data: &Data,
+    outputs: usize,
+) -> Result<(Vec<u32>, Vec<u32>), String> {
     let device = device();
     let artifact = device
         .compiler
@@ -152,6 +167,8 @@ fn run_on_device(program: &Program, data: &Data, outputs: usize) -> Result<Vec<u
         .map_err(|e| format!("compiling for the device: {e}"))?;
     let input = buffer(&device.runtime, &data.words)?;
     let output = buffer(&device.runtime, &vec![POISON; outputs])?;
+    let vector_input = buffer(&device.runtime, &data.vector_words)?;
+    let vector_output = buffer(&device.runtime, &vec![POISON; data.vector_words.len()])?;
     let scalars = [
         ScalarValue::Index(u64::from(program.n)),
         ScalarValue::I32(data.si),
@@ -161,15 +178,14 @@ fn run_on_device(program: &Program, data: &Data, outputs: usize) -> Result<Vec<u
     dispatch(
         &device.runtime,
         &artifact,
-        &[&input, &output],
+        &[&input, &output, &vector_input, &vector_output],
         &scalars,
         &[u64::from(program.n)],
     )?;
-    let all = words(&output)?;
-    if let Some(i) = (outputs..all.len()).find(|&i| all[i] != POISON) {
-        return Err(format!("word {i}, past the output, was written"));
-    }
-    Ok(all[..outputs].to_vec())
+    Ok((
+        output_words(&output, outputs)?,
+        output_words(&vector_output, data.vector_words.len())?,
+    ))
 }
 
 /// How many device runs and compared words (exact, within a bound,
@@ -207,6 +223,16 @@ fn check(program: &Program) -> Result<(), String> {
             .compile_uncached(&spec)
             .map_err(|e| format!("compiling for {label}: {e}"))?;
         spirv_val(label, artifact.spirv())?;
+        // `%vin` and `%vout` see only aligned 4-lane accesses: 4-vectors.
+        let vector_elements: Vec<u32> = artifact.bindings()[2..]
+            .iter()
+            .map(|b| b.element_bytes)
+            .collect();
+        if vector_elements != [16, 16] {
+            return Err(format!(
+                "{label}: %vin and %vout declared with {vector_elements:?}-byte elements"
+            ));
+        }
         ir.get_or_insert_with(|| module.ir().clone());
     }
     let module = ir.expect("two targets compiled");
@@ -223,16 +249,19 @@ fn check(program: &Program) -> Result<(), String> {
             ArgValue::F32(data.sf),
             ArgValue::Buffer(data.words.clone()),
             ArgValue::Buffer(vec![POISON; outputs]),
+            ArgValue::Buffer(data.vector_words.clone()),
+            ArgValue::Buffer(vec![POISON; data.vector_words.len()]),
         ],
     )
     .map_err(|e| format!("interpreter: {e}"))?;
     let want = memory[5].as_ref().ok_or("no output buffer")?;
+    let want_vector = memory[7].as_ref().ok_or("no vector output buffer")?;
     if !program.on_device {
         return Ok(());
     }
-    let got = run_on_device(program, &data, outputs)?;
+    let (got, got_vector) = run_on_device(program, &data, outputs)?;
     TALLY[0].fetch_add(1, Ordering::Relaxed);
-    for w in want {
+    for w in want.iter().chain(want_vector) {
         let kind = match w {
             Word::Exact(_) => 1,
             Word::Approx { .. } => 2,
@@ -241,21 +270,24 @@ fn check(program: &Program) -> Result<(), String> {
         TALLY[kind].fetch_add(1, Ordering::Relaxed);
     }
     let width = program.width();
-    let wrong: Vec<String> = want
-        .iter()
-        .zip(&got)
-        .enumerate()
-        .filter(|(_, (w, g))| !matches(**w, **g))
-        .take(8)
-        .map(|(i, (w, g))| {
-            format!(
-                "item {} slot {}: device {g:#010x} ({:e}), interpreter {w:?}",
-                i / width,
-                i % width,
-                f32::from_bits(*g)
-            )
-        })
-        .collect();
+    let mismatches = |name: &str, width: usize, want: &[Word], got: &[u32]| -> Vec<String> {
+        want.iter()
+            .zip(got)
+            .enumerate()
+            .filter(|(_, (w, g))| !matches(**w, **g))
+            .map(|(i, (w, g))| {
+                format!(
+                    "{name} item {} slot {}: device {g:#010x} ({:e}), interpreter {w:?}",
+                    i / width,
+                    i % width,
+                    f32::from_bits(*g)
+                )
+            })
+            .collect()
+    };
+    let mut wrong = mismatches("%out", width, want, &got);
+    wrong.extend(mismatches("%vout", 4, want_vector, &got_vector));
+    wrong.truncate(8);
     if wrong.is_empty() {
         Ok(())
     } else {
@@ -350,6 +382,7 @@ fn a_fixed_program_with_every_construct_matches() {
         n: 10,
         data_seed: 7,
         on_device: true,
+        vector_output: 1,
     };
     if let Err(e) = check(&program) {
         panic!("{e}\n--- source\n{}", program.source());

@@ -388,6 +388,53 @@ impl Machine<'_> {
                     unknown(self.ty(op.results[0])?)
                 }
             }
+            OpKind::VectorLoad { view, indices } => {
+                let Type::Vector { len, elem } = self.ty(op.results[0])? else {
+                    return Err("vector.load to a non-vector".into());
+                };
+                let (len, lane) = (usize::from(*len), elem.to_type());
+                let mut predictable = true;
+                for index in indices {
+                    predictable &= self.int(*index)?.is_some();
+                }
+                if predictable {
+                    // `len` consecutive elements from the addressed one.
+                    let (buffer, element, elem) = self.address(*view, indices)?;
+                    let words = self.memory[buffer]
+                        .get(element..element + len)
+                        .ok_or("vector.load past the end of its buffer")?;
+                    Value::Vector(
+                        words
+                            .iter()
+                            .map(|w| load(*w, elem))
+                            .collect::<Result<_, _>>()?,
+                    )
+                } else {
+                    Value::Vector(vec![unknown(&lane); len])
+                }
+            }
+            OpKind::VectorStore {
+                value,
+                view,
+                indices,
+            } => {
+                let (buffer, element, elem) = self.address(*view, indices)?;
+                let Value::Vector(lanes) = self.get(*value)? else {
+                    return Err("vector.store of a non-vector".into());
+                };
+                let words: Vec<Word> = lanes
+                    .iter()
+                    .map(|lane| store(lane, elem))
+                    .collect::<Result<_, _>>()?;
+                let uncertain = self.uncertain > 0;
+                let target = self.memory[buffer]
+                    .get_mut(element..element + words.len())
+                    .ok_or("vector.store past the end of its buffer")?;
+                for (slot, word) in target.iter_mut().zip(words) {
+                    *slot = if uncertain { Word::Unknown } else { word };
+                }
+                return Ok(());
+            }
             OpKind::ViewStore {
                 value,
                 view,

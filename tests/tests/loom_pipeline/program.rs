@@ -23,7 +23,11 @@
 //!   words per work item to `%out`: one per `outputs` entry at the end,
 //!   then one per conditional `Store` (left as the caller filled it when
 //!   the condition never held); each buffer is viewed with every element type
-//!   it is accessed at, so mixed-type buffers lower to words.
+//!   it is accessed at, so mixed-type buffers lower to words. Two more
+//!   buffers are touched only by 4-lane vector accesses, so they lower as
+//!   arrays of 4-vectors: `%vin` (four f32 per work item, read at row `%i`
+//!   and gathered from other rows) and `%vout` (one `vector<4xi32>` per
+//!   work item).
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -131,6 +135,11 @@ pub enum Instr {
         /// Value selector.
         value: u16,
     },
+    /// Load row `row % n` of `%vin` as a `vector<4xf32>`.
+    VectorGather {
+        /// Selects the `index` value the row is computed from.
+        row: u16,
+    },
     /// `scf.if` yielding `results` (type, then-selector, else-selector).
     If {
         /// Selects the `i1` condition.
@@ -175,6 +184,8 @@ pub struct Program {
     pub data_seed: u64,
     /// Whether this case also runs on the device.
     pub on_device: bool,
+    /// Selects the `vector<4xi32>` stored to `%vout` row `%i`.
+    pub vector_output: u16,
 }
 
 /// How an op is written.
@@ -380,6 +391,7 @@ pub const SPELLINGS: &[&str] = &[
     "scf.yield",
     "view.load",
     "view.store",
+    "vector.load %vin_v[%t",
     "-> (",
     "xi32>",
     "xf32>",
@@ -392,6 +404,7 @@ fn instr() -> impl Strategy<Value = Instr> {
         10 => (any::<u16>(), any::<[u16; 3]>()).prop_map(|(code, args)| Instr::Op { code, args }),
         2 => (any::<u8>(), any::<u32>()).prop_map(|(ty, bits)| Instr::Const { ty, bits }),
         1 => (any::<u16>(), any::<u16>()).prop_map(|(row, slot)| Instr::Gather { row, slot }),
+        1 => any::<u16>().prop_map(|row| Instr::VectorGather { row }),
         1 => (any::<u16>(), any::<u8>(), any::<u16>())
             .prop_map(|(cond, ty, value)| Instr::Store { cond, ty, value }),
     ];
@@ -437,16 +450,20 @@ pub fn program(device_share: f64) -> impl Strategy<Value = Program> {
         1u32..100,
         any::<u64>(),
         prop::bool::weighted(device_share.clamp(0.0, 1.0)),
+        any::<u16>(),
     )
         .prop_map(
-            |(workgroup_size, inputs, body, outputs, n, data_seed, on_device)| Program {
-                workgroup_size,
-                inputs,
-                body,
-                outputs,
-                n,
-                data_seed,
-                on_device,
+            |(workgroup_size, inputs, body, outputs, n, data_seed, on_device, vector_output)| {
+                Program {
+                    workgroup_size,
+                    inputs,
+                    body,
+                    outputs,
+                    n,
+                    data_seed,
+                    on_device,
+                    vector_output,
+                }
             },
         )
 }
@@ -597,6 +614,15 @@ impl Renderer<'_> {
                     t = ty.name()
                 ));
                 self.scopes.define(ty, name);
+            }
+            Instr::VectorGather { row } => {
+                let from = self.scopes.pick(Ty::Index, *row);
+                let row = self.temp(&format!("index.rem {from}, %n : index"));
+                let name = self.fresh("v");
+                self.line(&format!(
+                    "{name} = vector.load %vin_v[{row}, %c0] : {VECTOR_VIEW_F32} -> vector<4xf32>"
+                ));
+                self.scopes.define(Ty::V4F32, name);
             }
             Instr::Store { cond, ty, value } => {
                 let cond = self.scopes.pick(Ty::I1, *cond);
@@ -825,6 +851,12 @@ fn type_list(types: &[Ty]) -> String {
         .join(", ")
 }
 
+/// The view `%vin` is read through, only by 4-lane vector loads (so it
+/// lowers as an array of 4-vectors).
+const VECTOR_VIEW_F32: &str = "view<[%n]x4xf32>";
+/// The view `%vout` is written through, only by 4-lane vector stores.
+const VECTOR_VIEW_I32: &str = "view<[%n]x4xi32>";
+
 /// The view type through which input slots of type `ty` are read.
 fn input_view_type(program: &Program, ty: Ty) -> String {
     format!("view<[%n]x{}x{}>", program.inputs.len(), ty.name())
@@ -916,7 +948,8 @@ impl Program {
              \x20 %np = index.add %n, %wl : index\n\
              \x20 %groups = index.div %np, %wg : index\n\
              \x20 kernel.launch.config workgroups(%groups, %one, %one) workgroup_size(%wg, %one, %one) : index\n\
-             }} launch(%n: index, %si: i32, %su: u32, %sf: f32, %in: buffer {{readonly}}, %out: buffer) {{\n",
+             }} launch(%n: index, %si: i32, %su: u32, %sf: f32, %in: buffer {{readonly}}, %out: buffer, \
+             %vin: buffer {{readonly}}, %vout: buffer) {{\n",
             w - 1
         );
         r.indent = 1;
@@ -945,6 +978,12 @@ impl Program {
                 ));
             }
         }
+        r.line(&format!(
+            "%vin_v = buffer.view %vin[%zero] : buffer -> {VECTOR_VIEW_F32}"
+        ));
+        r.line(&format!(
+            "%vout_v = buffer.view %vout[%zero] : buffer -> {VECTOR_VIEW_I32}"
+        ));
         r.line("%i = kernel.workitem.dispatch.id<x> : index");
         r.line("%inside = index.cmp ult, %i, %n : index");
         r.line("scf.if %inside {");
@@ -994,12 +1033,20 @@ impl Program {
             ));
             r.scopes.define(*ty, name);
         }
+        r.line(&format!(
+            "%vx = vector.load %vin_v[%i, %c0] : {VECTOR_VIEW_F32} -> vector<4xf32>"
+        ));
+        r.scopes.define(Ty::V4F32, "%vx".into());
         r.block(&self.body);
         for (slot, (ty, selector)) in self.outputs.iter().enumerate() {
             let ty = Ty::scalar_of(*ty);
             let value = r.scopes.pick(ty, *selector);
             r.store(ty, &value, slot);
         }
+        let vector = r.scopes.pick(Ty::V4I32, self.vector_output);
+        r.line(&format!(
+            "vector.store {vector}, %vout_v[%i, %c0] : vector<4xi32>, {VECTOR_VIEW_I32}"
+        ));
         r.indent = 1;
         r.line("}");
         r.line("kernel.return");
@@ -1022,6 +1069,8 @@ fn stored_type(ty: Ty) -> Ty {
 pub struct Data {
     /// `%in`.
     pub words: Vec<u32>,
+    /// `%vin`: four f32 per work item.
+    pub vector_words: Vec<u32>,
     /// `%si`.
     pub si: i32,
     /// `%su`.
@@ -1079,8 +1128,10 @@ impl Program {
                 });
             }
         }
+        let vector_words = (0..4 * self.n).map(|_| rng.float().to_bits()).collect();
         Data {
             words,
+            vector_words,
             si: rng.int() as i32,
             su: rng.int(),
             sf: rng.float(),
