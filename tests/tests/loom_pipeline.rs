@@ -322,8 +322,8 @@ fn random_programs_compile_validate_and_run_as_interpreted() {
     });
     let tally: Vec<u64> = TALLY.iter().map(|t| t.load(Ordering::Relaxed)).collect();
     eprintln!(
-        "{cases} programs (seed {seed}) in {:.1} s; {} ran on the device, output words \
-         compared exactly {}, within a bound {}, not predictable {}",
+        "{cases} programs (seed {seed}) in {:.1} s; {} device runs (shrinking included), \
+         output words compared exactly {}, within a bound {}, not predictable {}",
         started.elapsed().as_secs_f64(),
         tally[0],
         tally[1],
