@@ -5,9 +5,11 @@
 //!
 //! Design choices and contracts:
 //!
-//! - Every invocation of the grid runs the body in turn (invocations of the
-//!   supported subset never communicate, so order does not matter). The
-//!   grid and workgroup size come from interpreting the launch region.
+//! - Every invocation of the grid runs the body in turn. Invocations of a
+//!   workgroup communicate only through workgroup memory across top-level
+//!   barriers, so the body runs phase by phase (a phase ends at a barrier)
+//!   for all invocations of a workgroup; workgroup memory starts unknown.
+//!   The grid and workgroup size come from interpreting the launch region.
 //! - Integers are exact 32-bit patterns; index arithmetic wraps at 32 bits
 //!   as on the device. An operation whose result the IR leaves undefined
 //!   (division by zero, `i32::MIN / -1`, a shift by 32 or more, an access
@@ -28,8 +30,8 @@
 //!   with their stores leaving unknown words.
 
 use hrx_loom::ir::{
-    Axis, BufferRef, ConvertOp, Dim, FloatPredicate, IndexBinary, IntPredicate, Kernel, Literal,
-    Op, OpKind, Scalar, ScalarBinary, ScalarUnary, Type, ValueId, WorkItemKind,
+    Axis, ConvertOp, Dim, FloatPredicate, IndexBinary, IntPredicate, Kernel, Literal, Op, OpKind,
+    Scalar, ScalarBinary, ScalarUnary, Type, ValueId, WorkItemKind,
 };
 
 /// Why a kernel could not be interpreted.
@@ -135,6 +137,8 @@ struct Machine<'k> {
     /// The current invocation's workgroup and local ids.
     group: [u32; 3],
     local: [u32; 3],
+    /// This workgroup's allocations: alloca value to memory index.
+    allocas: Vec<(ValueId, usize)>,
     /// Inside a branch that may or may not run (its condition is
     /// unknown): stores leave unknown words.
     uncertain: usize,
@@ -164,6 +168,7 @@ pub fn run(
         group: [0; 3],
         local: [0; 3],
         uncertain: 0,
+        allocas: Vec::new(),
     };
     // The launch region: workload arguments, then index arithmetic.
     for (arg, v) in kernel.workload_args.iter().zip(workload) {
@@ -192,23 +197,42 @@ pub fn run(
         m.set(arg.id, v);
     }
     m.memory = buffers;
+    let arguments = m.memory.len();
+    // Top-level barriers split the body into phases: every invocation of a
+    // workgroup finishes one phase before any starts the next, each keeping
+    // its own values across them. (The verifier only admits barriers in
+    // workgroup-uniform control flow; nested ones are not supported here.)
+    let phases: Vec<&[Op]> = kernel
+        .body
+        .ops
+        .split(|op| matches!(op.kind, OpKind::Barrier(_)))
+        .collect();
     let launch_values = m.values.clone();
+    let [sx, sy, sz] = m.size;
+    let locals: Vec<[u32; 3]> = (0..sz)
+        .flat_map(|z| (0..sy).flat_map(move |y| (0..sx).map(move |x| [x, y, z])))
+        .collect();
     for gz in 0..m.count[2] {
         for gy in 0..m.count[1] {
             for gx in 0..m.count[0] {
-                for lz in 0..m.size[2] {
-                    for ly in 0..m.size[1] {
-                        for lx in 0..m.size[0] {
-                            m.group = [gx, gy, gz];
-                            m.local = [lx, ly, lz];
-                            m.values.clone_from(&launch_values);
-                            m.block(&kernel.body.ops)?;
-                        }
+                // Fresh workgroup memory per workgroup.
+                m.memory.truncate(arguments);
+                m.allocas.clear();
+                let mut saved = vec![launch_values.clone(); locals.len()];
+                for phase in &phases {
+                    for (local, values) in locals.iter().zip(&mut saved) {
+                        m.group = [gx, gy, gz];
+                        m.local = *local;
+                        std::mem::swap(&mut m.values, values);
+                        let ran = m.block(phase);
+                        std::mem::swap(&mut m.values, values);
+                        ran?;
                     }
                 }
             }
         }
     }
+    m.memory.truncate(arguments);
     let mut memory = m.memory.into_iter();
     Ok(kernel
         .args
@@ -386,6 +410,20 @@ impl Machine<'_> {
                     load(self.memory[buffer][element], elem)?
                 } else {
                     unknown(self.ty(op.results[0])?)
+                }
+            }
+            OpKind::Alloca { bytes, .. } => {
+                // One allocation per workgroup, shared by its invocations;
+                // not zero-initialised, so unknown until written.
+                let id = op.results[0];
+                match self.allocas.iter().find(|(a, _)| *a == id) {
+                    Some((_, index)) => Value::Buffer(*index),
+                    None => {
+                        let words = self.known_int(*bytes)?.div_ceil(4) as usize;
+                        self.memory.push(vec![Word::Unknown; words]);
+                        self.allocas.push((id, self.memory.len() - 1));
+                        Value::Buffer(self.memory.len() - 1)
+                    }
                 }
             }
             OpKind::VectorLoad { view, indices } => {
@@ -591,11 +629,6 @@ impl Machine<'_> {
         if element >= self.memory[*buffer].len() {
             return Err(format!("element {element} is past the end of its buffer"));
         }
-        // Buffers are arguments here; the generator makes no allocas.
-        debug_assert!(matches!(
-            self.kernel.buffer_of[view.index()],
-            Some(BufferRef::Arg(_))
-        ));
         Ok((*buffer, element, *elem))
     }
 }

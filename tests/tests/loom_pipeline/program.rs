@@ -27,7 +27,8 @@
 //!   buffers are touched only by 4-lane vector accesses, so they lower as
 //!   arrays of 4-vectors: `%vin` (four f32 per work item, read at row `%i`
 //!   and gathered from other rows) and `%vout` (one `vector<4xi32>` per
-//!   work item).
+//!   work item). Before the guard every invocation exchanges a word with
+//!   its neighbour through workgroup memory and a barrier.
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -391,6 +392,7 @@ pub const SPELLINGS: &[&str] = &[
     "scf.yield",
     "view.load",
     "view.store",
+    "%neighbour",
     "vector.load %vin_v[%t",
     "-> (",
     "xi32>",
@@ -985,6 +987,28 @@ impl Program {
             "%vout_v = buffer.view %vout[%zero] : buffer -> {VECTOR_VIEW_I32}"
         ));
         r.line("%i = kernel.workitem.dispatch.id<x> : index");
+        // Every invocation, inside the range or not, publishes a word in
+        // workgroup memory and reads its neighbour's after a barrier.
+        let shared = format!("view<{w}xu32>");
+        r.line(&format!("%sh_bytes = index.constant {} : offset", 4 * w));
+        r.line("%sh = buffer.alloca<workgroup> align(16) %sh_bytes : buffer");
+        r.line(&format!(
+            "%sh_v = buffer.view %sh[%zero] : buffer -> {shared}"
+        ));
+        r.line("%sh_lid = kernel.workitem.id<x> : index");
+        r.line("%sh_i = index.cast %i : index -> u32");
+        r.line("%sh_mine = scalar.xori %sh_i, %su : u32");
+        r.line(&format!(
+            "view.store %sh_mine, %sh_v[%sh_lid] : u32, {shared}"
+        ));
+        r.line("kernel.barrier<workgroup>");
+        r.line("%sh_1 = index.constant 1 : index");
+        r.line(&format!("%sh_w = index.constant {w} : index"));
+        r.line("%sh_next = index.add %sh_lid, %sh_1 : index");
+        r.line("%sh_at = index.rem %sh_next, %sh_w : index");
+        r.line(&format!(
+            "%neighbour = view.load %sh_v[%sh_at] : {shared} -> u32"
+        ));
         r.line("%inside = index.cmp ult, %i, %n : index");
         r.line("scf.if %inside {");
         r.indent = 2;
@@ -1005,6 +1029,7 @@ impl Program {
             (Ty::Index, "%n"),
             (Ty::I32, "%si"),
             (Ty::U32, "%su"),
+            (Ty::U32, "%neighbour"),
             (Ty::F32, "%sf"),
         ] {
             r.scopes.define(ty, name.into());
