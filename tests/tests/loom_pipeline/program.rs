@@ -7,8 +7,8 @@
 //!   the values of the required type visible at that point, so *every*
 //!   value of the tree renders to a well-typed program, and proptest's
 //!   shrinking (dropping instructions, lowering numbers) keeps it valid.
-//! - Every type (`index`, `i1`, `i32`, `u32`, `f32`) always has a visible
-//!   value (the work-item id, the push constants, constants and a
+//! - Every type (`index`, `i1`, `i32`, `u32`, `f32` and 4-lane vectors of
+//!   `i32` and `f32`) always has a visible value (the work-item id, the push constants, constants and a
 //!   work-item-dependent condition come first), so a selector always
 //!   resolves. Half the selectors favour the newest values, so data flows
 //!   through long chains rather than straight from the inputs.
