@@ -1,6 +1,7 @@
 //! Compute kernels: SPIR-V plus the contract (hrx-core's kernel vocabulary,
 //! re-exported here) a dispatch is checked against.
 
+mod reflect;
 mod statistics;
 
 pub use hrx_core::{Access, BindingContract, DispatchArgs, KernelContract};
@@ -14,8 +15,7 @@ use std::{
     sync::{Arc, Weak},
 };
 
-/// The SPIR-V magic number, first word of every module.
-const SPIRV_MAGIC: u32 = 0x0723_0203;
+use reflect::SPIRV_MAGIC;
 
 /// A compute pipeline built once from SPIR-V, checked against its contract
 /// at every dispatch. Cheap to clone; `Send + Sync`.
@@ -151,6 +151,9 @@ impl KernelInner {
             )));
         }
         contract.check(gpu.target())?;
+        // The driver trusts the module: its structure and interface are
+        // checked here, so that safe code cannot hand it a malformed one.
+        reflect::check(spirv, &contract)?;
         let entry = CString::new(name.as_str())
             .map_err(|_| Error::Message(format!("kernel `{name}`: NUL in the entry point")))?;
         let device = gpu.raw().clone();
@@ -165,8 +168,9 @@ impl KernelInner {
             pipeline: vk::Pipeline::null(),
         };
         let info = vk::ShaderModuleCreateInfo::default().code(spirv);
-        // SAFETY: valid device; `spirv` is a non-empty word slice starting
-        // with the magic number, alive for the call.
+        // SAFETY: valid device; `spirv` is a word slice whose instructions
+        // all lie inside it, with the entry point and an interface the
+        // layout below covers (`reflect::check`), alive for the call.
         inner.module = unsafe { device.create_shader_module(&info, None) }
             .map_err(vk_error("vkCreateShaderModule"))?;
         let bindings: Vec<_> = (0..contract.bindings.len() as u32)

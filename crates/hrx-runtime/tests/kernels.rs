@@ -59,6 +59,54 @@ fn kernel_creation_checks_code_and_contract() {
 }
 
 #[test]
+fn a_module_that_does_not_match_its_contract_never_reaches_the_driver() {
+    let rt = runtime();
+    let code = spirv(ADD);
+    let fits = || contract(&[Access::Read, Access::Write], 4, 4, [64, 1, 1]);
+    let rejected = |code: &[u32], contract, needle: &str| {
+        let error = GpuKernel::new(&rt, code, contract).unwrap_err().to_string();
+        assert!(error.contains(needle), "{needle:?} not in {error}");
+    };
+    // Structure: an instruction running past the end, a cut header.
+    let mut overrun = code.clone();
+    let last = overrun.len() - 1;
+    overrun[last] |= 0x00ff_0000;
+    rejected(&overrun, fits(), "claims");
+    rejected(&code[..3], fits(), "header");
+    // Cut at every instruction boundary: never accepted.
+    let mut at = 5;
+    while at < code.len() {
+        assert!(
+            GpuKernel::new(&rt, &code[..at], fits()).is_err(),
+            "cut at {at}"
+        );
+        at += (code[at] >> 16) as usize;
+    }
+    // Interface: the entry point, the workgroup size, the bindings and the
+    // push constants must all be what the contract says.
+    let mut renamed = fits();
+    renamed.entry_point = "other".into();
+    rejected(&code, renamed, "entry point");
+    rejected(
+        &code,
+        contract(&[Access::Read, Access::Write], 4, 4, [32, 1, 1]),
+        "workgroup size",
+    );
+    rejected(
+        &code,
+        contract(&[Access::Read], 4, 4, [64, 1, 1]),
+        "binding 1",
+    );
+    rejected(
+        &code,
+        contract(&[Access::Read, Access::Write], 4, 0, [64, 1, 1]),
+        "push constants",
+    );
+    // The matching contract still builds.
+    GpuKernel::new(&rt, &code, fits()).unwrap();
+}
+
+#[test]
 fn contract_violations_are_rejected_at_record_time() {
     let rt = runtime();
     let k = add(&rt);
