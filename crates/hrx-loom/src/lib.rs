@@ -30,6 +30,11 @@
 //!    Vulkan memory model, non-private workgroup accesses and storage
 //!    accesses around `kernel.barrier<storage>`, which barriers order).
 //!
+//! Kernels whose code depends on parameters are built in Rust with
+//! [`build`]: a typed builder over the syntax tree, whose modules print as
+//! canonical text and go through the same stages (and [`build::passes`]:
+//! inlining with fresh names, vectorizing).
+//!
 //! # Contracts
 //!
 //! - **No input panics the compiler**, overflows the stack or hangs. The
@@ -54,6 +59,7 @@
 //! `Artifact::gpu_kernel` and `Artifact::dispatch_args` turn an artifact
 //! into an `hrx_runtime::GpuKernel` and the arguments of a graph dispatch.
 
+pub mod build;
 pub mod diag;
 pub mod front;
 pub mod ir;
