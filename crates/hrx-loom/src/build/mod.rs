@@ -97,7 +97,7 @@ pub use words::{AtomicRmw, Barrier, CoopLayout};
 
 use crate::front::ast::{self, Form, Ident};
 use crate::front::span::Span;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use value::{ident, type_expr};
 
 /// A value's entry in the builder's table.
@@ -118,6 +118,7 @@ struct Slot {
 pub struct Builder {
     values: Vec<Slot>,
     names: HashSet<String>,
+    suffixes: HashMap<String, u32>,
     regions: Vec<Vec<ast::Op>>,
     hint: Option<String>,
 }
@@ -127,6 +128,7 @@ impl Builder {
         Builder {
             values: Vec::new(),
             names: HashSet::new(),
+            suffixes: HashMap::new(),
             regions: vec![Vec::new()],
             hint: None,
         }
@@ -176,12 +178,16 @@ impl Builder {
         if self.names.insert(base.clone()) {
             return base;
         }
-        let name = (1..)
-            .map(|i| format!("{base}_{i}"))
-            .find(|n| !self.names.contains(n))
-            .unwrap_or(base);
-        self.names.insert(name.clone());
-        name
+        // Suffixes continue from the last one given for this base, so a
+        // kernel of many `%i`s names them in linear time.
+        let next = self.suffixes.entry(base.clone()).or_insert(0);
+        loop {
+            *next += 1;
+            let name = format!("{base}_{next}");
+            if self.names.insert(name.clone()) {
+                return name;
+            }
+        }
     }
 
     /// Define a new value of type `ty`.
@@ -276,6 +282,7 @@ impl Builder {
     /// (whose names start afresh).
     fn take_function(&mut self) -> Vec<ast::Op> {
         self.names.clear();
+        self.suffixes.clear();
         self.regions.truncate(1);
         std::mem::take(&mut self.regions[0])
     }

@@ -5,7 +5,7 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
@@ -225,14 +225,16 @@ impl Ops {
         let (ka, ko) = (bind(a)?, bind(out)?);
         let (lines, value) = convert(from, to);
         let kernel = self.registry.kernel(KernelKey {
-            template: CAST,
-            substitutions: vec![
-                ("IT", it.into()),
-                ("OT", ot.into()),
-                ("LOAD", load(from)),
-                ("CONVERT", lines),
-                ("STORE", store(to, value)),
-            ],
+            source: KernelSource::Template {
+                template: CAST,
+                substitutions: vec![
+                    ("IT", it.into()),
+                    ("OT", ot.into()),
+                    ("LOAD", load(from)),
+                    ("CONVERT", lines),
+                    ("STORE", store(to, value)),
+                ],
+            },
             symbol: "cast",
             config: self.grid_config("cast.wg", "cast.max_groups")?,
         })?;

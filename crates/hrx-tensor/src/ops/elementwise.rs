@@ -4,7 +4,7 @@ use super::{
     Ops,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -533,11 +533,13 @@ impl Ops {
             let n4 = n / 4;
             if n4 > 0 {
                 let kernel = self.registry.kernel(KernelKey {
-                    template: family.wide,
-                    substitutions: ["OP_A", "OP_B", "OP_T"]
-                        .into_iter()
-                        .map(|slot| (slot, renamed(&wide, slot)))
-                        .collect(),
+                    source: KernelSource::Template {
+                        template: family.wide,
+                        substitutions: ["OP_A", "OP_B", "OP_T"]
+                            .into_iter()
+                            .map(|slot| (slot, renamed(&wide, slot)))
+                            .collect(),
+                    },
                     symbol: family.wide_symbol,
                     config: self.grid_config(family.grid[2], family.grid[3])?,
                 })?;
@@ -554,8 +556,10 @@ impl Ops {
             return Ok(());
         }
         let kernel = self.registry.kernel(KernelKey {
-            template: family.strided,
-            substitutions: vec![("T", t.into()), ("OP", body)],
+            source: KernelSource::Template {
+                template: family.strided,
+                substitutions: vec![("T", t.into()), ("OP", body)],
+            },
             symbol: family.symbol,
             config: self.grid_config(family.grid[0], family.grid[1])?,
         })?;

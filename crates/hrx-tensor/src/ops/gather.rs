@@ -3,7 +3,7 @@
 use super::{
     Ops,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -106,8 +106,10 @@ impl Ops {
             )));
         }
         let kernel = self.registry.kernel(KernelKey {
-            template: GATHER,
-            substitutions: vec![("T", t.into()), ("ZERO", zero.into())],
+            source: KernelSource::Template {
+                template: GATHER,
+                substitutions: vec![("T", t.into()), ("ZERO", zero.into())],
+            },
             symbol: "gather",
             config: self.grid_config("gather.wg", "gather.max_groups")?,
         })?;

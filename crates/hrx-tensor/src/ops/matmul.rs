@@ -208,7 +208,7 @@ impl Ops {
                     },
                 );
             }
-            Choice::Decode(load) => gemv_key(&target, input, load, m, act, result),
+            Choice::Decode(load) => gemv_key(&target, input, load, m, options.activation),
             Choice::Dot => dot_key(&target, m, act, result),
             Choice::Coop(tiles) => {
                 // 16-byte copies need the same alignment as the decode
@@ -384,10 +384,6 @@ pub fn decode_matmul_source(
     transpose_b: bool,
     activation: Option<UnaryOp>,
 ) -> String {
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
     let b = BLayout {
         k_stride: if transpose_b { 1 } else { 4096 },
         n_stride: if transpose_b { 4096 } else { 1 },
@@ -396,5 +392,5 @@ pub fn decode_matmul_source(
         binding_offset: 0,
         n: 4096,
     };
-    gemv_key(target, dtype, b_load(dtype, &b), 8, act, result).source()
+    gemv_key(target, dtype, b_load(dtype, &b), 8, activation).source()
 }

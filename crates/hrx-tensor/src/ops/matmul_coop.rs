@@ -5,7 +5,10 @@ mod copies;
 
 pub(crate) use copies::CoopLayout;
 
-use super::{UnaryOp, registry::KernelKey};
+use super::{
+    UnaryOp,
+    registry::{KernelKey, KernelSource},
+};
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
 
 const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
@@ -190,8 +193,10 @@ impl CoopTiles {
     /// activation lines `act` producing `result`.
     pub(crate) fn key(&self, layout: CoopLayout, act: String, result: &str) -> KernelKey {
         KernelKey {
-            template: MATMUL_COOP,
-            substitutions: self.substitutions(self.usable(layout), act, result),
+            source: KernelSource::Template {
+                template: MATMUL_COOP,
+                substitutions: self.substitutions(self.usable(layout), act, result),
+            },
             symbol: "matmul_coop",
             config: Vec::new(),
         }

@@ -5,7 +5,7 @@
 
 use super::{
     matmul_gemv::{BLayout, BLoad, b_load},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::DType;
 use hrx_core::Target;
@@ -172,8 +172,10 @@ pub(crate) fn dot_key(target: &Target, m: usize, act: String, result: &str) -> K
         ("STORES", stores),
     ];
     KernelKey {
-        template: MATMUL_DOT,
-        substitutions,
+        source: KernelSource::Template {
+            template: MATMUL_DOT,
+            substitutions,
+        },
         symbol: "matmul_dot",
         config: Vec::new(),
     }

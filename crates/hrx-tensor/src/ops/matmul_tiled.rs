@@ -1,7 +1,7 @@
 //! The register-tiled workgroup-memory matmul kernel (any device): f32 or
 //! f16 inputs, f32 accumulation. See `kernels/matmul.loom`.
 
-use super::registry::KernelKey;
+use super::registry::{KernelKey, KernelSource};
 use crate::DType;
 use hrx_core::{DeviceKind, Target};
 
@@ -181,36 +181,38 @@ pub(crate) fn tiled_key(
         );
     }
     KernelKey {
-        template: MATMUL,
-        substitutions: vec![
-            ("BM1", (bm - 1).to_string()),
-            ("BN1", (bn - 1).to_string()),
-            ("BK1", (bk - 1).to_string()),
-            ("BM", bm.to_string()),
-            ("BN", bn.to_string()),
-            ("BK", bk.to_string()),
-            ("PA", pa.to_string()),
-            ("THREADS", tl.threads().to_string()),
-            ("TXS", txs.to_string()),
-            ("A_ELEMS", (bm * bk).to_string()),
-            ("B_ELEMS", (bk * bn).to_string()),
-            ("A_BYTES", (4 * bk * pa).to_string()),
-            ("B_BYTES", (4 * bk * bn).to_string()),
-            ("IN", elem.into()),
-            ("WIDEN_A", widen_a.into()),
-            ("YA", ya.into()),
-            ("WIDEN_B", widen_b.into()),
-            ("YB", yb.into()),
-            ("A_POS", pos(a_k_fast, bm, bk, "ar", "ac")),
-            ("B_POS", pos(b_n_fast, bk, bn, "br", "bc")),
-            ("SETUP", setup),
-            ("CARRIED", carried),
-            ("TYPES", types),
-            ("RESULTS", results),
-            ("BODY", body),
-            ("YIELDS", yields),
-            ("EPILOGUE", epilogue),
-        ],
+        source: KernelSource::Template {
+            template: MATMUL,
+            substitutions: vec![
+                ("BM1", (bm - 1).to_string()),
+                ("BN1", (bn - 1).to_string()),
+                ("BK1", (bk - 1).to_string()),
+                ("BM", bm.to_string()),
+                ("BN", bn.to_string()),
+                ("BK", bk.to_string()),
+                ("PA", pa.to_string()),
+                ("THREADS", tl.threads().to_string()),
+                ("TXS", txs.to_string()),
+                ("A_ELEMS", (bm * bk).to_string()),
+                ("B_ELEMS", (bk * bn).to_string()),
+                ("A_BYTES", (4 * bk * pa).to_string()),
+                ("B_BYTES", (4 * bk * bn).to_string()),
+                ("IN", elem.into()),
+                ("WIDEN_A", widen_a.into()),
+                ("YA", ya.into()),
+                ("WIDEN_B", widen_b.into()),
+                ("YB", yb.into()),
+                ("A_POS", pos(a_k_fast, bm, bk, "ar", "ac")),
+                ("B_POS", pos(b_n_fast, bk, bn, "br", "bc")),
+                ("SETUP", setup),
+                ("CARRIED", carried),
+                ("TYPES", types),
+                ("RESULTS", results),
+                ("BODY", body),
+                ("YIELDS", yields),
+                ("EPILOGUE", epilogue),
+            ],
+        },
         symbol: "matmul",
         config: Vec::new(),
     }

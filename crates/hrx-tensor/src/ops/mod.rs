@@ -12,6 +12,7 @@
 //! An error names the operator and the shapes, and leaves the graph as it
 //! was (nothing is recorded before every check has passed).
 
+mod activation;
 mod bridge;
 mod cast;
 mod elementwise;

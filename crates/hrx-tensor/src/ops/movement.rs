@@ -5,7 +5,7 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -71,8 +71,10 @@ impl Ops {
             operand(dst, &target, operation)?,
         );
         let kernel = self.registry.kernel(KernelKey {
-            template: COPY,
-            substitutions: vec![("T", t.into())],
+            source: KernelSource::Template {
+                template: COPY,
+                substitutions: vec![("T", t.into())],
+            },
             symbol: "copy",
             config: self.grid_config("copy.wg", "copy.max_groups")?,
         })?;

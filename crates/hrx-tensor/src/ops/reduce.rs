@@ -4,7 +4,7 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::{Kernel, KernelKey},
+    registry::{Kernel, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -55,8 +55,10 @@ impl Reduction {
 
 fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelKey {
     KernelKey {
-        template: REDUCE,
-        substitutions: reduction.substitutions(),
+        source: KernelSource::Template {
+            template: REDUCE,
+            substitutions: reduction.substitutions(),
+        },
         symbol: "reduce",
         config,
     }
@@ -64,8 +66,10 @@ fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelK
 
 fn argmax_key(config: Vec<(&'static str, u64)>) -> KernelKey {
     KernelKey {
-        template: ARGMAX,
-        substitutions: Vec::new(),
+        source: KernelSource::Template {
+            template: ARGMAX,
+            substitutions: Vec::new(),
+        },
         symbol: "argmax",
         config,
     }

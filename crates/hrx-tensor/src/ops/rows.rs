@@ -5,7 +5,7 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
-    registry::KernelKey,
+    registry::{KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -172,13 +172,15 @@ impl Ops {
                 "    %e = scalar.expf %d : vector<4xf32>\n    %o = scalar.mulf %e, %invv : vector<4xf32>"
             };
             let kernel = self.registry.kernel(KernelKey {
-                template: SOFTMAX4,
-                substitutions: vec![
-                    ("SH_BYTES", (wg * 16).to_string()),
-                    ("SH", (wg * 4).to_string()),
-                    ("WG", wg.to_string()),
-                    ("OUT", body.into()),
-                ],
+                source: KernelSource::Template {
+                    template: SOFTMAX4,
+                    substitutions: vec![
+                        ("SH_BYTES", (wg * 16).to_string()),
+                        ("SH", (wg * 4).to_string()),
+                        ("WG", wg.to_string()),
+                        ("OUT", body.into()),
+                    ],
+                },
                 symbol: "softmax4",
                 config: Vec::new(),
             })?;
@@ -202,12 +204,14 @@ impl Ops {
             "    %e = scalar.expf %d : f32\n    %o = scalar.mulf %e, %inv : f32"
         };
         let kernel = self.registry.kernel(KernelKey {
-            template: SOFTMAX,
-            substitutions: vec![
-                ("WG_BYTES", (wg * 4).to_string()),
-                ("WG", wg.to_string()),
-                ("OUT", body.into()),
-            ],
+            source: KernelSource::Template {
+                template: SOFTMAX,
+                substitutions: vec![
+                    ("WG_BYTES", (wg * 4).to_string()),
+                    ("WG", wg.to_string()),
+                    ("OUT", body.into()),
+                ],
+            },
             symbol: "softmax",
             config: Vec::new(),
         })?;
@@ -366,14 +370,16 @@ impl Ops {
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
         if let Some((qa, qo, qw, qb)) = quads {
             let kernel = self.registry.kernel(KernelKey {
-                template: NORM4,
-                substitutions: vec![
-                    ("SH_BYTES", ((wg * 8 + 8) * 4).to_string()),
-                    ("SH", (wg * 8 + 8).to_string()),
-                    ("MERGE", (wg * 8).to_string()),
-                    ("WG", wg.to_string()),
-                    ("CENTER", u8::from(kind == Norm::Layer).to_string()),
-                ],
+                source: KernelSource::Template {
+                    template: NORM4,
+                    substitutions: vec![
+                        ("SH_BYTES", ((wg * 8 + 8) * 4).to_string()),
+                        ("SH", (wg * 8 + 8).to_string()),
+                        ("MERGE", (wg * 8).to_string()),
+                        ("WG", wg.to_string()),
+                        ("CENTER", u8::from(kind == Norm::Layer).to_string()),
+                    ],
+                },
                 symbol: "norm4",
                 config: Vec::new(),
             })?;
@@ -404,12 +410,14 @@ impl Ops {
             );
         }
         let kernel = self.registry.kernel(KernelKey {
-            template: NORM,
-            substitutions: vec![
-                ("WG_BYTES", (wg * 4).to_string()),
-                ("WG", wg.to_string()),
-                ("CENTER", u8::from(kind == Norm::Layer).to_string()),
-            ],
+            source: KernelSource::Template {
+                template: NORM,
+                substitutions: vec![
+                    ("WG_BYTES", (wg * 4).to_string()),
+                    ("WG", wg.to_string()),
+                    ("CENTER", u8::from(kind == Norm::Layer).to_string()),
+                ],
+            },
             symbol: "norm",
             config: Vec::new(),
         })?;

@@ -3,7 +3,7 @@
 //! the last workgroup's sum).
 
 use super::{BN, SplitK, TileLoad, finish::finish_lines};
-use crate::ops::registry::KernelKey;
+use crate::ops::registry::{KernelKey, KernelSource};
 
 const SPLITK: &str = include_str!("../../../kernels/matmul_coop_splitk.loom");
 
@@ -172,8 +172,10 @@ impl SplitK {
 
     pub(super) fn key(&self, act: String, result: &str) -> KernelKey {
         KernelKey {
-            template: SPLITK,
-            substitutions: self.substitutions(act, result),
+            source: KernelSource::Template {
+                template: SPLITK,
+                substitutions: self.substitutions(act, result),
+            },
             symbol: "matmul_splitk",
             config: Vec::new(),
         }
