@@ -1,11 +1,11 @@
-//! The unary operations as built fragments: one definition each, inlined
-//! by the elementwise kernels and the matmul epilogues (with fresh names,
-//! so they never collide with the kernel around them) and vectorized for
-//! the 4-wide kernels.
+//! The elementwise operations as built fragments: one definition each,
+//! inlined by the elementwise kernels and the matmul epilogues (with fresh
+//! names, so they never collide with the kernel around them) and
+//! vectorized for the 4-wide kernels.
 
-use super::UnaryOp;
+use super::{BinaryOp, UnaryOp};
 use hrx_loom::build::{Builder, Fragment, Num, Ty, Value};
-use hrx_loom::ir::Scalar;
+use hrx_loom::ir::{FloatPredicate, IntPredicate, Scalar};
 
 /// GELU through the complementary error function, without a division or
 /// a compare (so it vectorizes): with `a = |x|`, `erfc(a / sqrt 2) =
@@ -28,13 +28,13 @@ const GELU_POLY: [f64; 8] = [
     -2.8494506e-7,
 ];
 
-/// `1 / (1 + e^-x)`.
-fn sigmoid(b: &mut Builder, x: Value<Num>, t: Scalar) -> Value<Num> {
+/// `1 / (1 + e^-x)`, named `name`.
+fn sigmoid(b: &mut Builder, x: Value<Num>, t: Scalar, name: &str) -> Value<Num> {
     let one = b.hint("onef").float(1.0, t);
     let nx = b.hint("nx").negf(x);
     let e = b.hint("e").expf(nx);
     let den = b.hint("den").addf(e, one);
-    b.hint("s").divf(one, den)
+    b.hint(name).divf(one, den)
 }
 
 fn gelu(b: &mut Builder, x: Value<Num>, t: Scalar) -> Value<Num> {
@@ -86,7 +86,7 @@ impl UnaryOp {
             UnaryOp::Sqrt => b.hint("r").sqrtf(x),
             UnaryOp::Rsqrt => b.hint("r").rsqrtf(x),
             UnaryOp::Tanh => b.hint("r").tanhf(x),
-            UnaryOp::Sigmoid => sigmoid(b, x, t),
+            UnaryOp::Sigmoid => sigmoid(b, x, t, "r"),
             UnaryOp::Relu => {
                 let zero = b.hint("zf").float(0.0, t);
                 b.hint("r").maxnumf(x, zero)
@@ -94,9 +94,76 @@ impl UnaryOp {
             UnaryOp::Gelu => gelu(b, x, t),
             UnaryOp::GeluTanh => gelu_tanh(b, x, t),
             UnaryOp::Silu => {
-                let s = sigmoid(b, x, t);
+                let s = sigmoid(b, x, t, "s");
                 b.hint("r").mulf(x, s)
             }
         })
+    }
+}
+
+/// `x ^ y` in f32 (see [`BinaryOp::Pow`]).
+fn pow(b: &mut Builder, x: Value<Num>, y: Value<Num>) -> Value<Num> {
+    let f = Scalar::F32;
+    let zf = b.hint("zf").float(0.0, f);
+    let onef = b.hint("onef").float(1.0, f);
+    let ax = b.hint("ax").absf(x);
+    let lx = b.hint("lx").logf(ax);
+    let p = b.hint("p").mulf(y, lx);
+    let m = b.hint("m").expf(p);
+    let yi = b.hint("yi").fptosi(y, Scalar::I32);
+    let yb = b.hint("yb").sitofp(yi, f);
+    let isint = b.hint("isint").cmpf(FloatPredicate::Oeq, yb, y);
+    let c1 = b.hint("c1").int(1, Scalar::I32);
+    let oddbit = b.hint("oddbit").andi(yi, c1);
+    let odd = b.hint("odd").cmpi(IntPredicate::Eq, oddbit, c1);
+    let nm = b.hint("nm").negf(m);
+    let signed = b.hint("signed").select(odd, nm, m);
+    let nanbits = b.hint("nanbits").int(2143289344, Scalar::I32);
+    let nan = b.hint("nan").bitcast(nanbits, f);
+    let negres = b.hint("negres").select(isint, signed, nan);
+    let neg = b.hint("neg").cmpf(FloatPredicate::Olt, x, zf);
+    let r0 = b.hint("r0").select(neg, negres, m);
+    let yz = b.hint("yz").cmpf(FloatPredicate::Oeq, y, zf);
+    b.hint("r").select(yz, onef, r0)
+}
+
+impl BinaryOp {
+    /// The operation on two values of type `t` (f32 or f16).
+    pub(crate) fn fragment(self, t: Scalar) -> Fragment {
+        Fragment::build(&[Ty::Scalar(t), Ty::Scalar(t)], |b, p| {
+            let (x, y) = (p[0], p[1]);
+            vec![match self {
+                BinaryOp::Add => b.hint("r").addf(x, y),
+                BinaryOp::Sub => b.hint("r").subf(x, y),
+                BinaryOp::Mul => b.hint("r").mulf(x, y),
+                BinaryOp::Div => b.hint("r").divf(x, y),
+                BinaryOp::Max => b.hint("r").maxnumf(x, y),
+                BinaryOp::Min => b.hint("r").minnumf(x, y),
+                BinaryOp::Pow if t == Scalar::F32 => pow(b, x, y),
+                // f16 pow widens to f32 and rounds once at the end: loom
+                // has no 16-bit bitcast to make the NaN from, and in f16
+                // the exponent would scale log's error (up to 2^-7 near 1)
+                // by |b|.
+                BinaryOp::Pow => {
+                    let wx = b.hint("pw_x").extf(x, Scalar::F32);
+                    let wy = b.hint("pw_y").extf(y, Scalar::F32);
+                    let r = pow(b, wx, wy);
+                    b.hint("r").truncf(r, t)
+                }
+            }]
+        })
+    }
+}
+
+/// The loom lines applying `activation` to the f32 `%x`, and the name of
+/// the result (`%x` without an activation): the epilogue of the matmul
+/// kernels still assembled from templates.
+pub(crate) fn epilogue(activation: Option<UnaryOp>) -> (String, String) {
+    match activation {
+        None => (String::new(), "%x".into()),
+        Some(op) => {
+            let (text, results) = op.fragment(Scalar::F32).text(&["x"], 2);
+            (text.trim_end().to_string(), format!("%{}", results[0]))
+        }
     }
 }

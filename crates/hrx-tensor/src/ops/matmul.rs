@@ -184,10 +184,8 @@ impl Ops {
             Some(t) => (bind(t)?, t.desc().strides()[0]),
             None => (dummy()?, 0),
         };
-        let (act, result) = match options.activation {
-            None => (String::new(), "%x"),
-            Some(op) => (op.body("f32"), "%r"),
-        };
+        let (act, result) = super::activation::epilogue(options.activation);
+        let result = result.as_str();
         let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
         let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);

@@ -376,10 +376,8 @@ pub fn coop_matmul_source(
     activation: Option<UnaryOp>,
 ) -> Option<String> {
     let tiles = coop_tiles_for(target, m, 4096, 1)?;
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
+    let (act, result) = super::activation::epilogue(activation);
+    let result = result.as_str();
     let layout = CoopLayout {
         a_k_fast: true,
         b_n_fast: !transposed_b,

@@ -184,9 +184,7 @@ pub(crate) fn dot_key(target: &Target, m: usize, act: String, result: &str) -> K
 /// The dot kernel's loom source for `target` and `m` rows (for offline
 /// compilation and SPIR-V checks).
 pub fn dot_matmul_source(target: &Target, m: usize, activation: Option<super::UnaryOp>) -> String {
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
+    let (act, result) = super::activation::epilogue(activation);
+    let result = result.as_str();
     dot_key(target, m, act, result).source()
 }

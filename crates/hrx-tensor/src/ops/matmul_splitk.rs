@@ -193,9 +193,7 @@ pub fn coop_splitk_source(
     };
     let coop = super::matmul_coop::coop_tiles(target, m.max(1)).is_some();
     let plan = splitk_plan(target, coop, (m, 4096, 4096, 1), &a, &b)?;
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
+    let (act, result) = super::activation::epilogue(activation);
+    let result = result.as_str();
     Some(plan.key(act, result).source())
 }

@@ -16,6 +16,7 @@ mod activation;
 mod bridge;
 mod cast;
 mod elementwise;
+mod elementwise_kernels;
 mod gather;
 mod indexing;
 mod matmul;
