@@ -2,7 +2,7 @@
 //! activation epilogue.
 
 use super::{
-    Ops, UnaryOp,
+    Ops, Tuning, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     matmul_coop::{CoopLayout, CoopTiles},
     matmul_dot::{dot_applies, dot_key, dot_max_rows},
@@ -189,7 +189,7 @@ impl Ops {
         let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
         let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);
-        let key = match choose(&target, input, sizes, &a_layout, &b_layout) {
+        let key = match choose(&target, self.tuning, input, sizes, &a_layout, &b_layout) {
             Choice::SplitK(plan) => {
                 return self.record_splitk(
                     graph,
@@ -284,7 +284,14 @@ impl Ops {
         let b_layout = mb.layout(strides[1][0], placed(b)?);
         let sizes = (m, n, k, batch[0]);
         Ok(
-            match choose(&target, a.desc().dtype(), sizes, &a_layout, &b_layout) {
+            match choose(
+                &target,
+                self.tuning,
+                a.desc().dtype(),
+                sizes,
+                &a_layout,
+                &b_layout,
+            ) {
                 Choice::SplitK(_) => "cooperative matrix (split k)",
                 Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
                 Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
@@ -349,13 +356,14 @@ enum Choice {
 /// the tiled cooperative-matrix kernel.
 fn choose(
     target: &Target,
+    tuning: Tuning,
     input: DType,
     (m, n, k, batch): (usize, usize, usize, usize),
     a: &BLayout,
     b: &BLayout,
 ) -> Choice {
     let coop = (input == DType::F16)
-        .then(|| coop_tiles_for(target, m, n, batch))
+        .then(|| coop_tiles_for(target, tuning.coop_tiles, m, n, batch))
         .flatten();
     let load = b_load(input, b);
     let few = k > 0 && m <= gemv_max_rows(coop.is_some(), batch);
@@ -367,7 +375,7 @@ fn choose(
     match coop {
         _ if dot => Choice::Dot,
         _ if decode => Choice::Decode(load),
-        Some(tiles) => splitk_plan(target, true, (m, n, k, batch), a, b)
+        Some(tiles) => splitk_plan(target, tuning.splitk, true, (m, n, k, batch), a, b)
             .map_or(Choice::Coop(tiles), Choice::SplitK),
         None => Choice::Tiled,
     }

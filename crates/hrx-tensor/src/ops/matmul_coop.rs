@@ -6,7 +6,7 @@ mod copies;
 pub(crate) use copies::CoopLayout;
 
 use super::{
-    UnaryOp,
+    CoopTiling, UnaryOp,
     registry::{KernelKey, KernelSource},
 };
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
@@ -61,12 +61,12 @@ const WIDE_TILES: [usize; 5] = [128, 256, 32, 2, 8];
 const WIDE_MIN_WORKGROUPS: usize = 256;
 
 /// The cooperative-matrix tiling for a `batch` of `m x n` outputs: the
-/// wide one where its workgroups are many, else `coop_tiles`'s. The
-/// environment variable `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` forces a tiling
-/// for large m (for tuning on a device; ignored unless it is valid and
-/// fits the target).
+/// wide one where its workgroups are many, else `coop_tiles`'s. A
+/// `forced` tiling (a tuning run's) replaces them for large m where it
+/// fits the target.
 pub(crate) fn coop_tiles_for(
     target: &Target,
+    forced: Option<CoopTiling>,
     m: usize,
     n: usize,
     batch: usize,
@@ -75,8 +75,7 @@ pub(crate) fn coop_tiles_for(
     if m <= 64 {
         return Some(narrow);
     }
-    if let Some(forced) = forced_tiles().map(|dims| CoopTiles::new(dims, narrow.sg))
-        && forced.valid()
+    if let Some(forced) = forced.map(|t| CoopTiles::new(t.dims(), narrow.sg))
         && forced.fits(target)
     {
         return Some(forced);
@@ -87,19 +86,6 @@ pub(crate) fn coop_tiles_for(
         wide
     } else {
         narrow
-    })
-}
-
-/// `HRX_COOP_TILES`, read once.
-fn forced_tiles() -> Option<[usize; 5]> {
-    static FORCED: std::sync::OnceLock<Option<[usize; 5]>> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let text = std::env::var("HRX_COOP_TILES").ok()?;
-        let dims: Vec<usize> = text
-            .split(',')
-            .map(|d| d.trim().parse().ok())
-            .collect::<Option<_>>()?;
-        dims.try_into().ok()
     })
 }
 
@@ -132,19 +118,6 @@ impl CoopTiles {
             sgn,
             sg,
         }
-    }
-    /// Whether every subgroup gets whole fragments and the k step whole
-    /// 16-deep products, in sizes whose arithmetic cannot overflow (true
-    /// of every built-in tiling; checked for `HRX_COOP_TILES`).
-    fn valid(&self) -> bool {
-        (1..=32).contains(&self.sgm)
-            && (1..=32).contains(&self.sgn)
-            && (1..=256).contains(&self.bk)
-            && (1..=1024).contains(&self.bm)
-            && (1..=1024).contains(&self.bn)
-            && self.bm.is_multiple_of(16 * self.sgm)
-            && self.bn.is_multiple_of(16 * self.sgn)
-            && self.bk.is_multiple_of(16)
     }
     /// Whether the workgroup and its workgroup memory fit `target`.
     fn fits(&self, target: &Target) -> bool {
@@ -375,7 +348,7 @@ pub fn coop_matmul_source(
     transposed_b: bool,
     activation: Option<UnaryOp>,
 ) -> Option<String> {
-    let tiles = coop_tiles_for(target, m, 4096, 1)?;
+    let tiles = coop_tiles_for(target, None, m, 4096, 1)?;
     let (act, result) = super::activation::epilogue(activation);
     let result = result.as_str();
     let layout = CoopLayout {

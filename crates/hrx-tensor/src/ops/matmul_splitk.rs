@@ -192,7 +192,7 @@ pub fn coop_splitk_source(
         SplitKOperands::Elements => (layout(4096, 1, 4095), layout(4096, 4096, 4096)),
     };
     let coop = super::matmul_coop::coop_tiles(target, m.max(1)).is_some();
-    let plan = splitk_plan(target, coop, (m, 4096, 4096, 1), &a, &b)?;
+    let plan = splitk_plan(target, None, coop, (m, 4096, 4096, 1), &a, &b)?;
     let (act, result) = super::activation::epilogue(activation);
     let result = result.as_str();
     Some(plan.key(act, result).source())

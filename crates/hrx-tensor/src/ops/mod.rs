@@ -31,6 +31,7 @@ mod reduce;
 mod registry;
 mod rotation;
 mod rows;
+mod tuning;
 
 pub use bridge::{contract_of, kernel_from_artifact};
 pub use elementwise::{BinaryOp, UnaryOp};
@@ -40,6 +41,7 @@ pub use matmul_coop::coop_matmul_source;
 pub use matmul_dot::dot_matmul_source;
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use reduce::Reduction;
+pub use tuning::{CoopTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::Result;
@@ -53,6 +55,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Ops {
     registry: Arc<Registry>,
+    tuning: Tuning,
 }
 
 impl std::fmt::Debug for Ops {
@@ -68,7 +71,20 @@ impl Ops {
     pub fn new(runtime: &Runtime) -> Ops {
         Ops {
             registry: Arc::new(Registry::new(runtime.clone())),
+            tuning: Tuning::default(),
         }
+    }
+
+    /// The library with `tuning`'s shapes forced on the matmul kernels
+    /// (for tuning runs; see [`Tuning`]). It shares the kernel cache of
+    /// `self`.
+    pub fn with_tuning(self, tuning: Tuning) -> Ops {
+        Ops { tuning, ..self }
+    }
+
+    /// The tuning in force (the default: none).
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
     }
 
     /// The domain the library records work for.
