@@ -31,6 +31,7 @@ mod reduce;
 mod registry;
 mod rotation;
 mod rows;
+mod rows_kernels;
 mod tuning;
 
 pub use bridge::{contract_of, kernel_from_artifact};
