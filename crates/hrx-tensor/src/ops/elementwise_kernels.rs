@@ -18,9 +18,11 @@ use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 /// Names of the inputs, in argument order.
 const INPUTS: [&str; 2] = ["a", "b"];
 
-/// The launch region of both shapes: a grid of `ceil(n / (wg * per))`
-/// workgroups capped at the config's maximum.
-fn grid(
+/// A grid-stride kernel `symbol` over `workload` items: its module with
+/// the config keys `<symbol>.wg` (default 256) and `<symbol>.max_groups`
+/// (default 65535), and its body after a launch region of
+/// `ceil(n / (wg * per_item))` workgroups capped at the maximum.
+pub(crate) fn grid(
     symbol: &str,
     workload: &str,
     per_item: Option<u64>,

@@ -28,6 +28,7 @@ mod matmul_tiled;
 mod movement;
 mod operand;
 mod reduce;
+mod reduce_kernel;
 mod registry;
 mod rotation;
 mod rows;
