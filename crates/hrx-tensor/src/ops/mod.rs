@@ -15,6 +15,7 @@
 mod activation;
 mod bridge;
 mod cast;
+mod cast_kernel;
 mod elementwise;
 mod elementwise_kernels;
 mod gather;
