@@ -204,6 +204,19 @@ impl Builder {
         )
     }
 
+    /// `index.cast x : from -> index` (from `i32` or `u32`).
+    pub fn to_index(&mut self, x: Value<Num>) -> Value<Index> {
+        let t = self.type_of(x);
+        self.operands_op(
+            "index.cast",
+            None,
+            &[x],
+            vec![t],
+            Some(Ty::Index),
+            Ty::Index,
+        )
+    }
+
     /// `scalar.andi a, b : i1`.
     pub fn and(&mut self, a: Value<Bool>, b: Value<Bool>) -> Value<Bool> {
         self.same_type("scalar.andi", None, &[a, b], "p")

@@ -16,6 +16,7 @@ mod activation;
 mod bridge;
 mod cast;
 mod cast_kernel;
+mod copy_kernels;
 mod elementwise;
 mod elementwise_kernels;
 mod gather;
