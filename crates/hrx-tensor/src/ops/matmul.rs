@@ -207,7 +207,7 @@ impl Ops {
                 );
             }
             Choice::Decode(load) => gemv_key(&target, input, load, m, options.activation),
-            Choice::Dot => dot_key(&target, m, act, result),
+            Choice::Dot => dot_key(&target, m, options.activation),
             Choice::Coop(tiles) => {
                 // 16-byte copies need the same alignment as the decode
                 // kernel's 16-byte f16 loads, along each operand's rows (or,
