@@ -227,8 +227,7 @@ impl Ops {
                 input,
                 (m, n, batch[0]),
                 (ma.col_stride == 1, mb.col_stride == 1),
-                act,
-                result,
+                options.activation,
             ),
         };
         let kernel = self.registry.kernel(key)?;

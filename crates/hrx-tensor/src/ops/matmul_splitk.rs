@@ -73,7 +73,8 @@ pub(crate) struct SplitKCall<'a> {
     pub(crate) bias: (Operand, usize),
     /// The output and its batch stride.
     pub(crate) out: (Operand, usize),
-    /// The activation body and its result value, as in matmul.loom.
+    /// The activation's lines reading `%x` and their result value (see
+    /// `activation::epilogue`).
     pub(crate) act: String,
     pub(crate) result: &'a str,
 }

@@ -7,8 +7,8 @@ const SUM_UNROLL: usize = 32;
 
 /// The `FINISH` lines for `reps` output rows per work item, `step` rows
 /// apart from `%fi0`, `splits` partial sums each, and the activation's
-/// lines `act` reading `%x` with result value `result` (as in
-/// matmul.loom). Every row's loads come before any store, so they are in
+/// lines `act` reading `%x` with result value `result` (see
+/// `activation::epilogue`). Every row's loads come before any store, so they are in
 /// flight together; each row's lines get their own names.
 pub(super) fn finish_lines(
     reps: usize,

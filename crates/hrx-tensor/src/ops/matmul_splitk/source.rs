@@ -9,7 +9,7 @@ const SPLITK: &str = include_str!("../../../kernels/matmul_coop_splitk.loom");
 
 impl SplitK {
     /// The kernel's template substitutions, with the activation's lines
-    /// and result value as in matmul.loom.
+    /// and result value (see `activation::epilogue`).
     fn substitutions(&self, act: String, result: &str) -> Vec<(&'static str, String)> {
         let (mp, bk, threads) = (self.mp, self.bk, self.threads());
         let (ta, tb) = (self.tile_a(), self.tile_b());
