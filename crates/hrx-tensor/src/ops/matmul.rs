@@ -220,7 +220,7 @@ impl Ops {
                     wide_b: quads(&b_layout),
                     wide_bt: quads(&b_layout.along_k(k)),
                 };
-                tiles.key(layout, act, result)
+                tiles.key(layout, options.activation)
             }
             Choice::Tiled => tiled_key(
                 &target,

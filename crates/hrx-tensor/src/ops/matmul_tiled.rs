@@ -80,7 +80,7 @@ const GPU_WAVE: usize = 128;
 /// The tile row and column of flat index `e` over a `rows x cols` tile,
 /// so consecutive work items read consecutive addresses along the
 /// operand's fast axis (`fast_inner`: the columns).
-fn pos(
+pub(crate) fn pos(
     b: &mut Builder,
     e: Value<Index>,
     fast_inner: bool,

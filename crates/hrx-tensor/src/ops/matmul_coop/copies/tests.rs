@@ -46,7 +46,7 @@ fn every_copy_layout_compiles_for_hopper() {
                 wide_b: bits & 8 != 0,
                 wide_bt: bits & 16 != 0,
             });
-            let src = tiles.source(layout, String::new(), "%x");
+            let src = tiles.source(layout, None);
             // Only an n-major tile of B is read column-major.
             assert_eq!(
                 src.contains("coop.load<col_major>"),
