@@ -51,23 +51,6 @@ impl Fragment {
         Fragment::build(&[ty], |b, p| vec![body(b, p[0])])
     }
 
-    /// The fragment as loom lines over parameters named `params` (without
-    /// `%`), indented `depth` levels, and the names of its results: for
-    /// kernels still assembled from text templates.
-    pub fn text(&self, params: &[&str], depth: usize) -> (String, Vec<String>) {
-        let mut b = Builder::new();
-        let args: Vec<Value<Num>> = self
-            .params
-            .iter()
-            .zip(params)
-            .map(|((_, t), name)| b.define_named(name, t.clone()))
-            .collect();
-        let results = b.inline(self, &args);
-        let names = results.iter().map(|r| b.name(*r).to_string()).collect();
-        let ops = b.take_function();
-        (crate::front::printer::print_ops(&ops, depth), names)
-    }
-
     /// The ops (for inspection and tests).
     pub fn ops(&self) -> &[Op] {
         &self.ops

@@ -37,13 +37,6 @@ pub fn print(module: &Module) -> String {
     out
 }
 
-/// Print ops as canonical lines at `depth` levels of indentation.
-pub fn print_ops(list: &[Op], depth: usize) -> String {
-    let mut out = String::new();
-    ops(&mut out, list, depth);
-    out
-}
-
 fn args(list: &[ArgDecl]) -> String {
     let parts: Vec<String> = list
         .iter()

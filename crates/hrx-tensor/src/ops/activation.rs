@@ -154,16 +154,3 @@ impl BinaryOp {
         })
     }
 }
-
-/// The loom lines applying `activation` to the f32 `%x`, and the name of
-/// the result (`%x` without an activation): the epilogue of the matmul
-/// kernels still assembled from templates.
-pub(crate) fn epilogue(activation: Option<UnaryOp>) -> (String, String) {
-    match activation {
-        None => (String::new(), "%x".into()),
-        Some(op) => {
-            let (text, results) = op.fragment(Scalar::F32).text(&["x"], 2);
-            (text.trim_end().to_string(), format!("%{}", results[0]))
-        }
-    }
-}

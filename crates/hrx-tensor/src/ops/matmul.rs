@@ -184,8 +184,6 @@ impl Ops {
             Some(t) => (bind(t)?, t.desc().strides()[0]),
             None => (dummy()?, 0),
         };
-        let (act, result) = super::activation::epilogue(options.activation);
-        let result = result.as_str();
         let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
         let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);
@@ -201,8 +199,7 @@ impl Ops {
                         b: (kb, [strides[1][0], mb.row_stride, mb.col_stride]),
                         bias: (kbias, bias_stride),
                         out: (kc, strides[2][0]),
-                        act,
-                        result,
+                        activation: options.activation,
                     },
                 );
             }

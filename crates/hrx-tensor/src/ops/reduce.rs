@@ -37,10 +37,7 @@ fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelK
 
 fn argmax_key(config: Vec<(&'static str, u64)>) -> KernelKey {
     KernelKey {
-        source: KernelSource::Template {
-            template: ARGMAX,
-            substitutions: Vec::new(),
-        },
+        source: KernelSource::Text(ARGMAX),
         symbol: "argmax",
         config,
     }

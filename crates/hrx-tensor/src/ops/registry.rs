@@ -1,5 +1,5 @@
-//! Per-domain kernel cache: loom templates instantiated, compiled for the
-//! device's [`Target`](hrx_core::Target) at first use, and kept as
+//! Per-domain kernel cache: loom kernels (hand-written or built), compiled
+//! for the device's [`Target`](hrx_core::Target) at first use, and kept as
 //! pipelines.
 
 use super::bridge::kernel_from_artifact;
@@ -82,15 +82,12 @@ pub(crate) struct KernelKey {
     pub(crate) config: Vec<(&'static str, u64)>,
 }
 
-/// Where a kernel's loom text comes from.
+/// Where a kernel's loom text comes from: a kernel is hand-written text
+/// or built, never text assembled by code.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum KernelSource {
-    /// A `.loom` file with `${NAME}` substitutions (the kernels not yet
-    /// built with [`hrx_loom::build`]).
-    Template {
-        template: &'static str,
-        substitutions: Vec<(&'static str, String)>,
-    },
+    /// A hand-written `.loom` file, compiled as it is.
+    Text(&'static str),
     /// A kernel built with [`hrx_loom::build`], on first use only.
     Built(Generator),
 }
@@ -137,21 +134,11 @@ impl std::fmt::Debug for Generator {
 }
 
 impl KernelKey {
-    /// The loom text: the built text, or the template with every
-    /// `${NAME}` replaced.
+    /// The loom text.
     pub(crate) fn source(&self) -> String {
         match &self.source {
+            KernelSource::Text(text) => (*text).to_string(),
             KernelSource::Built(generator) => (generator.build)().into_text(),
-            KernelSource::Template {
-                template,
-                substitutions,
-            } => {
-                let mut text = template.to_string();
-                for (name, value) in substitutions {
-                    text = text.replace(&format!("${{{name}}}"), value);
-                }
-                text
-            }
         }
     }
 }

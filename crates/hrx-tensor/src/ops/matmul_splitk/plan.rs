@@ -281,7 +281,7 @@ mod tests {
                                 continue;
                             };
                             compiler
-                                .module(&p.key(String::new(), "%x").source())
+                                .module(&p.key(None).source())
                                 .and_then(|module| {
                                     module.compile_uncached(&hrx_loom::Specialization::new(
                                         "@matmul_splitk",
