@@ -21,12 +21,15 @@
 //!   shapes; nothing is recorded or queued when it fails.
 //! - **Operators are loom.** [`Ops`] is the operator library of one runtime
 //!   domain: a loom [`Compiler`](hrx_loom::Compiler) for the device's
-//!   target, built at first use, and a cache of pipelines. Kernels live in
-//!   `kernels/*.loom` as templates: `${NAME}` placeholders (element type,
-//!   the few lines of an operation's body, tile sizes that must be static
-//!   view extents) are substituted before compiling; grid sizes go through
+//!   target, built at first use, and a cache of pipelines. Kernels are
+//!   built in Rust with [`hrx_loom::build`] (element type, tile sizes
+//!   that must be static view extents and unroll counts are arguments of
+//!   the building functions; operations and activations are shared
+//!   fragments), or hand-written `kernels/*.loom` files compiled as they
+//!   are; never text assembled by code. Grid sizes go through
 //!   `Specialization` config values. Tile and workgroup sizes come from
 //!   the `Target` (workgroup invocation and count limits), not constants.
+//!   Tuning runs force tensor-core shapes with [`Ops::with_tuning`].
 //! - **Record or run.** Each operator has a `record_*` form writing a
 //!   caller's output tensor inside a caller's [`Graph`](hrx_runtime::Graph)
 //!   (submit it after the inputs' producers), and an eager form that

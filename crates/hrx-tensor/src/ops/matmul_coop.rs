@@ -1,5 +1,6 @@
 //! The cooperative-matrix matmul kernel (f16 inputs, f32 accumulation on
-//! 16x16x16 tensor-core fragments): its tilings and template text.
+//! 16x16x16 tensor-core fragments): its tilings and key; the kernel is
+//! built in `matmul_coop/kernel.rs`.
 
 mod copies;
 mod kernel;
