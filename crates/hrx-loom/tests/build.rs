@@ -326,3 +326,20 @@ fn inline_binds_parameters() {
     let compiler = Compiler::for_target(None, &Target::lavapipe()).unwrap();
     compiler.built(&built).unwrap();
 }
+
+/// A handle from another builder is no panic: it prints as a name the
+/// kernel does not define, which the verifier reports.
+#[test]
+fn foreign_handles_are_diagnosed() {
+    let mut other = KernelBuilder::new("other");
+    for v in 0..40 {
+        other.index(v);
+    }
+    let foreign = other.index(99);
+    let built = with_body(|k| {
+        let c = k.index(1);
+        k.add(c, foreign);
+    });
+    let d = compile_error(&built);
+    assert!(d.iter().any(|d| d.code.starts_with("E02")), "{d:#?}");
+}

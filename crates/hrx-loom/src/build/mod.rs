@@ -121,6 +121,8 @@ pub struct Builder {
     suffixes: HashMap<String, u32>,
     regions: Vec<Vec<ast::Op>>,
     hint: Option<String>,
+    /// What a handle this builder never made resolves to.
+    missing: Slot,
 }
 
 impl Builder {
@@ -131,6 +133,10 @@ impl Builder {
             suffixes: HashMap::new(),
             regions: vec![Vec::new()],
             hint: None,
+            missing: Slot {
+                name: "undefined".into(),
+                ty: Ty::Index,
+            },
         }
     }
 
@@ -159,17 +165,10 @@ impl Builder {
     }
 
     fn slot(&self, id: u32) -> &Slot {
-        // Values are only made by this module, from ids it handed out;
-        // a handle from another builder may name a different value (the
-        // verifier then reports the mismatch) but never an absent one
-        // unless that builder was larger.
-        static MISSING: std::sync::OnceLock<Slot> = std::sync::OnceLock::new();
-        self.values.get(id as usize).unwrap_or_else(|| {
-            MISSING.get_or_init(|| Slot {
-                name: "undefined".into(),
-                ty: Ty::Index,
-            })
-        })
+        // A handle from another builder may name a different value (the
+        // verifier then reports the mismatch) or none: that prints as an
+        // undefined name, which the verifier reports too.
+        self.values.get(id as usize).unwrap_or(&self.missing)
     }
 
     /// A fresh name from `hint` (or the pending [`Builder::hint`]).
