@@ -124,6 +124,13 @@ impl Compiler {
         })
     }
 
+    /// Parse and verify a built module's printed text (see
+    /// [`crate::build`]): the same checks and diagnostics as
+    /// [`Compiler::module`] on that text.
+    pub fn built(&self, module: &crate::build::Built) -> Result<Module> {
+        self.module(module.text())
+    }
+
     /// Cache counters so far.
     pub fn cache_stats(&self) -> CacheStats {
         let s = &self.inner.stats;

@@ -30,6 +30,11 @@
 //!    Vulkan memory model, non-private workgroup accesses and storage
 //!    accesses around `kernel.barrier<storage>`, which barriers order).
 //!
+//! Kernels whose code depends on parameters are built in Rust with
+//! [`build`]: a typed builder over the syntax tree, whose modules print as
+//! canonical text and go through the same stages (and [`build::passes`]:
+//! inlining with fresh names, vectorizing).
+//!
 //! # Contracts
 //!
 //! - **No input panics the compiler**, overflows the stack or hangs. The
@@ -59,6 +64,7 @@
 //! arguments' push constants and workgroups. hrx-tensor's operator library
 //! does exactly this for every kernel it compiles.
 
+pub mod build;
 pub mod diag;
 pub mod front;
 pub mod ir;

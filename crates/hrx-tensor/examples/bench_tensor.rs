@@ -21,7 +21,11 @@
 //! - `--only SUBSTRING[,SUBSTRING..]`: run the cases whose key contains one;
 //! - `HRX_BENCH_SAMPLES` (default 7, 3 when small), `HRX_BENCH_TARGET_MS`
 //!   (time per sample, default 50), `HRX_BENCH_OUT` (output path),
-//!   `HRX_DEVICE` (device, as for the runtime).
+//!   `HRX_DEVICE` (device, as for the runtime);
+//! - `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` and
+//!   `HRX_SPLITK=groups,bk,splits,prefetch`: shapes forced on the
+//!   tensor-core matmul kernels for tuning runs (`hrx_tensor::ops::Tuning`);
+//!   a malformed or invalid value is an error.
 
 #[path = "bench_tensor/cases.rs"]
 mod cases;
@@ -34,7 +38,7 @@ use cases::{Case, Kind, Prepared};
 use common::{env_f64, median};
 use hrx_core::DeviceKind;
 use hrx_runtime::Runtime;
-use hrx_tensor::{DType, Ops, TensorDesc};
+use hrx_tensor::{DType, Ops, TensorDesc, ops::Tuning};
 use report::Entry;
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
@@ -44,6 +48,7 @@ struct Config {
     only: Option<String>,
     samples: usize,
     target_s: f64,
+    tuning: Tuning,
 }
 
 impl Config {
@@ -63,12 +68,19 @@ impl Config {
             .map(PathBuf::from);
         let samples = env_f64("HRX_BENCH_SAMPLES")?.unwrap_or(if small { 3.0 } else { 7.0 });
         let target_ms = env_f64("HRX_BENCH_TARGET_MS")?.unwrap_or(50.0);
+        let var = |name: &str| std::env::var(name).ok();
+        let tuning = Tuning::parse(
+            var("HRX_COOP_TILES").as_deref(),
+            var("HRX_SPLITK").as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Config {
             small,
             torch,
             only: value("--only"),
             samples: (samples as usize).max(1),
             target_s: target_ms.max(1.0) / 1e3,
+            tuning,
         })
     }
 }
@@ -192,7 +204,7 @@ fn run() -> Result<(), String> {
         if config.small { "small" } else { "full" },
         config.samples
     );
-    let ops = Ops::new(&runtime);
+    let ops = Ops::new(&runtime).with_tuning(config.tuning);
     let mut entries = Vec::new();
     for case in cases::cases(config.small) {
         if config

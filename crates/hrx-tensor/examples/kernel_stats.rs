@@ -2,8 +2,7 @@
 //! for this device (register count, code size, ... under the driver's own
 //! names), through `GpuKernel::statistics`: the cooperative-matrix kernel
 //! of an 8192^3 matmul (B row-major and transposed) and the split-k
-//! decode kernels of m = 4..64. `HRX_COOP_TILES` / `HRX_SPLITK` pick other
-//! shapes, as for the benchmark.
+//! decode kernels of m = 4..64, in their built-in shapes.
 //!
 //! `cargo run --release -p hrx-tensor --example kernel_stats [--ir DIR]`
 //!

@@ -10,7 +10,7 @@
 use hrx_runtime::Runtime;
 use hrx_tensor::{
     DType, DeviceTensor, Ops, TensorDesc,
-    ops::{MatmulOptions, UnaryOp, coop_matmul_source},
+    ops::{MatmulOptions, Tuning, UnaryOp, coop_matmul_source},
 };
 use std::time::Instant;
 
@@ -49,7 +49,14 @@ fn main() -> hrx_core::Result<()> {
     let big_only = std::env::args().any(|a| a == "--big");
     let runtime = Runtime::from_env()?;
     let target = runtime.gpu()?.target().clone();
-    let ops = Ops::new(&runtime);
+    // Tuning runs force the tensor-core shapes through these variables; a
+    // malformed or invalid value is an error, not a silent default.
+    let var = |name: &str| std::env::var(name).ok();
+    let tuning = Tuning::parse(
+        var("HRX_COOP_TILES").as_deref(),
+        var("HRX_SPLITK").as_deref(),
+    )?;
+    let ops = Ops::new(&runtime).with_tuning(tuning);
     println!(
         "device: {}; cooperative f16 kernel: {}",
         target.name,

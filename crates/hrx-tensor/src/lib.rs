@@ -25,12 +25,15 @@
 //!   the artifact's SPIR-V and its [`KernelContract`](hrx_core::KernelContract)
 //!   (`Artifact::contract`, the one bridge from compiler to runtime; one
 //!   library per domain, which `hrx_inference::ModelContext` shares among
-//!   its models). Kernels live in
-//!   `kernels/*.loom` as templates: `${NAME}` placeholders (element type,
-//!   the few lines of an operation's body, tile sizes that must be static
-//!   view extents) are substituted before compiling; grid sizes go through
+//!   its models). Kernels are
+//!   built in Rust with [`hrx_loom::build`] (element type, tile sizes
+//!   that must be static view extents and unroll counts are arguments of
+//!   the building functions; operations and activations are shared
+//!   fragments), or hand-written `kernels/*.loom` files compiled as they
+//!   are; never text assembled by code. Grid sizes go through
 //!   `Specialization` config values. Tile and workgroup sizes come from
 //!   the `Target` (workgroup invocation and count limits), not constants.
+//!   Tuning runs force tensor-core shapes with [`Ops::with_tuning`].
 //! - **Record or run.** Each operator has a `record_*` form writing a
 //!   caller's output tensor inside a caller's [`Graph`](hrx_runtime::Graph)
 //!   (submit it after the inputs' producers), and an eager form that

@@ -1,113 +1,19 @@
 //! Casts between f32, f16, bf16 and i32 (conventions in
-//! [`Ops::record_cast`]).
+//! [`Ops::record_cast`]; the kernel in `cast_kernel.rs`).
 
 use super::{
-    Ops,
+    Ops, cast_kernel,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
-const CAST: &str = include_str!("../../kernels/cast.loom");
-
 /// Axes the cast kernel addresses after coalescing.
 const MAX_RANK: usize = 4;
-
-/// loom lines loading `%x` (f32 for floats, i32 for i32) at `%pa` of `%av`.
-fn load(dtype: DType) -> String {
-    let plain = |t: &str| format!("    %x = view.load %av[%pa] : view<[%la]x{t}> -> {t}");
-    match dtype {
-        DType::F32 => plain("f32"),
-        DType::I32 => plain("i32"),
-        DType::F16 => "    %ldh = view.load %av[%pa] : view<[%la]xf16> -> f16
-    %x = scalar.extf %ldh : f16 -> f32"
-            .into(),
-        _ => "    %ldtwo = index.constant 2 : index
-    %ldsixteen = index.constant 16 : index
-    %ldw = index.div %pa, %ldtwo : index
-    %ldodd = index.rem %pa, %ldtwo : index
-    %ldsh = index.mul %ldodd, %ldsixteen : index
-    %ldshu = index.cast %ldsh : index -> u32
-    %ldword = view.load %av[%ldw] : view<[%la]xu32> -> u32
-    %ldhi = scalar.shrui %ldword, %ldshu : u32
-    %ldc16 = scalar.constant 16 : u32
-    %ldbits = scalar.shli %ldhi, %ldc16 : u32
-    %x = scalar.bitcast %ldbits : u32 -> f32"
-            .into(),
-    }
-}
-
-/// loom lines turning `%x` into the value stored; returns them and the
-/// value's name.
-fn convert(from: DType, to: DType) -> (String, &'static str) {
-    match (from == DType::I32, to == DType::I32) {
-        (true, false) => ("    %y = scalar.sitofp %x : i32 -> f32".into(), "%y"),
-        (false, true) => (
-            "    %cvlo = scalar.constant -2147483648.0 : f32
-    %cvhi = scalar.constant 2147483648.0 : f32
-    %cvt = scalar.fptosi %x : f32 -> i32
-    %cvbig = scalar.cmpf oge, %x, %cvhi : f32
-    %cvsmall = scalar.cmpf olt, %x, %cvlo : f32
-    %cvnum = scalar.cmpf oeq, %x, %x : f32
-    %cvmax = scalar.constant 2147483647 : i32
-    %cvmin = scalar.constant -2147483648 : i32
-    %cvzero = scalar.constant 0 : i32
-    %cvt1 = scalar.select %cvbig, %cvmax, %cvt : i32
-    %cvt2 = scalar.select %cvsmall, %cvmin, %cvt1 : i32
-    %y = scalar.select %cvnum, %cvt2, %cvzero : i32"
-                .into(),
-            "%y",
-        ),
-        _ => (String::new(), "%x"),
-    }
-}
-
-/// loom lines storing `value` at `%po` of `%ov`.
-fn store(dtype: DType, value: &str) -> String {
-    let plain = |t: &str| format!("    view.store {value}, %ov[%po] : {t}, view<[%lo]x{t}>");
-    match dtype {
-        DType::F32 => plain("f32"),
-        DType::I32 => plain("i32"),
-        DType::F16 => format!(
-            "    %sth = scalar.truncf {value} : f32 -> f16
-    view.store %sth, %ov[%po] : f16, view<[%lo]xf16>"
-        ),
-        _ => BF16_STORE.replace("${V}", value),
-    }
-}
-
-/// Round `${V}` (f32) to bf16 bits, nearest-even (NaN: truncated, quiet bit
-/// set), and write them into their half of the output word.
-const BF16_STORE: &str = "    %stb = scalar.bitcast ${V} : f32 -> u32
-    %stc16 = scalar.constant 16 : u32
-    %stone = scalar.constant 1 : u32
-    %sttop = scalar.shrui %stb, %stc16 : u32
-    %stlsb = scalar.andi %sttop, %stone : u32
-    %stbias = scalar.constant 32767 : u32
-    %str0 = scalar.addi %stb, %stbias : u32
-    %str1 = scalar.addi %str0, %stlsb : u32
-    %strn = scalar.shrui %str1, %stc16 : u32
-    %stquiet = scalar.constant 64 : u32
-    %stqn = scalar.ori %sttop, %stquiet : u32
-    %stnum = scalar.cmpf oeq, ${V}, ${V} : f32
-    %sth = scalar.select %stnum, %strn, %stqn : u32
-    %sttwo = index.constant 2 : index
-    %stsixteen = index.constant 16 : index
-    %stw = index.div %po, %sttwo : index
-    %stodd = index.rem %po, %sttwo : index
-    %stsh = index.mul %stodd, %stsixteen : index
-    %stshu = index.cast %stsh : index -> u32
-    %stval = scalar.shli %sth, %stshu : u32
-    %stlow = scalar.constant 65535 : u32
-    %stmine = scalar.shli %stlow, %stshu : u32
-    %stall = scalar.constant 4294967295 : u32
-    %stkeep = scalar.xori %stmine, %stall : u32
-    %stold0 = view.atomic.rmw<andi> %stkeep, %ov[%stw] : u32, view<[%lo]xu32> -> u32
-    %stold1 = view.atomic.rmw<ori> %stval, %ov[%stw] : u32, view<[%lo]xu32> -> u32";
 
 /// Bind a non-empty bf16 tensor as u32 words: the range is widened to end
 /// on a 4-byte boundary; offset in 16-bit halves, length in words.
@@ -146,16 +52,14 @@ fn word_operand(tensor: &DeviceTensor, target: &Target, operation: &str) -> Resu
 }
 
 impl Ops {
-    /// The loom view type for `dtype` in a cast, checking device support.
-    fn cast_type(&self, operation: &str, dtype: DType) -> Result<&'static str> {
+    /// Whether the cast kernel handles `dtype` on this device.
+    fn check_cast_type(&self, operation: &str, dtype: DType) -> Result<()> {
         match dtype {
-            DType::F32 => Ok("f32"),
-            DType::I32 => Ok("i32"),
-            DType::BF16 => Ok("u32"),
+            DType::F32 | DType::I32 | DType::BF16 => Ok(()),
             DType::F16 => {
                 let target = self.registry.target()?;
                 if target.shader_f16 && target.storage_16bit {
-                    Ok("f16")
+                    Ok(())
                 } else {
                     Err(Error::Unsupported(format!(
                         "{operation}: the device lacks f16 arithmetic or 16-bit storage"
@@ -201,10 +105,8 @@ impl Ops {
         check_inputs(runtime, operation, &[a])?;
         let shape = a.desc().shape().to_vec();
         check_output(runtime, operation, out, to, &shape)?;
-        let (it, ot) = (
-            self.cast_type(operation, from)?,
-            self.cast_type(operation, to)?,
-        );
+        self.check_cast_type(operation, from)?;
+        self.check_cast_type(operation, to)?;
         if out.desc().is_empty() {
             return Ok(());
         }
@@ -223,16 +125,11 @@ impl Ops {
             }
         };
         let (ka, ko) = (bind(a)?, bind(out)?);
-        let (lines, value) = convert(from, to);
         let kernel = self.registry.kernel(KernelKey {
-            template: CAST,
-            substitutions: vec![
-                ("IT", it.into()),
-                ("OT", ot.into()),
-                ("LOAD", load(from)),
-                ("CONVERT", lines),
-                ("STORE", store(to, value)),
-            ],
+            source: KernelSource::Built(Generator::new(
+                format!("cast {from:?} {to:?}"),
+                move || cast_kernel::cast(from, to),
+            )),
             symbol: "cast",
             config: self.grid_config("cast.wg", "cast.max_groups")?,
         })?;

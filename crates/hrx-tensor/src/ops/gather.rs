@@ -1,16 +1,15 @@
 //! Row gather (embedding lookup): `out[i.., :] = table[indices[i..], :]`.
 
 use super::{
-    Ops,
+    Ops, copy_kernels,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
+use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
-
-const GATHER: &str = include_str!("../../kernels/gather.loom");
 
 impl Ops {
     /// The shape of gathering rows of `table` by `indices`: the indices'
@@ -61,8 +60,8 @@ impl Ops {
                 "{operation}: the indices must be contiguous"
             )));
         }
-        let (t, zero) = match dtype.bytes() {
-            4 => ("u32", "0"),
+        let t = match dtype.bytes() {
+            4 => Scalar::U32,
             2 => {
                 let target = self.registry.target()?;
                 if !(target.shader_f16 && target.storage_16bit) {
@@ -70,7 +69,7 @@ impl Ops {
                         "{operation}: 2-byte elements need f16 and 16-bit storage on the device"
                     )));
                 }
-                ("f16", "0.0")
+                Scalar::F16
             }
             _ => {
                 return Err(Error::Unsupported(format!(
@@ -106,8 +105,9 @@ impl Ops {
             )));
         }
         let kernel = self.registry.kernel(KernelKey {
-            template: GATHER,
-            substitutions: vec![("T", t.into()), ("ZERO", zero.into())],
+            source: KernelSource::Built(Generator::new(format!("gather {t:?}"), move || {
+                copy_kernels::gather(t)
+            })),
             symbol: "gather",
             config: self.grid_config("gather.wg", "gather.max_groups")?,
         })?;

@@ -2,7 +2,7 @@
 //! activation epilogue.
 
 use super::{
-    Ops, UnaryOp,
+    Ops, Tuning, UnaryOp,
     indexing::{broadcast_shapes, broadcast_strides, coalesce},
     matmul_coop::{CoopLayout, CoopTiles},
     matmul_dot::{dot_applies, dot_key, dot_max_rows},
@@ -184,14 +184,10 @@ impl Ops {
             Some(t) => (bind(t)?, t.desc().strides()[0]),
             None => (dummy()?, 0),
         };
-        let (act, result) = match options.activation {
-            None => (String::new(), "%x"),
-            Some(op) => (op.body("f32"), "%r"),
-        };
         let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
         let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);
-        let key = match choose(&target, input, sizes, &a_layout, &b_layout) {
+        let key = match choose(&target, self.tuning, input, sizes, &a_layout, &b_layout) {
             Choice::SplitK(plan) => {
                 return self.record_splitk(
                     graph,
@@ -203,13 +199,12 @@ impl Ops {
                         b: (kb, [strides[1][0], mb.row_stride, mb.col_stride]),
                         bias: (kbias, bias_stride),
                         out: (kc, strides[2][0]),
-                        act,
-                        result,
+                        activation: options.activation,
                     },
                 );
             }
-            Choice::Decode(load) => gemv_key(&target, input, load, m, act, result),
-            Choice::Dot => dot_key(&target, m, act, result),
+            Choice::Decode(load) => gemv_key(&target, input, load, m, options.activation),
+            Choice::Dot => dot_key(&target, m, options.activation),
             Choice::Coop(tiles) => {
                 // 16-byte copies need the same alignment as the decode
                 // kernel's 16-byte f16 loads, along each operand's rows (or,
@@ -222,15 +217,14 @@ impl Ops {
                     wide_b: quads(&b_layout),
                     wide_bt: quads(&b_layout.along_k(k)),
                 };
-                tiles.key(layout, act, result)
+                tiles.key(layout, options.activation)
             }
             Choice::Tiled => tiled_key(
                 &target,
                 input,
                 (m, n, batch[0]),
                 (ma.col_stride == 1, mb.col_stride == 1),
-                act,
-                result,
+                options.activation,
             ),
         };
         let kernel = self.registry.kernel(key)?;
@@ -286,7 +280,14 @@ impl Ops {
         let b_layout = mb.layout(strides[1][0], placed(b)?);
         let sizes = (m, n, k, batch[0]);
         Ok(
-            match choose(&target, a.desc().dtype(), sizes, &a_layout, &b_layout) {
+            match choose(
+                &target,
+                self.tuning,
+                a.desc().dtype(),
+                sizes,
+                &a_layout,
+                &b_layout,
+            ) {
                 Choice::SplitK(_) => "cooperative matrix (split k)",
                 Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
                 Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
@@ -351,13 +352,14 @@ enum Choice {
 /// the tiled cooperative-matrix kernel.
 fn choose(
     target: &Target,
+    tuning: Tuning,
     input: DType,
     (m, n, k, batch): (usize, usize, usize, usize),
     a: &BLayout,
     b: &BLayout,
 ) -> Choice {
     let coop = (input == DType::F16)
-        .then(|| coop_tiles_for(target, m, n, batch))
+        .then(|| coop_tiles_for(target, tuning.coop_tiles, m, n, batch))
         .flatten();
     let load = b_load(input, b);
     let few = k > 0 && m <= gemv_max_rows(coop.is_some(), batch);
@@ -369,7 +371,7 @@ fn choose(
     match coop {
         _ if dot => Choice::Dot,
         _ if decode => Choice::Decode(load),
-        Some(tiles) => splitk_plan(target, true, (m, n, k, batch), a, b)
+        Some(tiles) => splitk_plan(target, tuning.splitk, true, (m, n, k, batch), a, b)
             .map_or(Choice::Coop(tiles), Choice::SplitK),
         None => Choice::Tiled,
     }
@@ -384,10 +386,6 @@ pub fn decode_matmul_source(
     transpose_b: bool,
     activation: Option<UnaryOp>,
 ) -> String {
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
     let b = BLayout {
         k_stride: if transpose_b { 1 } else { 4096 },
         n_stride: if transpose_b { 4096 } else { 1 },
@@ -396,5 +394,5 @@ pub fn decode_matmul_source(
         binding_offset: 0,
         n: 4096,
     };
-    gemv_key(target, dtype, b_load(dtype, &b), 8, act, result).source()
+    gemv_key(target, dtype, b_load(dtype, &b), 8, activation).source()
 }

@@ -1,18 +1,21 @@
 //! The cooperative-matrix matmul kernel (f16 inputs, f32 accumulation on
-//! 16x16x16 tensor-core fragments): its tilings and template text.
+//! 16x16x16 tensor-core fragments): its tilings and key; the kernel is
+//! built in `matmul_coop/kernel.rs`.
 
 mod copies;
+mod kernel;
 
 pub(crate) use copies::CoopLayout;
 
-use super::{UnaryOp, registry::KernelKey};
+use super::{
+    CoopTiling, UnaryOp,
+    registry::{Generator, KernelKey, KernelSource},
+};
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
-
-const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
 
 /// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
 /// workgroup, k steps of `bk`, `sgm x sgn` subgroups of `sg` invocations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct CoopTiles {
     bm: usize,
     bn: usize,
@@ -58,12 +61,12 @@ const WIDE_TILES: [usize; 5] = [128, 256, 32, 2, 8];
 const WIDE_MIN_WORKGROUPS: usize = 256;
 
 /// The cooperative-matrix tiling for a `batch` of `m x n` outputs: the
-/// wide one where its workgroups are many, else `coop_tiles`'s. The
-/// environment variable `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` forces a tiling
-/// for large m (for tuning on a device; ignored unless it is valid and
-/// fits the target).
+/// wide one where its workgroups are many, else `coop_tiles`'s. A
+/// `forced` tiling (a tuning run's) replaces them for large m where it
+/// fits the target.
 pub(crate) fn coop_tiles_for(
     target: &Target,
+    forced: Option<CoopTiling>,
     m: usize,
     n: usize,
     batch: usize,
@@ -72,8 +75,7 @@ pub(crate) fn coop_tiles_for(
     if m <= 64 {
         return Some(narrow);
     }
-    if let Some(forced) = forced_tiles().map(|dims| CoopTiles::new(dims, narrow.sg))
-        && forced.valid()
+    if let Some(forced) = forced.map(|t| CoopTiles::new(t.dims(), narrow.sg))
         && forced.fits(target)
     {
         return Some(forced);
@@ -84,19 +86,6 @@ pub(crate) fn coop_tiles_for(
         wide
     } else {
         narrow
-    })
-}
-
-/// `HRX_COOP_TILES`, read once.
-fn forced_tiles() -> Option<[usize; 5]> {
-    static FORCED: std::sync::OnceLock<Option<[usize; 5]>> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let text = std::env::var("HRX_COOP_TILES").ok()?;
-        let dims: Vec<usize> = text
-            .split(',')
-            .map(|d| d.trim().parse().ok())
-            .collect::<Option<_>>()?;
-        dims.try_into().ok()
     })
 }
 
@@ -130,19 +119,6 @@ impl CoopTiles {
             sg,
         }
     }
-    /// Whether every subgroup gets whole fragments and the k step whole
-    /// 16-deep products, in sizes whose arithmetic cannot overflow (true
-    /// of every built-in tiling; checked for `HRX_COOP_TILES`).
-    fn valid(&self) -> bool {
-        (1..=32).contains(&self.sgm)
-            && (1..=32).contains(&self.sgn)
-            && (1..=256).contains(&self.bk)
-            && (1..=1024).contains(&self.bm)
-            && (1..=1024).contains(&self.bn)
-            && self.bm.is_multiple_of(16 * self.sgm)
-            && self.bn.is_multiple_of(16 * self.sgn)
-            && self.bk.is_multiple_of(16)
-    }
     /// Whether the workgroup and its workgroup memory fit `target`.
     fn fits(&self, target: &Target) -> bool {
         (self.threads() as u32) <= target.max_workgroup_invocations
@@ -166,15 +142,6 @@ impl CoopTiles {
     fn pbt(&self) -> usize {
         self.bk + 8
     }
-    fn tile_a(&self) -> String {
-        format!("view<{}x{}xf16>", self.bm, self.pa())
-    }
-    fn tile_b(&self) -> String {
-        format!("view<{}x{}xf16>", self.bk, self.pb())
-    }
-    fn tile_bt(&self) -> String {
-        format!("view<{}x{}xf16>", self.bn, self.pbt())
-    }
     fn a_bytes(&self) -> usize {
         self.bm * self.pa() * 2
     }
@@ -186,176 +153,23 @@ impl CoopTiles {
         self.sgm * self.sgn * 256 * 4
     }
 
-    /// The kernel key for operands laid out as `layout`, with the
-    /// activation lines `act` producing `result`.
-    pub(crate) fn key(&self, layout: CoopLayout, act: String, result: &str) -> KernelKey {
+    /// The kernel key for operands laid out as `layout`, with `act`
+    /// after the bias.
+    pub(crate) fn key(&self, layout: CoopLayout, act: Option<UnaryOp>) -> KernelKey {
+        let (tiles, layout) = (*self, self.usable(layout));
         KernelKey {
-            template: MATMUL_COOP,
-            substitutions: self.substitutions(self.usable(layout), act, result),
+            source: KernelSource::Built(Generator::new(
+                format!("matmul_coop {tiles:?} {layout:?} {act:?}"),
+                move || tiles.kernel(layout, act),
+            )),
             symbol: "matmul_coop",
             config: Vec::new(),
         }
     }
 
     /// The kernel's loom source for `layout`.
-    fn source(&self, layout: CoopLayout, act: String, result: &str) -> String {
-        self.key(layout, act, result).source()
-    }
-
-    /// The template substitutions.
-    fn substitutions(
-        &self,
-        layout: CoopLayout,
-        act: String,
-        result: &str,
-    ) -> Vec<(&'static str, String)> {
-        let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
-        let ty_c = "coopmat<16x16xf32, c>";
-        let copies = self.copies(layout);
-        let frags: Vec<(usize, usize)> =
-            (0..wm).flat_map(|i| (0..wn).map(move |j| (i, j))).collect();
-        let mut zeros = String::new();
-        for i in 0..wm {
-            zeros += &format!(
-                "  %fo_c{i} = index.constant {} : index\n  %fro_{i} = index.add %frow, %fo_c{i} : index\n",
-                16 * i
-            );
-        }
-        for j in 0..wn {
-            zeros += &format!(
-                "  %go_c{j} = index.constant {} : index\n  %fco_{j} = index.add %fcol, %go_c{j} : index\n",
-                16 * j
-            );
-        }
-        for (i, j) in &frags {
-            zeros += &format!("  %z_{i}_{j} = coop.zero : {ty_c}\n");
-        }
-        let carried = frags
-            .iter()
-            .map(|(i, j)| format!("%cc_{i}_{j} = %z_{i}_{j} : {ty_c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let types = vec![ty_c; frags.len()].join(", ");
-        let results = frags
-            .iter()
-            .map(|(i, j)| format!("%res_{i}_{j}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let steps = self.bk / 16;
-        let mut body = String::new();
-        let name = |i: &usize, j: &usize, s: usize| {
-            if s == 0 {
-                format!("%cc_{i}_{j}")
-            } else {
-                format!("%acc_{i}_{j}_{s}")
-            }
-        };
-        for s in 0..steps {
-            body += &format!("    %ko_{s} = index.constant {} : index\n", 16 * s);
-            for i in 0..wm {
-                body += &format!(
-                    "    %fa_{s}_{i} = coop.load<row_major> %ta[%fro_{i}, %ko_{s}] : {} -> coopmat<16x16xf16, a>\n",
-                    self.tile_a()
-                );
-            }
-            for j in 0..wn {
-                body += &if layout.wide_bt {
-                    format!(
-                        "    %fb_{s}_{j} = coop.load<col_major> %tb[%fco_{j}, %ko_{s}] : {} -> coopmat<16x16xf16, b>\n",
-                        self.tile_bt()
-                    )
-                } else {
-                    format!(
-                        "    %fb_{s}_{j} = coop.load<row_major> %tb[%ko_{s}, %fco_{j}] : {} -> coopmat<16x16xf16, b>\n",
-                        self.tile_b()
-                    )
-                };
-            }
-            for (i, j) in &frags {
-                body += &format!(
-                    "    {} = coop.mma %fa_{s}_{i}, %fb_{s}_{j}, {} : coopmat<16x16xf16, a>, coopmat<16x16xf16, b>, {ty_c}\n",
-                    name(i, j, s + 1),
-                    name(i, j, s)
-                );
-            }
-        }
-        let yields = frags
-            .iter()
-            .map(|(i, j)| name(i, j, steps))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let crows = self.sgm * self.sgn * 16;
-        let mut epilogue = String::new();
-        for (i, j) in &frags {
-            epilogue += &format!(
-                "  coop.store<row_major> %res_{i}_{j}, %tc[%srow, %c0] : {ty_c}, view<{crows}x16xf32>
-  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
-  scf.for %mm_e = [%lane to %c256 step %sgsize] {{
-    %mm_r = index.div %mm_e, %c16 : index
-    %mm_c = index.rem %mm_e, %c16 : index
-    %mm_r1 = index.add %fro_{i}, %mm_r : index
-    %mm_c1 = index.add %fco_{j}, %mm_c : index
-    %mm_gr = index.add %row0, %mm_r1 : index
-    %mm_gc = index.add %col0, %mm_c1 : index
-    %mm_okr = index.cmp ult, %mm_gr, %m : index
-    %mm_okc = index.cmp ult, %mm_gc, %n : index
-    %mm_ok = scalar.andi %mm_okr, %mm_okc : i1
-    scf.if %mm_ok {{
-      %mm_sr = index.add %srow, %mm_r : index
-      %mm_acc = view.load %tc[%mm_sr, %mm_c] : view<{crows}x16xf32> -> f32
-      %mm_pb = index.madd %mm_gc, %sbias, %obias : index
-      %mm_bj = view.load %biasv[%mm_pb] : view<[%lbias]xf32> -> f32
-      %x = scalar.addf %mm_acc, %mm_bj : f32
-{act}
-      %mm_crow = index.madd %mm_gr, %n, %oc : index
-      %mm_cb = index.madd %bi, %scb, %mm_crow : index
-      %mm_cidx = index.add %mm_cb, %mm_gc : index
-      view.store {result}, %cv[%mm_cidx] : f32, view<[%lc]xf32>
-    }}
-  }}
-  kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
-"
-            );
-        }
-        vec![
-            ("BM1", (self.bm - 1).to_string()),
-            ("BN1", (self.bn - 1).to_string()),
-            ("BK1", (self.bk - 1).to_string()),
-            ("BM", self.bm.to_string()),
-            ("BN", self.bn.to_string()),
-            ("BK", self.bk.to_string()),
-            ("THREADS", self.threads().to_string()),
-            ("SGN", self.sgn.to_string()),
-            ("FM", (self.bm / self.sgm).to_string()),
-            ("FN", (self.bn / self.sgn).to_string()),
-            ("PA", self.pa().to_string()),
-            (
-                "TB",
-                if layout.wide_bt {
-                    self.tile_bt()
-                } else {
-                    self.tile_b()
-                },
-            ),
-            ("A_ELEMS", (self.bm * self.bk).to_string()),
-            ("B_ELEMS", (self.bk * self.bn).to_string()),
-            ("A_BYTES", self.a_bytes().to_string()),
-            ("B_BYTES", self.b_bytes().to_string()),
-            ("C_BYTES", self.c_bytes().to_string()),
-            ("CROWS", crows.to_string()),
-            ("VIEWS", copies.views),
-            ("SETUP", copies.setup),
-            ("PROLOGUE", copies.prologue),
-            ("PREFETCH", copies.prefetch),
-            ("STAGE", copies.stage),
-            ("ZEROS", zeros),
-            ("CARRIED", carried),
-            ("TYPES", types),
-            ("BODY", body),
-            ("YIELDS", yields),
-            ("RESULTS", results),
-            ("EPILOGUE", epilogue),
-        ]
+    fn source(&self, layout: CoopLayout, act: Option<UnaryOp>) -> String {
+        self.key(layout, act).source()
     }
 }
 
@@ -370,11 +184,7 @@ pub fn coop_matmul_source(
     transposed_b: bool,
     activation: Option<UnaryOp>,
 ) -> Option<String> {
-    let tiles = coop_tiles_for(target, m, 4096, 1)?;
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
+    let tiles = coop_tiles_for(target, None, m, 4096, 1)?;
     let layout = CoopLayout {
         a_k_fast: true,
         b_n_fast: !transposed_b,
@@ -382,5 +192,5 @@ pub fn coop_matmul_source(
         wide_b: !transposed_b,
         wide_bt: transposed_b,
     };
-    Some(tiles.source(layout, act, result))
+    Some(tiles.source(layout, activation))
 }

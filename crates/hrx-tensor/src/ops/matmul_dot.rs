@@ -1,16 +1,30 @@
 //! The decode matmul for a B contiguous along k (a transposed B, as linear
-//! layers store weights): each output a dot product of an A row and a B
-//! row, one subgroup per output column, 16-byte loads along k. See
-//! `kernels/matmul_dot.loom`.
+//! layers store weights), built with [`hrx_loom::build`]: each output a
+//! dot product of an A row and a B row, one subgroup per output column,
+//! 16-byte loads along k. f16 A and B, f32 accumulation and output:
+//! `C[b, i, j] = act(sum_k A[b, i, k] * B[b, k, j] + bias[j])`.
+//!
+//! A subgroup computes column j for the `MT` rows of its workgroup's row
+//! tile (grid y): its lanes stride along k in 16-byte quads (8 halves) of
+//! B's row j and of the A rows, accumulate pairs in f32, and the subgroup
+//! sums its lanes. A workgroup's subgroups take its `COLS` columns in turn
+//! (`COLS` is the most subgroups the workgroup can have, so any subgroup
+//! size works). The k loop is unrolled [`UNROLL`] times so each lane has
+//! that many loads of B in flight; loads past k are clamped to the row's
+//! last quad and their words zeroed, so the loop has no branches.
+//! Out-of-range rows are clamped the same way and dropped at the store.
+//! The caller guarantees quads: k, the row, batch and offset strides of A
+//! and B multiples of 8, bindings 16-byte aligned.
 
 use super::{
+    UnaryOp,
     matmul_gemv::{BLayout, BLoad, b_load},
-    registry::KernelKey,
+    registry::{Generator, KernelKey, KernelSource},
 };
 use crate::DType;
 use hrx_core::Target;
-
-const MATMUL_DOT: &str = include_str!("../../kernels/matmul_dot.loom");
+use hrx_loom::build::{Builder, Built, Index, KernelBuilder, Num, Value};
+use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 /// Work items per workgroup.
 const WG: usize = 256;
@@ -46,145 +60,228 @@ pub(crate) fn dot_applies(
         && b_load(input, &b.along_k(k)) == BLoad::Quad16
 }
 
-/// The kernel for `m` rows on `target`, with the activation lines `act`
-/// producing `result`.
-pub(crate) fn dot_key(target: &Target, m: usize, act: String, result: &str) -> KernelKey {
+/// The kernel for `m` rows on `target`, with `act` after the bias.
+pub(crate) fn dot_key(target: &Target, m: usize, act: Option<UnaryOp>) -> KernelKey {
+    // Rows of one power-of-two tile share a kernel; the subgroup size fixes
+    // the columns per workgroup.
     let mt = m.clamp(1, MAX_ROWS).next_power_of_two();
     let cols = WG / (target.subgroup_size_min as usize).max(1);
-    let rows = 0..mt;
-    let chains = || rows.clone().flat_map(|r| (0..4).map(move |p| (r, p)));
-    let name = |(r, p): (usize, usize), u: usize| {
-        if u == 0 {
-            format!("%acc_{r}_{p}")
-        } else {
-            format!("%acc_{r}_{p}_{u}")
-        }
-    };
-    let mut setup = String::new();
-    for u in 0..UNROLL {
-        setup += &format!(
-            "  %du_{u} = index.constant {u} : index\n  %o_{u} = index.mul %sgsize, %du_{u} : index\n"
-        );
-    }
-    for r in rows.clone() {
-        setup += &format!(
-            "  %dr_{r} = index.constant {r} : index
-  %ar_{r} = index.add %row0, %dr_{r} : index
-  %arc_{r} = index.min %ar_{r}, %m1 : index
-  %ap_{r} = index.madd %arc_{r}, %sam, %abase : index
-  %qa_{r} = index.div %ap_{r}, %c8 : index
-"
-        );
-    }
-    let mut body = String::new();
-    for u in 0..UNROLL {
-        body += &format!(
-            "      %i_{u} = index.add %kk, %o_{u} : index
-      %ok_{u} = index.cmp ult, %i_{u}, %q : index
-      %ic_{u} = index.min %i_{u}, %q1 : index
-      %bq_{u} = index.add %qb, %ic_{u} : index
-      %bw_{u} = index.mul %bq_{u}, %c4 : index
-      %bx_{u} = vector.load %bv[%bw_{u}] : view<[%lbw]xu32> -> vector<4xu32>
-"
-        );
-        for r in rows.clone() {
-            body += &format!(
-                "      %aq_{u}_{r} = index.add %qa_{r}, %ic_{u} : index
-      %aw_{u}_{r} = index.mul %aq_{u}_{r}, %c4 : index
-      %ax_{u}_{r} = vector.load %av[%aw_{u}_{r}] : view<[%law]xu32> -> vector<4xu32>
-"
-            );
-        }
-    }
-    // Words past k are zeroed in both operands (a clamped A word may hold
-    // an infinity, and infinity times zero is not zero).
-    let half_pair = |v: &str, ok: &str, p: usize, out: &str| {
-        format!(
-            "      {out}_d = vector.extract {v}, %c{p} : vector<4xu32> -> u32
-      {out}_s = scalar.select {ok}, {out}_d, %zu : u32
-      {out} = vector.unpackf16 {out}_s : u32 -> vector<2xf32>
-"
-        )
-    };
-    for u in 0..UNROLL {
-        for p in 0..4 {
-            body += &half_pair(
-                &format!("%bx_{u}"),
-                &format!("%ok_{u}"),
-                p,
-                &format!("%bf_{u}_{p}"),
-            );
-            for r in rows.clone() {
-                let af = format!("%af_{u}_{r}_{p}");
-                body += &half_pair(&format!("%ax_{u}_{r}"), &format!("%ok_{u}"), p, &af);
-                body += &format!(
-                    "      {} = scalar.fmaf {af}, %bf_{u}_{p}, {} : vector<2xf32>\n",
-                    name((r, p), u + 1),
-                    name((r, p), u)
-                );
-            }
-        }
-    }
-    let list =
-        |f: &dyn Fn((usize, usize)) -> String| chains().map(f).collect::<Vec<_>>().join(", ");
-    let mut sums = String::new();
-    let mut stores = String::new();
-    for r in rows.clone() {
-        sums += &format!(
-            "    %sa_{r} = scalar.addf %res_{r}_0, %res_{r}_1 : vector<2xf32>
-    %sb_{r} = scalar.addf %res_{r}_2, %res_{r}_3 : vector<2xf32>
-    %sc_{r} = scalar.addf %sa_{r}, %sb_{r} : vector<2xf32>
-    %sx_{r} = vector.extract %sc_{r}, %c0 : vector<2xf32> -> f32
-    %sy_{r} = vector.extract %sc_{r}, %c1 : vector<2xf32> -> f32
-    %ss_{r} = scalar.addf %sx_{r}, %sy_{r} : f32
-    %tot_{r} = kernel.subgroup.reduce<addf> %ss_{r} : f32
-"
-        );
-        stores += &format!(
-            "      %rok_{r} = index.cmp ult, %ar_{r}, %m : index
-      scf.if %rok_{r} {{
-        %x = scalar.addf %tot_{r}, %bj : f32
-{act}
-        %crow = index.madd %ar_{r}, %n, %cbase : index
-        %ci = index.add %crow, %j : index
-        view.store {result}, %cv[%ci] : f32, view<[%lc]xf32>
-      }}
-"
-        );
-    }
-    let substitutions = vec![
-        ("COLS1", (cols - 1).to_string()),
-        ("COLS", cols.to_string()),
-        ("MT1", (mt - 1).to_string()),
-        ("MT", mt.to_string()),
-        ("WG", WG.to_string()),
-        ("U", UNROLL.to_string()),
-        ("ROWS", setup),
-        (
-            "CARRIED",
-            list(&|c| format!("{} = %z2 : vector<2xf32>", name(c, 0))),
-        ),
-        ("TYPES", list(&|_| "vector<2xf32>".to_string())),
-        ("RESULTS", list(&|(r, p)| format!("%res_{r}_{p}"))),
-        ("YIELDS", list(&|c| name(c, UNROLL))),
-        ("BODY", body),
-        ("SUMS", sums),
-        ("STORES", stores),
-    ];
     KernelKey {
-        template: MATMUL_DOT,
-        substitutions,
+        source: KernelSource::Built(Generator::new(
+            format!("matmul_dot {mt} {cols} {act:?}"),
+            move || dot_kernel(mt, cols, act),
+        )),
         symbol: "matmul_dot",
         config: Vec::new(),
     }
 }
 
+/// The dot kernel for row tiles of `mt` rows and `cols` columns per
+/// workgroup.
+fn dot_kernel(mt: usize, cols: usize, act: Option<UnaryOp>) -> Built {
+    let n64 = |v: usize| v as u64;
+    let mut k = KernelBuilder::new("matmul_dot");
+    let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
+    let one = k.index(1);
+    let cols_l = k.index(n64(cols));
+    let cols1 = k.index(n64(cols - 1));
+    let pn = k.add(wn, cols1);
+    let gx = k.div(pn, cols_l);
+    let mt_l = k.index(n64(mt));
+    let mt1 = k.index(n64(mt - 1));
+    let pm = k.add(wm, mt1);
+    let gy = k.div(pm, mt_l);
+    let wg = k.index(n64(WG));
+    let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
+
+    let [
+        m,
+        n,
+        kk,
+        sab,
+        sam,
+        _sak,
+        oa,
+        la,
+        sbb,
+        _sbk,
+        sbn,
+        ob,
+        lb,
+        sbias,
+        obias,
+        lbias,
+        scb,
+        oc,
+        lc,
+    ] = [
+        "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb", "sbias",
+        "obias", "lbias", "scb", "oc", "lc",
+    ]
+    .map(|name| k.arg_index(name));
+    let a = k.arg_buffer("a", true);
+    let bbuf = k.arg_buffer("b", true);
+    let bias = k.arg_buffer("bias", true);
+    let c = k.arg_buffer("c", false);
+    let zero = k.offset(0);
+    let [c0, c1, c2, c3, c4, c8] = [0, 1, 2, 3, 4, 8].map(|v| k.index(v));
+    let law = k.div(la, c2);
+    let av = k.buffer_view(a, zero, [law.into()], Scalar::U32);
+    let lbw = k.div(lb, c2);
+    let bv = k.buffer_view(bbuf, zero, [lbw.into()], Scalar::U32);
+    let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
+    let cv = k.buffer_view(c, zero, [lc.into()], Scalar::F32);
+    let sg = k.subgroup_id();
+    let nsg = k.subgroup_count();
+    let lane = k.subgroup_lane_id();
+    let sgsize = k.subgroup_size();
+    let wgx = k.workgroup_id(Axis::X);
+    let wgy = k.workgroup_id(Axis::Y);
+    let bi = k.workgroup_id(Axis::Z);
+    let ccols = k.index(n64(cols));
+    let cmt = k.index(n64(mt));
+    let cu = k.index(n64(UNROLL));
+    let j0 = k.mul(wgx, ccols);
+    let row0 = k.mul(wgy, cmt);
+    let m1 = k.sub(m, c1);
+    let n1 = k.sub(n, c1);
+    let q = k.div(kk, c8);
+    let q1 = k.sub(q, c1);
+    let stride = k.mul(sgsize, cu);
+    let bbase = k.madd(bi, sbb, ob);
+    let abase = k.madd(bi, sab, oa);
+    let zu = k.int(0, Scalar::U32);
+    let zf = k.float(0.0, Scalar::F32);
+    let z2 = k.splat(zf, 2);
+    // Lane offsets of the unrolled loads, and each row's clamped first
+    // quad.
+    let offsets: Vec<Value<Index>> = (0..UNROLL)
+        .map(|u| {
+            let du = k.index(n64(u));
+            k.mul(sgsize, du)
+        })
+        .collect();
+    let mut ar = Vec::with_capacity(mt);
+    let mut qa = Vec::with_capacity(mt);
+    for r in 0..mt {
+        let dr = k.index(n64(r));
+        let row = k.add(row0, dr);
+        let arc = k.min(row, m1);
+        let ap = k.madd(arc, sam, abase);
+        ar.push(row);
+        qa.push(k.div(ap, c8));
+    }
+    let first = k.cmp(IntPredicate::Eq, lane, c0);
+    let cbase = k.madd(bi, scb, oc);
+    let words = [c0, c1, c2, c3];
+    // Word p of a quad as two floats, zero when the quad is past k (a
+    // clamped A word may hold an infinity, and infinity times zero is not
+    // zero).
+    let half_pair = |b: &mut Builder, v: Value<Num>, ok, p: usize| {
+        let d = b.extract(v, words[p]);
+        let s = b.select(ok, d, zu);
+        b.unpackf16(s)
+    };
+    let act = act.map(|op| op.fragment(Scalar::F32));
+    k.for_each(sg, ccols, nsg, |b, jj| {
+        let j = b.add(j0, jj);
+        let jc = b.min(j, n1);
+        let brow = b.madd(jc, sbn, bbase);
+        let qb = b.div(brow, c8);
+        let init = vec![z2; mt * 4];
+        let res = b.for_carry(lane, q, stride, &init, |b, k0, acc| {
+            let loads: Vec<_> = offsets
+                .iter()
+                .map(|&o| {
+                    let i = b.add(k0, o);
+                    let ok = b.cmp(IntPredicate::Ult, i, q);
+                    let ic = b.min(i, q1);
+                    let bq = b.add(qb, ic);
+                    let bw = b.mul(bq, c4);
+                    let bx = b.vector_load(bv, &[bw], 4);
+                    let ax: Vec<_> = qa
+                        .iter()
+                        .map(|&qr| {
+                            let aq = b.add(qr, ic);
+                            let aw = b.mul(aq, c4);
+                            b.vector_load(av, &[aw], 4)
+                        })
+                        .collect();
+                    (ok, bx, ax)
+                })
+                .collect();
+            let mut acc = acc.to_vec();
+            for (ok, bx, ax) in loads {
+                for p in 0..4 {
+                    let bf = half_pair(b, bx, ok, p);
+                    for (r, &axr) in ax.iter().enumerate() {
+                        let af = half_pair(b, axr, ok, p);
+                        acc[r * 4 + p] = b.fmaf(af, bf, acc[r * 4 + p]);
+                    }
+                }
+            }
+            acc
+        });
+        let tot: Vec<_> = (0..mt)
+            .map(|r| {
+                let sa = b.addf(res[r * 4], res[r * 4 + 1]);
+                let sb = b.addf(res[r * 4 + 2], res[r * 4 + 3]);
+                let sc = b.addf(sa, sb);
+                let sx = b.extract(sc, c0);
+                let sy = b.extract(sc, c1);
+                let ss = b.addf(sx, sy);
+                b.subgroup_reduce(ReduceOp::AddF, ss)
+            })
+            .collect();
+        let jok = b.cmp(IntPredicate::Ult, j, n);
+        let store = b.and(first, jok);
+        b.if_(store, |b| {
+            let pb = b.madd(j, sbias, obias);
+            let bj = b.load(biasv, &[pb]);
+            for (r, &row) in ar.iter().enumerate() {
+                let rok = b.cmp(IntPredicate::Ult, row, m);
+                b.if_(rok, |b| {
+                    let x = b.addf(tot[r], bj);
+                    let y = match &act {
+                        Some(f) => b.inline(f, &[x])[0],
+                        None => x,
+                    };
+                    let crow = b.madd(row, n, cbase);
+                    let ci = b.add(crow, j);
+                    b.store(y, cv, &[ci]);
+                });
+            }
+        });
+    });
+    Built::kernel(k.finish())
+}
+
 /// The dot kernel's loom source for `target` and `m` rows (for offline
 /// compilation and SPIR-V checks).
 pub fn dot_matmul_source(target: &Target, m: usize, activation: Option<super::UnaryOp>) -> String {
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
-    dot_key(target, m, act, result).source()
+    dot_key(target, m, activation).source()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row tile, on a CPU and a GPU target, with and without an
+    /// activation, builds a kernel the verifier and naga accept.
+    #[test]
+    fn every_row_tile_compiles() {
+        for target in [Target::lavapipe(), Target::hopper()] {
+            let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
+            for m in [1, 2, 3, 8] {
+                for act in [None, Some(UnaryOp::Silu)] {
+                    compiler
+                        .module(&dot_matmul_source(&target, m, act))
+                        .and_then(|module| {
+                            module.compile_uncached(&hrx_loom::Specialization::new("@matmul_dot"))
+                        })
+                        .unwrap_or_else(|e| panic!("m={m} {act:?}: {e}"));
+                }
+            }
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! Split-k decode matmul on cooperative matrices for few rows (up to 64):
 //! many workgroups stream disjoint pieces of B (column slab x k range)
 //! into f32 partial sums, and the last workgroup of each column slab sums
-//! them with bias and activation, in one dispatch. See
-//! `kernels/matmul_coop_splitk.loom`.
+//! them with bias and activation, in one dispatch. The kernel is built in
+//! `matmul_splitk/source.rs`.
 
 mod finish;
 mod loads;
@@ -73,9 +73,8 @@ pub(crate) struct SplitKCall<'a> {
     pub(crate) bias: (Operand, usize),
     /// The output and its batch stride.
     pub(crate) out: (Operand, usize),
-    /// The activation body and its result value, as in matmul.loom.
-    pub(crate) act: String,
-    pub(crate) result: &'a str,
+    /// Applied after the bias.
+    pub(crate) activation: Option<super::UnaryOp>,
 }
 
 fn index(v: usize) -> ScalarValue {
@@ -97,8 +96,7 @@ impl Ops {
             b: (kb, [sbb, sbk, sbn]),
             bias,
             out,
-            act,
-            result,
+            activation,
         } = call;
         let target = self.registry.target()?;
         let partials =
@@ -108,7 +106,7 @@ impl Ops {
         let slabs = batch * plan.npad / BN;
         let counter_bytes = 4 * slabs;
         fits_storage_range(&target, operation, partials.bytes())?;
-        let kernel = self.registry.kernel(plan.key(act, result))?;
+        let kernel = self.registry.kernel(plan.key(activation))?;
         let ((kbias, bias_stride), (kc, out_batch_stride)) = (bias, out);
         // The scratch is bound whole from its storage's first byte (as
         // `Graph::scratch` hands it out): offset 0, every element.
@@ -192,10 +190,6 @@ pub fn coop_splitk_source(
         SplitKOperands::Elements => (layout(4096, 1, 4095), layout(4096, 4096, 4096)),
     };
     let coop = super::matmul_coop::coop_tiles(target, m.max(1)).is_some();
-    let plan = splitk_plan(target, coop, (m, 4096, 4096, 1), &a, &b)?;
-    let (act, result) = match activation {
-        None => (String::new(), "%x"),
-        Some(op) => (op.body("f32"), "%r"),
-    };
-    Some(plan.key(act, result).source())
+    let plan = splitk_plan(target, None, coop, (m, 4096, 4096, 1), &a, &b)?;
+    Some(plan.key(activation).source())
 }

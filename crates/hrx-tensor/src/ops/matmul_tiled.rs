@@ -1,15 +1,30 @@
-//! The register-tiled workgroup-memory matmul kernel (any device): f32 or
-//! f16 inputs, f32 accumulation. See `kernels/matmul.loom`.
+//! The register-tiled workgroup-memory matmul kernel (any device), built
+//! with [`hrx_loom::build`]: batched `C[b, i, j] = act(sum_k A[b, i, k] *
+//! B[b, k, j] + bias[j])`, f32 accumulation and output, A and B f32 or f16
+//! (widened on load). Every operand is addressed by element strides, so
+//! transposed, broadcast (stride 0) and sliced operands need no copy.
+//!
+//! A workgroup of `bm / tm * bn / tn` work items computes a `bm x bn` tile
+//! of C; each k step stages a `bm x bk` tile of A (stored k-major, rows
+//! padded by one against bank conflicts) and a `bk x bn` tile of B in
+//! workgroup memory, zero-padded outside the matrices. Work item (tx, ty)
+//! then owns `tm x tn` outputs: rows `ty + i * bm / tm` and columns
+//! `tx + j * bn / tn` (strided, so neighbouring work items read
+//! neighbouring workgroup-memory words and write neighbouring columns of
+//! C).
 
-use super::registry::KernelKey;
+use super::{
+    UnaryOp,
+    registry::{Generator, KernelKey, KernelSource},
+};
 use crate::DType;
 use hrx_core::{DeviceKind, Target};
-
-const MATMUL: &str = include_str!("../../kernels/matmul.loom");
+use hrx_loom::build::{Builder, Built, Extent, Index, KernelBuilder, Value};
+use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 /// A `bm x bn` tile of C per workgroup, k steps of `bk`, `tm x tn`
 /// outputs per work item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Tiles {
     bm: usize,
     bn: usize,
@@ -62,17 +77,21 @@ fn tiles(target: &Target, (m, n, batch): (usize, usize, usize)) -> Tiles {
 /// one per multiprocessor of a large GPU.
 const GPU_WAVE: usize = 128;
 
-/// Lines mapping the flat index `%e` to a tile position, so consecutive
-/// work items read consecutive addresses along the operand's fast axis.
-fn pos(fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str) -> String {
+/// The tile row and column of flat index `e` over a `rows x cols` tile,
+/// so consecutive work items read consecutive addresses along the
+/// operand's fast axis (`fast_inner`: the columns).
+pub(crate) fn pos(
+    b: &mut Builder,
+    e: Value<Index>,
+    fast_inner: bool,
+    (rows, cols): (usize, usize),
+) -> (Value<Index>, Value<Index>) {
     if fast_inner {
-        format!(
-            "      %{r}_d = index.constant {cols} : index\n      %{r} = index.div %e, %{r}_d : index\n      %{c} = index.rem %e, %{r}_d : index"
-        )
+        let d = b.index(cols as u64);
+        (b.div(e, d), b.rem(e, d))
     } else {
-        format!(
-            "      %{r}_d = index.constant {rows} : index\n      %{r} = index.rem %e, %{r}_d : index\n      %{c} = index.div %e, %{r}_d : index"
-        )
+        let d = b.index(rows as u64);
+        (b.rem(e, d), b.div(e, d))
     }
 }
 
@@ -81,139 +100,210 @@ fn pos(fast_inner: bool, rows: usize, cols: usize, r: &str, c: &str) -> String {
 pub(crate) fn tiled_key(
     target: &Target,
     input: DType,
-    (m, n, batch): (usize, usize, usize),
-    (a_k_fast, b_n_fast): (bool, bool),
-    act: String,
-    result: &str,
+    sizes: (usize, usize, usize),
+    fast: (bool, bool),
+    act: Option<UnaryOp>,
 ) -> KernelKey {
-    let tl = tiles(target, (m, n, batch));
-    let Tiles { bm, bn, bk, tm, tn } = tl;
-    let (txs, tys) = (bn / tn, bm / tm);
-    let pa = bm + 1;
-    let (elem, widen_a, ya, widen_b, yb) = if input == DType::F16 {
-        (
-            "f16",
-            "        %fa = scalar.extf %xa : f16 -> f32",
-            "%fa",
-            "        %fb = scalar.extf %xb : f16 -> f32",
-            "%fb",
-        )
-    } else {
-        ("f32", "", "%xa", "", "%xb")
-    };
-    let outs: Vec<(usize, usize)> = (0..tm).flat_map(|i| (0..tn).map(move |j| (i, j))).collect();
-    let mut setup = String::new();
-    for i in 0..tm {
-        setup += &format!(
-            "  %ro_c{i} = index.constant {} : index\n  %ro_{i} = index.add %ty, %ro_c{i} : index\n",
-            i * tys
-        );
-    }
-    for j in 0..tn {
-        setup += &format!(
-            "  %co_c{j} = index.constant {} : index\n  %co_{j} = index.add %tx, %co_c{j} : index\n",
-            j * txs
-        );
-    }
-    let carried = outs
-        .iter()
-        .map(|(i, j)| format!("%acc_{i}_{j} = %mm_zero : f32"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let types = vec!["f32"; outs.len()].join(", ");
-    let results = outs
-        .iter()
-        .map(|(i, j)| format!("%res_{i}_{j}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let name = |i: usize, j: usize, q: usize| {
-        if q == 0 {
-            format!("%acc_{i}_{j}")
-        } else {
-            format!("%s{q}_{i}_{j}")
-        }
-    };
-    let mut body = String::new();
-    for q in 0..bk {
-        body += &format!("    %kq_{q} = index.constant {q} : index\n");
-        for i in 0..tm {
-            body += &format!(
-                "    %a{q}_{i} = view.load %ta[%kq_{q}, %ro_{i}] : view<{bk}x{pa}xf32> -> f32\n"
-            );
-        }
-        for j in 0..tn {
-            body += &format!(
-                "    %b{q}_{j} = view.load %tb[%kq_{q}, %co_{j}] : view<{bk}x{bn}xf32> -> f32\n"
-            );
-        }
-        for &(i, j) in &outs {
-            body += &format!(
-                "    {} = scalar.fmaf %a{q}_{i}, %b{q}_{j}, {} : f32\n",
-                name(i, j, q + 1),
-                name(i, j, q)
-            );
-        }
-    }
-    let yields = outs
-        .iter()
-        .map(|&(i, j)| name(i, j, bk))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut epilogue = String::new();
-    for &(i, j) in &outs {
-        epilogue += &format!(
-            "  %er_{i}_{j} = index.add %row0, %ro_{i} : index
-  %ec_{i}_{j} = index.add %col0, %co_{j} : index
-  %eok_r_{i}_{j} = index.cmp ult, %er_{i}_{j}, %m : index
-  %eok_c_{i}_{j} = index.cmp ult, %ec_{i}_{j}, %n : index
-  %eok_{i}_{j} = scalar.andi %eok_r_{i}_{j}, %eok_c_{i}_{j} : i1
-  scf.if %eok_{i}_{j} {{
-    %pbias = index.madd %ec_{i}_{j}, %sbias, %obias : index
-    %bj = view.load %biasv[%pbias] : view<[%lbias]xf32> -> f32
-    %x = scalar.addf %res_{i}_{j}, %bj : f32
-{act}
-    %crow = index.madd %er_{i}_{j}, %n, %oc : index
-    %cbase = index.madd %bi, %scb, %crow : index
-    %cidx = index.add %cbase, %ec_{i}_{j} : index
-    view.store {result}, %cv[%cidx] : f32, view<[%lc]xf32>
-  }}
-"
-        );
-    }
+    let tl = tiles(target, sizes);
     KernelKey {
-        template: MATMUL,
-        substitutions: vec![
-            ("BM1", (bm - 1).to_string()),
-            ("BN1", (bn - 1).to_string()),
-            ("BK1", (bk - 1).to_string()),
-            ("BM", bm.to_string()),
-            ("BN", bn.to_string()),
-            ("BK", bk.to_string()),
-            ("PA", pa.to_string()),
-            ("THREADS", tl.threads().to_string()),
-            ("TXS", txs.to_string()),
-            ("A_ELEMS", (bm * bk).to_string()),
-            ("B_ELEMS", (bk * bn).to_string()),
-            ("A_BYTES", (4 * bk * pa).to_string()),
-            ("B_BYTES", (4 * bk * bn).to_string()),
-            ("IN", elem.into()),
-            ("WIDEN_A", widen_a.into()),
-            ("YA", ya.into()),
-            ("WIDEN_B", widen_b.into()),
-            ("YB", yb.into()),
-            ("A_POS", pos(a_k_fast, bm, bk, "ar", "ac")),
-            ("B_POS", pos(b_n_fast, bk, bn, "br", "bc")),
-            ("SETUP", setup),
-            ("CARRIED", carried),
-            ("TYPES", types),
-            ("RESULTS", results),
-            ("BODY", body),
-            ("YIELDS", yields),
-            ("EPILOGUE", epilogue),
-        ],
+        source: KernelSource::Built(Generator::new(
+            format!("matmul {tl:?} {input:?} {fast:?} {act:?}"),
+            move || tiled_kernel(tl, input, fast, act),
+        )),
         symbol: "matmul",
         config: Vec::new(),
     }
+}
+
+fn tiled_kernel(
+    tl: Tiles,
+    input: DType,
+    (a_k_fast, b_n_fast): (bool, bool),
+    act: Option<UnaryOp>,
+) -> Built {
+    let Tiles { bm, bn, bk, tm, tn } = tl;
+    let (txs, tys) = (bn / tn, bm / tm);
+    let pa = bm + 1;
+    let n64 = |v: usize| v as u64;
+    let elem = if input == DType::F16 {
+        Scalar::F16
+    } else {
+        Scalar::F32
+    };
+    let mut k = KernelBuilder::new("matmul");
+    let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
+    let one = k.index(1);
+    let [bm_l, bn_l, lm, ln] = [bm, bn, bm - 1, bn - 1].map(|v| k.index(n64(v)));
+    let pm = k.add(wm, lm);
+    let gy = k.div(pm, bm_l);
+    let pn = k.add(wn, ln);
+    let gx = k.div(pn, bn_l);
+    let wg = k.index(n64(tl.threads()));
+    let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
+
+    let [
+        m,
+        n,
+        kk,
+        sab,
+        sam,
+        sak,
+        oa,
+        la,
+        sbb,
+        sbk,
+        sbn,
+        ob,
+        lb,
+        sbias,
+        obias,
+        lbias,
+        scb,
+        oc,
+        lc,
+    ] = [
+        "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb", "sbias",
+        "obias", "lbias", "scb", "oc", "lc",
+    ]
+    .map(|name| k.arg_index(name));
+    let [a, bbuf, bias, c] = ["a", "b", "bias", "c"].map(|name| k.arg_buffer(name, false));
+    let zero = k.offset(0);
+    let av = k.buffer_view(a, zero, [la.into()], elem);
+    let bv = k.buffer_view(bbuf, zero, [lb.into()], elem);
+    let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
+    let cv = k.buffer_view(c, zero, [lc.into()], Scalar::F32);
+    let abytes = k.offset(n64(4 * bk * pa));
+    let bbytes = k.offset(n64(4 * bk * bn));
+    let ma = k.alloca_workgroup(abytes, 16);
+    let mb = k.alloca_workgroup(bbytes, 16);
+    let ta = k.buffer_view(ma, zero, [Extent::from(bk), Extent::from(pa)], Scalar::F32);
+    let tb = k.buffer_view(mb, zero, [Extent::from(bk), Extent::from(bn)], Scalar::F32);
+    let [c0, c1, cbm, cbn, cbk, cbk1, cth, ca, cb, ctxs] = [
+        0,
+        1,
+        bm,
+        bn,
+        bk,
+        bk - 1,
+        tl.threads(),
+        bm * bk,
+        bk * bn,
+        txs,
+    ]
+    .map(|v| k.index(n64(v)));
+    let zf = k.float(0.0, Scalar::F32);
+    let tid = k.workitem_id(Axis::X);
+    let tx = k.rem(tid, ctxs);
+    let ty = k.div(tid, ctxs);
+    let wgx = k.workgroup_id(Axis::X);
+    let wgy = k.workgroup_id(Axis::Y);
+    let bi = k.workgroup_id(Axis::Z);
+    let row0 = k.mul(wgy, cbm);
+    let col0 = k.mul(wgx, cbn);
+    let basea = k.madd(bi, sab, oa);
+    let baseb = k.madd(bi, sbb, ob);
+    let kp = k.add(kk, cbk1);
+    let steps = k.div(kp, cbk);
+    let ro: Vec<_> = (0..tm)
+        .map(|i| {
+            let off = k.index(n64(i * tys));
+            k.add(ty, off)
+        })
+        .collect();
+    let co: Vec<_> = (0..tn)
+        .map(|j| {
+            let off = k.index(n64(j * txs));
+            k.add(tx, off)
+        })
+        .collect();
+    let widen = |b: &mut Builder, x| {
+        if input == DType::F16 {
+            b.extf(x, Scalar::F32)
+        } else {
+            x
+        }
+    };
+    let init = vec![zf; tm * tn];
+    let res = k.for_carry(c0, steps, c1, &init, |b, t, acc| {
+        let k0 = b.mul(t, cbk);
+        b.for_each(tid, ca, cth, |b, e| {
+            let (ar, ac) = pos(b, e, a_k_fast, (bm, bk));
+            let gr = b.add(row0, ar);
+            let gk = b.add(k0, ac);
+            let okr = b.cmp(IntPredicate::Ult, gr, m);
+            let okk = b.cmp(IntPredicate::Ult, gk, kk);
+            let ok = b.and(okr, okk);
+            let va = b.if_else(
+                ok,
+                |b| {
+                    let pr = b.madd(gr, sam, basea);
+                    let p = b.madd(gk, sak, pr);
+                    let xa = b.load(av, &[p]);
+                    vec![widen(b, xa)]
+                },
+                |_| vec![zf],
+            )[0];
+            b.store(va, ta, &[ac, ar]);
+        });
+        b.for_each(tid, cb, cth, |b, e| {
+            let (br, bc) = pos(b, e, b_n_fast, (bk, bn));
+            let gk = b.add(k0, br);
+            let gc = b.add(col0, bc);
+            let okk = b.cmp(IntPredicate::Ult, gk, kk);
+            let okc = b.cmp(IntPredicate::Ult, gc, n);
+            let ok = b.and(okk, okc);
+            let vb = b.if_else(
+                ok,
+                |b| {
+                    let pc = b.madd(gc, sbn, baseb);
+                    let p = b.madd(gk, sbk, pc);
+                    let xb = b.load(bv, &[p]);
+                    vec![widen(b, xb)]
+                },
+                |_| vec![zf],
+            )[0];
+            b.store(vb, tb, &[br, bc]);
+        });
+        b.barrier(hrx_loom::build::Barrier::Workgroup);
+        let mut acc = acc.to_vec();
+        for q in 0..bk {
+            let kq = b.index(n64(q));
+            let av_q: Vec<_> = ro.iter().map(|&r| b.load(ta, &[kq, r])).collect();
+            let bv_q: Vec<_> = co.iter().map(|&cc| b.load(tb, &[kq, cc])).collect();
+            for i in 0..tm {
+                for j in 0..tn {
+                    acc[i * tn + j] = b.fmaf(av_q[i], bv_q[j], acc[i * tn + j]);
+                }
+            }
+        }
+        b.barrier(hrx_loom::build::Barrier::Workgroup);
+        acc
+    });
+    let act = act.map(|op| op.fragment(Scalar::F32));
+    for i in 0..tm {
+        for j in 0..tn {
+            let er = k.add(row0, ro[i]);
+            let ec = k.add(col0, co[j]);
+            let okr = k.cmp(IntPredicate::Ult, er, m);
+            let okc = k.cmp(IntPredicate::Ult, ec, n);
+            let ok = k.and(okr, okc);
+            let r = res[i * tn + j];
+            k.if_(ok, |b| {
+                let pbias = b.madd(ec, sbias, obias);
+                let bj = b.load(biasv, &[pbias]);
+                let x = b.addf(r, bj);
+                let y = match &act {
+                    Some(f) => b.inline(f, &[x])[0],
+                    None => x,
+                };
+                let crow = b.madd(er, n, oc);
+                let cbase = b.madd(bi, scb, crow);
+                let cidx = b.add(cbase, ec);
+                b.store(y, cv, &[cidx]);
+            });
+        }
+    }
+    Built::kernel(k.finish())
 }
 
 #[cfg(test)]
@@ -231,7 +321,7 @@ mod tests {
                 (DType::F32, (128, 384, 1), (true, true)),
                 (DType::F32, (20, 20, 3), (true, false)),
             ] {
-                let key = tiled_key(&target, dtype, mn, fast, String::new(), "%x");
+                let key = tiled_key(&target, dtype, mn, fast, Some(UnaryOp::Gelu));
                 compiler
                     .module(&key.source())
                     .and_then(|m| m.compile_uncached(&Specialization::new("@matmul")))

@@ -12,8 +12,12 @@
 //! An error names the operator and the shapes, and leaves the graph as it
 //! was (nothing is recorded before every check has passed).
 
+mod activation;
 mod cast;
+mod cast_kernel;
+mod copy_kernels;
 mod elementwise;
+mod elementwise_kernels;
 mod gather;
 mod indexing;
 mod matmul;
@@ -25,9 +29,12 @@ mod matmul_tiled;
 mod movement;
 mod operand;
 mod reduce;
+mod reduce_kernel;
 mod registry;
 mod rotation;
 mod rows;
+mod rows_kernels;
+mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
@@ -36,6 +43,7 @@ pub use matmul_coop::coop_matmul_source;
 pub use matmul_dot::dot_matmul_source;
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use reduce::Reduction;
+pub use tuning::{CoopTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::Result;
@@ -49,6 +57,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Ops {
     registry: Arc<Registry>,
+    tuning: Tuning,
 }
 
 impl std::fmt::Debug for Ops {
@@ -64,7 +73,20 @@ impl Ops {
     pub fn new(runtime: &Runtime) -> Ops {
         Ops {
             registry: Arc::new(Registry::new(runtime.clone())),
+            tuning: Tuning::default(),
         }
+    }
+
+    /// The library with `tuning`'s shapes forced on the matmul kernels
+    /// (for tuning runs; see [`Tuning`]). It shares the kernel cache of
+    /// `self`.
+    pub fn with_tuning(self, tuning: Tuning) -> Ops {
+        Ops { tuning, ..self }
+    }
+
+    /// The tuning in force (the default: none).
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
     }
 
     /// The domain the library records work for.

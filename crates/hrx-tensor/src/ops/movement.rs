@@ -2,17 +2,16 @@
 //! permutes (transposes), concatenation along any axis, and padding.
 
 use super::{
-    Ops,
+    Ops, copy_kernels,
     indexing::coalesce,
     operand::{check_inputs, check_output, operand},
-    registry::KernelKey,
+    registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
+use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
-
-const COPY: &str = include_str!("../../kernels/copy.loom");
 
 fn index(v: usize) -> ScalarValue {
     ScalarValue::Index(v as u64)
@@ -51,8 +50,8 @@ impl Ops {
             return Ok(());
         }
         let t = match src.desc().dtype().bytes() {
-            4 => "u32",
-            2 => "f16",
+            4 => Scalar::U32,
+            2 => Scalar::F16,
             _ => {
                 return Err(Error::Unsupported(format!(
                     "{operation}: only 4-byte and 2-byte elements are copied"
@@ -71,8 +70,9 @@ impl Ops {
             operand(dst, &target, operation)?,
         );
         let kernel = self.registry.kernel(KernelKey {
-            template: COPY,
-            substitutions: vec![("T", t.into())],
+            source: KernelSource::Built(Generator::new(format!("copy {t:?}"), move || {
+                copy_kernels::copy(t)
+            })),
             symbol: "copy",
             config: self.grid_config("copy.wg", "copy.max_groups")?,
         })?;

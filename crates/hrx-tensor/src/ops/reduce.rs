@@ -4,14 +4,14 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
-    registry::{Kernel, KernelKey},
+    reduce_kernel,
+    registry::{Generator, Kernel, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
 use hrx_runtime::{BufferView, Graph};
 
-const REDUCE: &str = include_str!("../../kernels/reduce.loom");
 const ARGMAX: &str = include_str!("../../kernels/argmax.loom");
 
 /// A reduction over one axis.
@@ -25,38 +25,11 @@ pub enum Reduction {
     Mean,
 }
 
-impl Reduction {
-    /// The reduce kernel's INIT, STEP and FINISH for this reduction.
-    fn substitutions(self) -> Vec<(&'static str, String)> {
-        let (init, step, finish) = match self {
-            Reduction::Sum => (
-                "0.0",
-                "      %acc2 = scalar.addf %acc, %x : f32",
-                "    %res = scalar.addf %total, %init : f32",
-            ),
-            Reduction::Max => (
-                "-inf",
-                "      %acc2 = scalar.maxnumf %acc, %x : f32",
-                "    %res = scalar.maxnumf %total, %init : f32",
-            ),
-            Reduction::Mean => (
-                "0.0",
-                "      %acc2 = scalar.addf %acc, %x : f32",
-                "    %res = scalar.divf %total, %nf : f32",
-            ),
-        };
-        vec![
-            ("INIT", init.into()),
-            ("STEP", step.into()),
-            ("FINISH", finish.into()),
-        ]
-    }
-}
-
 fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelKey {
     KernelKey {
-        template: REDUCE,
-        substitutions: reduction.substitutions(),
+        source: KernelSource::Built(Generator::new(format!("reduce {reduction:?}"), move || {
+            reduce_kernel::reduce(reduction)
+        })),
         symbol: "reduce",
         config,
     }
@@ -64,8 +37,7 @@ fn reduce_key(reduction: Reduction, config: Vec<(&'static str, u64)>) -> KernelK
 
 fn argmax_key(config: Vec<(&'static str, u64)>) -> KernelKey {
     KernelKey {
-        template: ARGMAX,
-        substitutions: Vec::new(),
+        source: KernelSource::Text(ARGMAX),
         symbol: "argmax",
         config,
     }

@@ -1,9 +1,9 @@
-//! Per-domain kernel cache: loom templates instantiated, compiled for the
-//! device's [`Target`](hrx_core::Target) at first use, and kept as
+//! Per-domain kernel cache: loom kernels (hand-written or built), compiled
+//! for the device's [`Target`](hrx_core::Target) at first use, and kept as
 //! pipelines.
 
 use hrx_core::{Error, Result, Target, cached_init};
-use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
+use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization, build::Built};
 use hrx_runtime::{BufferView, GpuKernel, Graph, Runtime};
 use std::{
     collections::HashMap,
@@ -72,24 +72,73 @@ impl Launch<'_> {
     }
 }
 
-/// Instantiation of one kernel: the template, its `${NAME}` substitutions,
-/// the kernel symbol and its config values.
+/// Instantiation of one kernel: its source, the kernel symbol and its
+/// config values.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct KernelKey {
-    pub(crate) template: &'static str,
-    pub(crate) substitutions: Vec<(&'static str, String)>,
+    pub(crate) source: KernelSource,
     pub(crate) symbol: &'static str,
     pub(crate) config: Vec<(&'static str, u64)>,
 }
 
-impl KernelKey {
-    /// Replace every `${NAME}` of the template.
-    pub(crate) fn source(&self) -> String {
-        let mut text = self.template.to_string();
-        for (name, value) in &self.substitutions {
-            text = text.replace(&format!("${{{name}}}"), value);
+/// Where a kernel's loom text comes from: a kernel is hand-written text
+/// or built, never text assembled by code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum KernelSource {
+    /// A hand-written `.loom` file, compiled as it is.
+    Text(&'static str),
+    /// A kernel built with [`hrx_loom::build`], on first use only.
+    Built(Generator),
+}
+
+/// A kernel generator and the parameters it was given: keys compare and
+/// hash by the parameters, so a kernel is built once per registry, when
+/// it is first compiled.
+#[derive(Clone)]
+pub(crate) struct Generator {
+    /// The generator's name and every parameter the kernel depends on
+    /// besides the registry's target, as text.
+    params: String,
+    build: Arc<dyn Fn() -> Built + Send + Sync>,
+}
+
+impl Generator {
+    /// `build`, identified by `params` (see [`Generator::params`]).
+    pub(crate) fn new(params: String, build: impl Fn() -> Built + Send + Sync + 'static) -> Self {
+        Generator {
+            params,
+            build: Arc::new(build),
         }
-        text
+    }
+}
+
+impl PartialEq for Generator {
+    fn eq(&self, other: &Self) -> bool {
+        self.params == other.params
+    }
+}
+
+impl Eq for Generator {}
+
+impl std::hash::Hash for Generator {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.params.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Generator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Generator({})", self.params)
+    }
+}
+
+impl KernelKey {
+    /// The loom text.
+    pub(crate) fn source(&self) -> String {
+        match &self.source {
+            KernelSource::Text(text) => (*text).to_string(),
+            KernelSource::Built(generator) => (generator.build)().into_text(),
+        }
     }
 }
 

@@ -5,17 +5,13 @@ use super::{
     Ops,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
-    registry::KernelKey,
+    registry::{Generator, KernelKey, KernelSource},
+    rows_kernels,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
-
-const SOFTMAX: &str = include_str!("../../kernels/softmax.loom");
-const NORM: &str = include_str!("../../kernels/norm.loom");
-const SOFTMAX4: &str = include_str!("../../kernels/softmax4.loom");
-const NORM4: &str = include_str!("../../kernels/norm4.loom");
 
 fn index(v: usize) -> ScalarValue {
     ScalarValue::Index(v as u64)
@@ -166,19 +162,11 @@ impl Ops {
         let quads = r.quads(&ka, &ko);
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
         if let Some((qa, qo)) = quads {
-            let body = if log {
-                "    %o = scalar.subf %d, %lsev : vector<4xf32>"
-            } else {
-                "    %e = scalar.expf %d : vector<4xf32>\n    %o = scalar.mulf %e, %invv : vector<4xf32>"
-            };
             let kernel = self.registry.kernel(KernelKey {
-                template: SOFTMAX4,
-                substitutions: vec![
-                    ("SH_BYTES", (wg * 16).to_string()),
-                    ("SH", (wg * 4).to_string()),
-                    ("WG", wg.to_string()),
-                    ("OUT", body.into()),
-                ],
+                source: KernelSource::Built(Generator::new(
+                    format!("softmax4 {wg} {log}"),
+                    move || rows_kernels::softmax4(wg, log),
+                )),
                 symbol: "softmax4",
                 config: Vec::new(),
             })?;
@@ -196,18 +184,10 @@ impl Ops {
                 &[r.rows as u64],
             );
         }
-        let body = if log {
-            "    %o = scalar.subf %d, %lse : f32"
-        } else {
-            "    %e = scalar.expf %d : f32\n    %o = scalar.mulf %e, %inv : f32"
-        };
         let kernel = self.registry.kernel(KernelKey {
-            template: SOFTMAX,
-            substitutions: vec![
-                ("WG_BYTES", (wg * 4).to_string()),
-                ("WG", wg.to_string()),
-                ("OUT", body.into()),
-            ],
+            source: KernelSource::Built(Generator::new(format!("softmax {wg} {log}"), move || {
+                rows_kernels::softmax(wg, log)
+            })),
             symbol: "softmax",
             config: Vec::new(),
         })?;
@@ -365,15 +345,12 @@ impl Ops {
         });
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
         if let Some((qa, qo, qw, qb)) = quads {
+            let center = kind == Norm::Layer;
             let kernel = self.registry.kernel(KernelKey {
-                template: NORM4,
-                substitutions: vec![
-                    ("SH_BYTES", ((wg * 8 + 8) * 4).to_string()),
-                    ("SH", (wg * 8 + 8).to_string()),
-                    ("MERGE", (wg * 8).to_string()),
-                    ("WG", wg.to_string()),
-                    ("CENTER", u8::from(kind == Norm::Layer).to_string()),
-                ],
+                source: KernelSource::Built(Generator::new(
+                    format!("norm4 {wg} {center}"),
+                    move || rows_kernels::norm4(wg, center),
+                )),
                 symbol: "norm4",
                 config: Vec::new(),
             })?;
@@ -403,13 +380,11 @@ impl Ops {
                 &[r.rows as u64],
             );
         }
+        let center = kind == Norm::Layer;
         let kernel = self.registry.kernel(KernelKey {
-            template: NORM,
-            substitutions: vec![
-                ("WG_BYTES", (wg * 4).to_string()),
-                ("WG", wg.to_string()),
-                ("CENTER", u8::from(kind == Norm::Layer).to_string()),
-            ],
+            source: KernelSource::Built(Generator::new(format!("norm {wg} {center}"), move || {
+                rows_kernels::norm(wg, center)
+            })),
             symbol: "norm",
             config: Vec::new(),
         })?;

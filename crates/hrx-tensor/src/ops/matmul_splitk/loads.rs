@@ -2,176 +2,217 @@
 //! of A and B (set up before the k loop) and the loads of one step's
 //! tiles, zero outside the matrices and past the split.
 
+use super::source::Env;
+use super::tiles::Place;
 use super::{SplitK, TileLoad};
+use hrx_loom::build::{Bool, Builder, Index, Num, Value, View};
+use hrx_loom::ir::IntPredicate;
+
+/// One operand's addressing, fixed before the k loop.
+pub(super) enum Addressing {
+    /// 16-byte loads along k (A, or a transposed B): whether each copy's
+    /// row lies in the matrix, and the quad index of its start plus the
+    /// work item's column group.
+    AlongK {
+        okr: Vec<Value<Bool>>,
+        p: Vec<Value<Index>>,
+    },
+    /// 16-byte loads of B along n: the k stride in quads, whether the
+    /// column group lies in B, and each copy's quad index at k = 0.
+    AlongN {
+        sbkq: Value<Index>,
+        okc: Value<Bool>,
+        w0: Vec<Value<Index>>,
+    },
+    /// Element loads: whether each copy's row (A) or column (B) lies in
+    /// the matrix, and its element index at k = 0.
+    Elements {
+        ok: Vec<Value<Bool>>,
+        p: Vec<Value<Index>>,
+    },
+}
 
 impl SplitK {
-    /// Per-work-item lines of A's global addressing (after its tile
-    /// setup): `%aokr_{u}` says copy `u`'s row is inside A; quads get the
-    /// quad index of the row's start `%ap_{u}`, elements the element index
-    /// `%apr_{u}`.
-    pub(super) fn setup_a(&self) -> String {
+    /// A's addressing (after its tile setup).
+    pub(super) fn setup_a(&self, b: &mut Builder, env: &Env, place: &Place) -> Addressing {
         if self.a == TileLoad::Quad {
-            return rows_along_k("a", self.tile_a().slots(), "%c0", "%m", "%sam", "%basea");
+            return rows_along_k(b, env, place, [env.c0, env.m, env.sam, env.basea]);
         }
-        let mut l = String::new();
-        for u in 0..self.tile_a().slots() {
-            l += &format!(
-                "  %aokr_{u} = index.cmp ult, %ar_{u}, %m : index
-  %apr_{u} = index.madd %ar_{u}, %sam, %basea : index
-"
-            );
+        let (mut ok, mut p) = (Vec::new(), Vec::new());
+        for &r in place.rows() {
+            ok.push(b.cmp(IntPredicate::Ult, r, env.m));
+            p.push(b.madd(r, env.sam, env.basea));
         }
-        l
+        Addressing::Elements { ok, p }
     }
 
-    /// B's: `%bokc`/`%bokc_{u}` says the column is inside B; quads get the
-    /// quad index of copy `u` at k = 0 of the whole matrix, `%bw0_{u}`;
-    /// elements the column's element index `%bpc_{u}`.
-    pub(super) fn setup_b(&self) -> String {
-        let mut l = String::new();
-        if self.b == TileLoad::QuadAlongK {
-            // Tile rows are columns of B (`%col0 + r`), quads run along k.
-            l += &rows_along_k("b", self.tile_b().slots(), "%col0", "%n", "%sbn", "%baseb");
-        } else if self.b == TileLoad::Quad {
-            l += "  %sbkq = index.div %sbk, %cq : index
-  %b_gc = index.add %col0, %b_col : index
-  %bokc = index.cmp ult, %b_gc, %n : index
-  %b_gh = index.add %baseb, %b_gc : index
-  %b_gq = index.div %b_gh, %cq : index
-";
-            for u in 0..self.tile_b().slots() {
-                l += &format!("  %bw0_{u} = index.madd %b_r{u}, %sbkq, %b_gq : index\n");
-            }
-        } else {
-            for u in 0..self.tile_b().slots() {
-                l += &format!(
-                    "  %bgc_{u} = index.add %col0, %bc_{u} : index
-  %bokc_{u} = index.cmp ult, %bgc_{u}, %n : index
-  %bpc_{u} = index.madd %bgc_{u}, %sbn, %baseb : index
-"
-                );
-            }
-        }
-        l
-    }
-
-    /// The global loads of the tiles at k offset `k0` into `%ax{s}_{u}`
-    /// and `%bx{s}_{u}` (zero outside the matrices and past the split).
-    pub(super) fn fetch(&self, s: &str, k0: &str) -> String {
-        let mut l = String::new();
-        if self.a == TileLoad::Quad {
-            l += &fetch_along_k("a", self.tile_a().slots(), s, k0);
-        }
-        for u in 0..self.tile_a().slots() {
-            l += &match self.a {
-                // A is never staged transposed (k is its tile's inner axis).
-                TileLoad::Quad | TileLoad::QuadAlongK => String::new(),
-                TileLoad::Scalar { .. } => format!(
-                    "    %agk{s}_{u} = index.add {k0}, %ac_{u} : index
-    %aokk{s}_{u} = index.cmp ult, %agk{s}_{u}, %kend : index
-    %aok{s}_{u} = scalar.andi %aokr_{u}, %aokk{s}_{u} : i1
-    %ax{s}_{u} = scf.if %aok{s}_{u} -> (f16) {{
-      %ap{s}_{u} = index.madd %agk{s}_{u}, %sak, %apr_{u} : index
-      %av{s}_{u} = view.load %av[%ap{s}_{u}] : view<[%la]xf16> -> f16
-      scf.yield %av{s}_{u} : f16
-    }} else {{
-      scf.yield %hzero : f16
-    }}
-"
-                ),
-            };
-        }
+    /// B's addressing (after its tile setup).
+    pub(super) fn setup_b(&self, b: &mut Builder, env: &Env, place: &Place) -> Addressing {
         match self.b {
-            TileLoad::Quad => l += &format!("    %bkw{s} = index.mul {k0}, %sbkq : index\n"),
-            TileLoad::QuadAlongK => l += &fetch_along_k("b", self.tile_b().slots(), s, k0),
-            TileLoad::Scalar { .. } => {}
+            // Tile rows are columns of B (`col0 + r`), quads run along k.
+            TileLoad::QuadAlongK => {
+                rows_along_k(b, env, place, [env.col0, env.n, env.sbn, env.baseb])
+            }
+            TileLoad::Quad => {
+                let sbkq = b.div(env.sbk, env.cq);
+                let col = place.group().map_or(env.c0, |(_, col)| col);
+                let gc = b.add(env.col0, col);
+                let okc = b.cmp(IntPredicate::Ult, gc, env.n);
+                let gh = b.add(env.baseb, gc);
+                let gq = b.div(gh, env.cq);
+                let w0 = place.rows().iter().map(|&r| b.madd(r, sbkq, gq)).collect();
+                Addressing::AlongN { sbkq, okc, w0 }
+            }
+            TileLoad::Scalar { .. } => {
+                let (mut ok, mut p) = (Vec::new(), Vec::new());
+                for &c in place.cols() {
+                    let gc = b.add(env.col0, c);
+                    ok.push(b.cmp(IntPredicate::Ult, gc, env.n));
+                    p.push(b.madd(gc, env.sbn, env.baseb));
+                }
+                Addressing::Elements { ok, p }
+            }
         }
-        for u in 0..self.tile_b().slots() {
-            l += &match self.b {
-                TileLoad::QuadAlongK => String::new(),
-                TileLoad::Quad => format!(
-                    "    %bgk{s}_{u} = index.add {k0}, %b_r{u} : index
-    %bokk{s}_{u} = index.cmp ult, %bgk{s}_{u}, %kend : index
-    %bok{s}_{u} = scalar.andi %bokk{s}_{u}, %bokc : i1
-    %bx{s}_{u} = scf.if %bok{s}_{u} -> (vector<4xu32>) {{
-      %bq{s}_{u} = index.add %bw0_{u}, %bkw{s} : index
-      %bw{s}_{u} = index.mul %bq{s}_{u}, %c4 : index
-      %bv{s}_{u} = vector.load %bv[%bw{s}_{u}] : view<[%lbw]xu32> -> vector<4xu32>
-      scf.yield %bv{s}_{u} : vector<4xu32>
-    }} else {{
-      scf.yield %uz4 : vector<4xu32>
-    }}
-"
-                ),
-                TileLoad::Scalar { .. } => format!(
-                    "    %bgk{s}_{u} = index.add {k0}, %br_{u} : index
-    %bokk{s}_{u} = index.cmp ult, %bgk{s}_{u}, %kend : index
-    %bok{s}_{u} = scalar.andi %bokk{s}_{u}, %bokc_{u} : i1
-    %bx{s}_{u} = scf.if %bok{s}_{u} -> (f16) {{
-      %bp{s}_{u} = index.madd %bgk{s}_{u}, %sbk, %bpc_{u} : index
-      %bv{s}_{u} = view.load %bv[%bp{s}_{u}] : view<[%lb]xf16> -> f16
-      scf.yield %bv{s}_{u} : f16
-    }} else {{
-      scf.yield %hzero : f16
-    }}
-"
-                ),
-            };
+    }
+
+    /// The global loads of A's tile at k offset `k0` (zero outside the
+    /// matrix and past the split).
+    pub(super) fn fetch_a(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        (place, addressing): (&Place, &Addressing),
+        k0: Value<Index>,
+    ) -> Vec<Value<Num>> {
+        match addressing {
+            Addressing::AlongK { okr, p } => fetch_along_k(b, env, place, (okr, p), env.av, k0),
+            Addressing::Elements { ok, p } => {
+                let mut x = Vec::new();
+                for ((&okr, &pr), &c) in ok.iter().zip(p).zip(place.cols()) {
+                    let gk = b.add(k0, c);
+                    let okk = b.cmp(IntPredicate::Ult, gk, env.kend);
+                    let okv = b.and(okr, okk);
+                    x.push(
+                        b.if_else(
+                            okv,
+                            |b| {
+                                let at = b.madd(gk, env.sak, pr);
+                                vec![b.load(env.av, &[at])]
+                            },
+                            |_| vec![env.hzero],
+                        )[0],
+                    );
+                }
+                x
+            }
+            // A is never staged along n.
+            Addressing::AlongN { .. } => Vec::new(),
         }
-        l
+    }
+
+    /// The global loads of B's tile at k offset `k0`.
+    pub(super) fn fetch_b(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        (place, addressing): (&Place, &Addressing),
+        k0: Value<Index>,
+    ) -> Vec<Value<Num>> {
+        match addressing {
+            Addressing::AlongK { okr, p } => fetch_along_k(b, env, place, (okr, p), env.bv, k0),
+            Addressing::AlongN { sbkq, okc, w0 } => {
+                let kw = b.mul(k0, *sbkq);
+                let mut x = Vec::new();
+                for (&r, &w) in place.rows().iter().zip(w0) {
+                    let gk = b.add(k0, r);
+                    let okk = b.cmp(IntPredicate::Ult, gk, env.kend);
+                    let ok = b.and(okk, *okc);
+                    x.push(
+                        b.if_else(
+                            ok,
+                            |b| {
+                                let q = b.add(w, kw);
+                                let at = b.mul(q, env.c4);
+                                vec![b.vector_load(env.bv, &[at], 4)]
+                            },
+                            |_| vec![env.uz4],
+                        )[0],
+                    );
+                }
+                x
+            }
+            Addressing::Elements { ok, p } => {
+                let mut x = Vec::new();
+                for ((&okc, &pc), &r) in ok.iter().zip(p).zip(place.rows()) {
+                    let gk = b.add(k0, r);
+                    let okk = b.cmp(IntPredicate::Ult, gk, env.kend);
+                    let okv = b.and(okk, okc);
+                    x.push(
+                        b.if_else(
+                            okv,
+                            |b| {
+                                let at = b.madd(gk, env.sbk, pc);
+                                vec![b.load(env.bv, &[at])]
+                            },
+                            |_| vec![env.hzero],
+                        )[0],
+                    );
+                }
+                x
+            }
+        }
     }
 }
 
-/// Addressing of an operand staged as rows along k with 16-byte loads (A,
-/// or a transposed B): copy `u`'s row is `first + %{x}_r{u}`, inside when
-/// below `bound`; `%{x}p_{u}` is the quad index of that row's start plus
-/// the work item's column group.
+/// Addressing of an operand staged as rows along k with 16-byte loads:
+/// copy `u`'s row is `first + r_u`, inside when below `bound`, `stride`
+/// elements apart from `base`.
 fn rows_along_k(
-    x: &str,
-    slots: usize,
-    first: &str,
-    bound: &str,
-    stride: &str,
-    base: &str,
-) -> String {
-    let mut l = format!(
-        "  %{x}rsq = index.div {stride}, %cq : index\n  %{x}baseq = index.div {base}, %cq : index\n"
-    );
-    for u in 0..slots {
-        l += &format!(
-            "  %{x}gr_{u} = index.add {first}, %{x}_r{u} : index
-  %{x}okr_{u} = index.cmp ult, %{x}gr_{u}, {bound} : index
-  %{x}p0_{u} = index.madd %{x}gr_{u}, %{x}rsq, %{x}baseq : index
-  %{x}p_{u} = index.add %{x}p0_{u}, %{x}_g : index
-"
-        );
+    b: &mut Builder,
+    env: &Env,
+    place: &Place,
+    [first, bound, stride, base]: [Value<Index>; 4],
+) -> Addressing {
+    let rsq = b.div(stride, env.cq);
+    let baseq = b.div(base, env.cq);
+    let g = place.group().map_or(env.c0, |(g, _)| g);
+    let (mut okr, mut p) = (Vec::new(), Vec::new());
+    for &r in place.rows() {
+        let gr = b.add(first, r);
+        okr.push(b.cmp(IntPredicate::Ult, gr, bound));
+        let p0 = b.madd(gr, rsq, baseq);
+        p.push(b.add(p0, g));
     }
-    l
+    Addressing::AlongK { okr, p }
 }
 
-/// The 16-byte loads along k at `k0` of an operand set up by
-/// `rows_along_k`, into `%{x}x{s}_{u}` (zero outside the matrix and past
-/// the split).
-fn fetch_along_k(x: &str, slots: usize, s: &str, k0: &str) -> String {
-    let mut l = format!(
-        "    %{x}gk{s} = index.add {k0}, %{x}_col : index
-    %{x}okk{s} = index.cmp ult, %{x}gk{s}, %kend : index
-    %{x}kq{s} = index.div {k0}, %cq : index
-"
-    );
-    for u in 0..slots {
-        l += &format!(
-            "    %{x}ok{s}_{u} = scalar.andi %{x}okr_{u}, %{x}okk{s} : i1
-    %{x}x{s}_{u} = scf.if %{x}ok{s}_{u} -> (vector<4xu32>) {{
-      %{x}q{s}_{u} = index.add %{x}p_{u}, %{x}kq{s} : index
-      %{x}w{s}_{u} = index.mul %{x}q{s}_{u}, %c4 : index
-      %{x}v{s}_{u} = vector.load %{x}v[%{x}w{s}_{u}] : view<[%l{x}w]xu32> -> vector<4xu32>
-      scf.yield %{x}v{s}_{u} : vector<4xu32>
-    }} else {{
-      scf.yield %uz4 : vector<4xu32>
-    }}
-"
-        );
-    }
-    l
+/// The 16-byte loads along k at `k0` of an operand addressed by
+/// `rows_along_k` (zero outside the matrix and past the split).
+fn fetch_along_k(
+    b: &mut Builder,
+    env: &Env,
+    place: &Place,
+    (okr, p): (&[Value<Bool>], &[Value<Index>]),
+    view: Value<View>,
+    k0: Value<Index>,
+) -> Vec<Value<Num>> {
+    let col = place.group().map_or(env.c0, |(_, col)| col);
+    let gk = b.add(k0, col);
+    let okk = b.cmp(IntPredicate::Ult, gk, env.kend);
+    let kq = b.div(k0, env.cq);
+    okr.iter()
+        .zip(p)
+        .map(|(&okr, &pu)| {
+            let ok = b.and(okr, okk);
+            b.if_else(
+                ok,
+                |b| {
+                    let q = b.add(pu, kq);
+                    let w = b.mul(q, env.c4);
+                    vec![b.vector_load(view, &[w], 4)]
+                },
+                |_| vec![env.uz4],
+            )[0]
+        })
+        .collect()
 }

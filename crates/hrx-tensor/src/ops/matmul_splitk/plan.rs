@@ -1,9 +1,10 @@
 //! Planning a split-k matmul: whether the kernel applies, its shape
-//! (built in or forced by `HRX_SPLITK` for tuning) and how many splits of
-//! k it takes.
+//! (built in or forced by [`Tuning::splitk`](crate::ops::Tuning::splitk))
+//! and how many splits of k it takes.
 
 use super::{BN, COL_FRAGS, SplitK, TileLoad, tiles::Tile};
 use crate::DType;
+use crate::ops::SplitKShape;
 use crate::ops::matmul_gemv::{BLayout, BLoad, b_load};
 use hrx_core::Target;
 
@@ -22,53 +23,17 @@ const WANT_THREADS: usize = 256 * 128;
 /// this.
 const SCRATCH_SHARE: usize = 8;
 
-/// The kernel's shape apart from the matrix sizes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Shape {
-    /// Row groups: the subgroups are `groups x 4`, each multiplying
-    /// `mp / 16 / groups` row fragments by one column fragment.
-    groups: usize,
-    /// k rows staged per step.
-    bk: usize,
-    /// Splits of k; 0 picks them from the workgroups wanted.
-    splits: usize,
-    /// Whether the global loads of step t + 1 are issued before the
-    /// fragments of step t are multiplied.
-    prefetch: bool,
-}
-
 /// The built-in shape: four subgroups, each multiplying all `mp / 16` row
 /// fragments by its column fragment, 128-deep steps, the next step's
 /// loads issued before the current step's products. (Eight subgroups of
 /// two row fragments for 64 rows measured 74.5-75.0 TFLOP/s at 128-deep
 /// steps against 101-103 for four of four.)
-const BUILT_IN: Shape = Shape {
+const BUILT_IN: SplitKShape = SplitKShape {
     groups: 1,
     bk: 128,
     splits: 0,
     prefetch: true,
 };
-
-/// `HRX_SPLITK=groups,bk,splits,prefetch` (prefetch 0 or 1, splits 0 for
-/// automatic), read once: forces the shape for tuning on a device; ignored
-/// unless well-formed and valid for the matmul.
-fn forced_shape() -> Option<Shape> {
-    static FORCED: std::sync::OnceLock<Option<Shape>> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let text = std::env::var("HRX_SPLITK").ok()?;
-        let v: Vec<usize> = text
-            .split(',')
-            .map(|d| d.trim().parse().ok())
-            .collect::<Option<_>>()?;
-        let [groups, bk, splits, prefetch]: [usize; 4] = v.try_into().ok()?;
-        Some(Shape {
-            groups,
-            bk,
-            splits,
-            prefetch: prefetch != 0,
-        })
-    })
-}
 
 fn tile_load(layout: &BLayout) -> TileLoad {
     match b_load(DType::F16, layout) {
@@ -95,15 +60,17 @@ fn tile_load_b(layout: &BLayout, k: usize) -> TileLoad {
 /// `batch`, or `None` when the kernel does not apply: no 16x16x16 f16 ->
 /// f32 shape or a variable subgroup size (`coop` false), more than 64 rows,
 /// no k, loads that do not divide evenly among the work items, or a
-/// scratch beyond 32-bit indices.
+/// scratch beyond 32-bit indices. A `forced` shape that does not apply
+/// leaves the built-in one.
 pub(crate) fn splitk_plan(
     target: &Target,
+    forced: Option<SplitKShape>,
     coop: bool,
     dims: (usize, usize, usize, usize),
     a: &BLayout,
     b: &BLayout,
 ) -> Option<SplitK> {
-    forced_shape()
+    forced
         .and_then(|shape| plan_with(target, coop, dims, (a, b), shape))
         .or_else(|| plan_with(target, coop, dims, (a, b), BUILT_IN))
 }
@@ -113,13 +80,13 @@ fn plan_with(
     coop: bool,
     (m, n, k, batch): (usize, usize, usize, usize),
     (a, b): (&BLayout, &BLayout),
-    shape: Shape,
+    shape: SplitKShape,
 ) -> Option<SplitK> {
     let sg = target.subgroup_size_max as usize;
     if !coop || m == 0 || m > SPLITK_MAX_ROWS || k == 0 || n == 0 || batch == 0 || sg == 0 {
         return None;
     }
-    let Shape {
+    let SplitKShape {
         groups, bk, splits, ..
     } = shape;
     let mp = m.div_ceil(16) * 16;
@@ -227,6 +194,7 @@ mod tests {
     fn plan(m: usize, n: usize, k: usize, batch: usize) -> Option<SplitK> {
         splitk_plan(
             &Target::hopper(),
+            None,
             true,
             (m, n, k, batch),
             &layout(k, 1, k),
@@ -264,6 +232,7 @@ mod tests {
         // Transposed B (k contiguous), odd n: element loads along k.
         let p = splitk_plan(
             &t,
+            None,
             true,
             (20, 33, 50, 1),
             &layout(50, 1, 50),
@@ -272,6 +241,19 @@ mod tests {
         .unwrap();
         assert_eq!(p.a, TileLoad::Scalar { inner_fast: true });
         assert_eq!(p.b, TileLoad::Scalar { inner_fast: false });
+    }
+
+    /// A forced shape replaces the built-in one where it applies, and
+    /// leaves it where it does not (two row groups for 16 rows).
+    #[test]
+    fn forced_shapes_apply_where_they_fit() {
+        let t = Target::hopper();
+        let l = layout(4096, 1, 4096);
+        let forced = SplitKShape::new(2, 64, 3, false).unwrap();
+        let p = splitk_plan(&t, Some(forced), true, (32, 4096, 4096, 1), &l, &l).unwrap();
+        assert_eq!((p.groups, p.bk, p.splits, p.prefetch), (2, 64, 3, false));
+        let p = splitk_plan(&t, Some(forced), true, (16, 4096, 4096, 1), &l, &l).unwrap();
+        assert_eq!((p.groups, p.bk), (1, 128));
     }
 
     /// Every shape the tuning override can pick (row groups, step depth,
@@ -292,19 +274,14 @@ mod tests {
             for groups in [1, 2, 4] {
                 for bk in [32, 64, 128] {
                     for prefetch in [false, true] {
-                        let shape = Shape {
-                            groups,
-                            bk,
-                            splits: 0,
-                            prefetch,
-                        };
+                        let shape = SplitKShape::new(groups, bk, 0, prefetch).unwrap();
                         for (a, b) in [(&quad, &quad), (&odd, &tr)] {
                             let Some(p) = plan_with(&t, true, (m, 4096, 4096, 1), (a, b), shape)
                             else {
                                 continue;
                             };
                             compiler
-                                .module(&p.key(String::new(), "%x").source())
+                                .module(&p.key(None).source())
                                 .and_then(|module| {
                                     module.compile_uncached(&hrx_loom::Specialization::new(
                                         "@matmul_splitk",
@@ -324,8 +301,8 @@ mod tests {
     fn refused_where_it_does_not_apply() {
         let t = Target::hopper();
         let l = layout(64, 1, 64);
-        assert!(splitk_plan(&t, false, (16, 64, 64, 1), &l, &l).is_none());
-        assert!(splitk_plan(&t, true, (65, 64, 64, 1), &l, &l).is_none());
-        assert!(splitk_plan(&t, true, (16, 64, 0, 1), &l, &l).is_none());
+        assert!(splitk_plan(&t, None, false, (16, 64, 64, 1), &l, &l).is_none());
+        assert!(splitk_plan(&t, None, true, (65, 64, 64, 1), &l, &l).is_none());
+        assert!(splitk_plan(&t, None, true, (16, 64, 0, 1), &l, &l).is_none());
     }
 }

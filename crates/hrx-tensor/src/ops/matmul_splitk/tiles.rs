@@ -15,8 +15,12 @@
 //! views).
 
 use super::TileLoad;
+use super::source::Env;
+use crate::ops::matmul_tiled::pos;
 use crate::ops::rotation::QuadStores;
 pub(super) use crate::ops::rotation::Rotation;
+use hrx_loom::build::{Bool, Builder, Extent, Index, Num, Value, View};
+use hrx_loom::ir::{IntPredicate, Scalar};
 
 /// One operand's tile copy: `a` (rows of A by k) or `b` (k by columns of
 /// B), `rows x cols` halves with rows padded to `cols + 8`.
@@ -30,10 +34,58 @@ pub(super) struct Tile {
     pub(super) sg: usize,
 }
 
+/// A work item's fixed place in a tile copy, computed before the k loop.
+pub(super) enum Place {
+    /// 16-byte copies: the column group `g` and its first column, the
+    /// column of each store `j`, the conditional rotations when rotated,
+    /// and the tile row of each copy.
+    Quad {
+        g: Value<Index>,
+        col: Value<Index>,
+        cw: [Value<Index>; 4],
+        rot: Option<(Value<Bool>, Value<Bool>)>,
+        r: Vec<Value<Index>>,
+    },
+    /// Element copies: the tile row and column of each copy.
+    Elements {
+        r: Vec<Value<Index>>,
+        c: Vec<Value<Index>>,
+    },
+}
+
+impl Place {
+    /// The tile row of each copy.
+    pub(super) fn rows(&self) -> &[Value<Index>] {
+        match self {
+            Place::Quad { r, .. } | Place::Elements { r, .. } => r,
+        }
+    }
+
+    /// The tile column of each element copy (none for quads).
+    pub(super) fn cols(&self) -> &[Value<Index>] {
+        match self {
+            Place::Quad { .. } => &[],
+            Place::Elements { c, .. } => c,
+        }
+    }
+
+    /// The column group and its first column (quads).
+    pub(super) fn group(&self) -> Option<(Value<Index>, Value<Index>)> {
+        match self {
+            Place::Quad { g, col, .. } => Some((*g, *col)),
+            Place::Elements { .. } => None,
+        }
+    }
+}
+
 impl Tile {
-    /// The tile's view type.
-    pub(super) fn ty(&self) -> String {
-        format!("view<{}x{}xf16>", self.rows, self.cols + 8)
+    /// The tile's view dimensions (rows padded by 8 halves).
+    pub(super) fn dims(&self) -> [Extent; 2] {
+        [Extent::from(self.rows), Extent::from(self.cols + 8)]
+    }
+    /// Bytes of the tile.
+    pub(super) fn bytes(&self) -> usize {
+        self.rows * (self.cols + 8) * 2
     }
     fn per_load(&self) -> usize {
         if self.load == TileLoad::Quad { 8 } else { 1 }
@@ -79,141 +131,93 @@ impl Tile {
             .best([Rotation::None, Rotation::Row, Rotation::Group])
     }
 
-    /// Per-work-item lines before the k loop: tile row `%{x}_r{u}` of copy
-    /// `u`, and for quads the column group `%{x}_g`, its first column
-    /// `%{x}_col` and the column `%{x}_cw{j}` written by store `j`; for
-    /// elements the row and column `%{x}r_{u}`, `%{x}c_{u}` per copy.
-    pub(super) fn setup(&self) -> String {
-        let x = self.name;
-        let mut l = String::new();
+    /// The work item's place in the copy, before the k loop.
+    pub(super) fn setup(&self, b: &mut Builder, env: &Env) -> Place {
         if self.load != TileLoad::Quad {
+            let inner_fast = matches!(self.load, TileLoad::Scalar { inner_fast: true });
+            let (mut r, mut c) = (Vec::new(), Vec::new());
             for u in 0..self.slots() {
-                let inner_fast = matches!(self.load, TileLoad::Scalar { inner_fast: true });
-                l += &format!(
-                    "  %{x}e_{u}k = index.constant {} : index\n  %{x}e_{u} = index.add %tid, %{x}e_{u}k : index\n",
-                    u * self.threads
-                );
-                l += &pos(inner_fast, x, u, self.rows, self.cols);
+                let ek = b.index((u * self.threads) as u64);
+                let e = b.add(env.tid, ek);
+                let (ru, cu) = pos(b, e, inner_fast, (self.rows, self.cols));
+                r.push(ru);
+                c.push(cu);
             }
-            return l;
+            return Place::Elements { r, c };
         }
-        l += &format!(
-            "  %{x}_pr = index.constant {} : index
-  %{x}_rb = index.div %tid, %{x}_pr : index
-  %{x}_g = index.rem %tid, %{x}_pr : index
-  %{x}_col = index.mul %{x}_g, %cq : index
-",
-            self.per_row()
-        );
+        let pr = b.index(self.per_row() as u64);
+        let rb = b.div(env.tid, pr);
+        let g = b.rem(env.tid, pr);
+        let col = b.hint(&format!("{}_col", self.name)).mul(g, env.cq);
         let rot = self.rotation();
-        if rot == Rotation::None {
-            for j in 0..4 {
-                l += &format!("  %{x}_cw{j} = index.add %{x}_col, %ce{j} : index\n");
-            }
+        let (cw, rot) = if rot == Rotation::None {
+            (env.ce.map(|ce| b.add(col, ce)), None)
         } else {
+            // Store j writes word (j + s) % 4 of the copy.
             let s0 = match rot {
-                Rotation::Group => "index.div %tid, %cq".to_string(),
-                _ => format!("index.add %{x}_rb, %l0"),
+                Rotation::Group => b.div(env.tid, env.cq),
+                _ => b.add(rb, env.l[0]),
             };
-            l += &format!(
-                "  %{x}_s0 = {s0} : index
-  %{x}_s = index.rem %{x}_s0, %c4 : index
-  %{x}_s1 = index.rem %{x}_s, %ce1 : index
-  %{x}_rot1 = index.cmp uge, %{x}_s1, %l1 : index
-  %{x}_rot2 = index.cmp uge, %{x}_s, %ce1 : index
-"
-            );
-            for j in 0..4 {
-                l += &format!(
-                    "  %{x}_ej{j} = index.add %{x}_s, %l{j} : index
-  %{x}_e{j} = index.rem %{x}_ej{j}, %c4 : index
-  %{x}_dc{j} = index.mul %{x}_e{j}, %ce1 : index
-  %{x}_cw{j} = index.add %{x}_col, %{x}_dc{j} : index
-"
-                );
-            }
-        }
-        for u in 0..self.slots() {
-            l += &format!(
-                "  %{x}_dr{u} = index.constant {} : index
-  %{x}_r{u} = index.add %{x}_rb, %{x}_dr{u} : index
-",
-                u * self.threads / self.per_row()
-            );
-        }
-        l
+            let s = b.rem(s0, env.c4);
+            let s1 = b.rem(s, env.ce[1]);
+            let rot1 = b.cmp(IntPredicate::Uge, s1, env.l[1]);
+            let rot2 = b.cmp(IntPredicate::Uge, s, env.ce[1]);
+            let cw = env.l.map(|l| {
+                let ej = b.add(s, l);
+                let e = b.rem(ej, env.c4);
+                let dc = b.mul(e, env.ce[1]);
+                b.add(col, dc)
+            });
+            (cw, Some((rot1, rot2)))
+        };
+        let r = (0..self.slots())
+            .map(|u| {
+                let dr = b.index((u * self.threads / self.per_row()) as u64);
+                b.add(rb, dr)
+            })
+            .collect();
+        Place::Quad { g, col, cw, rot, r }
     }
 
-    /// Stores of the values `%{x}x{s}_{u}` loaded by a step into the tile.
-    pub(super) fn store(&self, s: &str) -> String {
-        let x = self.name;
-        let ty = self.ty();
-        let mut l = String::new();
-        if self.load != TileLoad::Quad {
-            for u in 0..self.slots() {
-                l += &format!(
-                    "    view.store %{x}x{s}_{u}, %t{x}[%{x}r_{u}, %{x}c_{u}] : f16, {ty}\n"
-                );
-            }
-            return l;
-        }
-        let rotated = self.rotation() != Rotation::None;
-        for u in 0..self.slots() {
-            let v = format!("%{x}x{s}_{u}");
-            for j in 0..4 {
-                l += &format!(
-                    "    %{x}{s}u_{u}_{j} = vector.extract {v}, %l{j} : vector<4xu32> -> u32\n"
-                );
-            }
-            let word = if rotated {
-                // Word (j + s) % 4 by two conditional rotations (by 1, by 2).
-                for j in 0..4 {
-                    l += &format!(
-                        "    %{x}{s}v_{u}_{j} = scalar.select %{x}_rot1, %{x}{s}u_{u}_{}, %{x}{s}u_{u}_{j} : u32\n",
-                        (j + 1) % 4
-                    );
+    /// Stores of the values `x` one step loaded into the tile `tile`.
+    pub(super) fn store(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        place: &Place,
+        tile: Value<View>,
+        x: &[Value<Num>],
+    ) {
+        match place {
+            Place::Elements { r, c } => {
+                for ((&xu, &ru), &cu) in x.iter().zip(r).zip(c) {
+                    b.store(xu, tile, &[ru, cu]);
                 }
-                for j in 0..4 {
-                    l += &format!(
-                        "    %{x}{s}y_{u}_{j} = scalar.select %{x}_rot2, %{x}{s}v_{u}_{}, %{x}{s}v_{u}_{j} : u32\n",
-                        (j + 2) % 4
-                    );
+            }
+            Place::Quad { cw, rot, r, .. } => {
+                for (&xu, &ru) in x.iter().zip(r) {
+                    let u = env.l.map(|l| b.extract(xu, l));
+                    // Word (j + s) % 4 by two conditional rotations (by 1,
+                    // by 2).
+                    let words = match rot {
+                        Some((rot1, rot2)) => {
+                            let v: Vec<_> = (0..4)
+                                .map(|j| b.select(*rot1, u[(j + 1) % 4], u[j]))
+                                .collect();
+                            (0..4)
+                                .map(|j| b.select(*rot2, v[(j + 2) % 4], v[j]))
+                                .collect::<Vec<_>>()
+                        }
+                        None => u.to_vec(),
+                    };
+                    for (j, &w) in words.iter().enumerate() {
+                        let f = b.unpackf16(w);
+                        let h = b.truncf(f, Scalar::F16);
+                        b.vector_store(h, tile, &[ru, cw[j]]);
+                    }
                 }
-                "y"
-            } else {
-                "u"
-            };
-            for j in 0..4 {
-                l += &format!(
-                    "    %{x}{s}f_{u}_{j} = vector.unpackf16 %{x}{s}{word}_{u}_{j} : u32 -> vector<2xf32>
-    %{x}{s}h_{u}_{j} = scalar.truncf %{x}{s}f_{u}_{j} : vector<2xf32> -> vector<2xf16>
-    vector.store %{x}{s}h_{u}_{j}, %t{x}[%{x}_r{u}, %{x}_cw{j}] : vector<2xf16>, {ty}
-"
-                );
             }
         }
-        l
-    }
-}
-
-/// Lines mapping element copy `%{p}e_{u}` to tile row `%{p}r_{u}` and
-/// column `%{p}c_{u}` of a `rows x cols` tile: consecutive copies along
-/// the columns when `inner_fast`.
-fn pos(inner_fast: bool, p: &str, u: usize, rows: usize, cols: usize) -> String {
-    if inner_fast {
-        format!(
-            "  %{p}d_{u} = index.constant {cols} : index
-  %{p}r_{u} = index.div %{p}e_{u}, %{p}d_{u} : index
-  %{p}c_{u} = index.rem %{p}e_{u}, %{p}d_{u} : index
-"
-        )
-    } else {
-        format!(
-            "  %{p}d_{u} = index.constant {rows} : index
-  %{p}r_{u} = index.rem %{p}e_{u}, %{p}d_{u} : index
-  %{p}c_{u} = index.div %{p}e_{u}, %{p}d_{u} : index
-"
-        )
     }
 }
 

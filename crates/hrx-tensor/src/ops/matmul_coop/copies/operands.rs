@@ -1,8 +1,36 @@
 //! The wide copies of A and B: where each work item's 16-byte groups lie
 //! in its matrix, and how a k step moves them.
 
-use super::{Copies, wide::Wide};
+use super::Env;
+use super::wide::{Place, Wide};
 use crate::ops::matmul_coop::CoopTiles;
+use hrx_loom::build::{Bool, Builder, Index, Num, Value, View};
+use hrx_loom::ir::IntPredicate;
+
+/// How a k step moves a wide copy.
+enum Along {
+    /// Tile rows are rows of the operand, groups run along k: the word
+    /// offset of a step is `step * kw`, the bound is on the group's k.
+    K,
+    /// Tile rows are k, groups run along n: each copy's k is bounded.
+    N,
+}
+
+/// One operand's wide copy, set up before the k loop.
+pub(crate) struct WideCopy {
+    wide: Wide,
+    along: Along,
+    place: Place,
+    /// Whether each copy's row (and, along n, column group) lies in the
+    /// matrix and the tile.
+    okt: Vec<Value<Bool>>,
+    /// Each copy's word index at k = 0.
+    w: Vec<Value<Index>>,
+    /// Words one k step moves.
+    kw: Value<Index>,
+    view: Value<View>,
+    tile: Value<View>,
+}
 
 impl CoopTiles {
     pub(super) fn wide_a(&self) -> Wide {
@@ -10,7 +38,6 @@ impl CoopTiles {
             name: "a",
             rows: self.bm,
             cols: self.bk,
-            tile: self.tile_a(),
             pitch: self.pa(),
             threads: self.threads(),
             sg: self.sg,
@@ -23,7 +50,6 @@ impl CoopTiles {
             name: "b",
             rows: self.bn,
             cols: self.bk,
-            tile: self.tile_bt(),
             pitch: self.pbt(),
             threads: self.threads(),
             sg: self.sg,
@@ -34,117 +60,130 @@ impl CoopTiles {
             name: "b",
             rows: self.bk,
             cols: self.bn,
-            tile: self.tile_b(),
             pitch: self.pb(),
             threads: self.threads(),
             sg: self.sg,
         }
     }
 
-    /// A: tile rows are rows of A (`%row0 + r`), groups run along k.
-    pub(super) fn wide_a_copies(&self, c: &mut Copies) {
-        self.rows_along_k(c, &self.wide_a(), ["%row0", "%m", "%sam", "%basea"]);
+    /// A: tile rows are rows of A (`row0 + r`), groups run along k.
+    pub(super) fn wide_a_copy(&self, b: &mut Builder, env: &Env, kw: Value<Index>) -> WideCopy {
+        let rows = [env.row0, env.m, env.sam, env.basea];
+        rows_along_k(b, env, self.wide_a(), rows, (kw, env.av, env.ta))
     }
 
     /// A transposed B (contiguous along k): tile rows are columns of B
-    /// (`%col0 + r`), groups run along k, as for A.
-    pub(super) fn wide_bt_copies(&self, c: &mut Copies) {
-        self.rows_along_k(c, &self.wide_bt(), ["%col0", "%n", "%sbn", "%baseb"]);
+    /// (`col0 + r`), groups run along k, as for A.
+    pub(super) fn wide_bt_copy(&self, b: &mut Builder, env: &Env, kw: Value<Index>) -> WideCopy {
+        let rows = [env.col0, env.n, env.sbn, env.baseb];
+        rows_along_k(b, env, self.wide_bt(), rows, (kw, env.bv, env.tb))
     }
 
-    /// Wide copies of an operand staged as rows along k: tile row `r` is
-    /// row `first + r` of the operand (inside when below `bound`, `stride`
-    /// elements apart from `base`). The word index of copy `i` at k step
-    /// `t` is its word at k = 0 plus `t * BK / 2`.
-    fn rows_along_k(&self, c: &mut Copies, w: &Wide, [first, bound, stride, base]: [&str; 4]) {
-        let x = w.name;
-        c.views += &format!(
-            "  %l{x}w = index.div %l{x}, %c2 : index
-  %{x}v = buffer.view %{x}[%zero] : buffer -> view<[%l{x}w]xu32>
-  %w{x}_kw = index.constant {} : index
-",
-            self.bk / 2
-        );
-        c.setup += &w.setup();
-        let mut okt = Vec::new();
-        for i in 0..w.count() {
-            let (lines, ok) = w.inside(i, &format!("%w{x}_okt{i}"), &format!("%w{x}_okr{i}"));
-            okt.push(ok);
-            c.setup += &format!(
-                "  %w{x}_gr{i} = index.add {first}, %w{x}_r{i} : index
-  %w{x}_okr{i} = index.cmp ult, %w{x}_gr{i}, {bound} : index
-{lines}  %w{x}_p{i} = index.madd %w{x}_gr{i}, {stride}, {base} : index
-  %w{x}_h{i} = index.add %w{x}_p{i}, %w{x}_col : index
-  %w{x}_q{i} = index.div %w{x}_h{i}, %c8 : index
-  %w{x}_w{i} = index.mul %w{x}_q{i}, %c4 : index
-"
-            );
-        }
-        let fetch = |s: &str, k0: &str, step: &str| {
-            let mut l = format!(
-                "    %x{x}{s}_gk = index.add {k0}, %w{x}_col : index
-    %x{x}{s}_okk = index.cmp ult, %x{x}{s}_gk, %k : index
-    %x{x}{s}_kw = index.mul {step}, %w{x}_kw : index
-"
-            );
-            for (i, ok) in okt.iter().enumerate() {
-                l += &format!(
-                    "    %x{x}{s}_ok{i} = scalar.andi {ok}, %x{x}{s}_okk : i1
-    %x{x}{s}_w{i} = index.add %w{x}_w{i}, %x{x}{s}_kw : index
-"
-                );
-            }
-            l + &w.fetch(s, |i| format!("%x{x}{s}_w{i}"))
-        };
-        c.prologue += &(fetch("p", "%k0", "%c0") + &w.store("p"));
-        c.prefetch += &fetch("l", "%kn", "%t1");
-        c.stage += &w.store("l");
-    }
-
-    /// B: tile rows are k (`%k0 + r`), groups run along n. One k step
+    /// B: tile rows are k (`k0 + r`), groups run along n. One k step
     /// moves every copy by `BK * sbk / 2` words.
-    pub(super) fn wide_b_copies(&self, c: &mut Copies) {
-        let wb = self.wide_b();
-        c.views += "  %lbw = index.div %lb, %c2 : index
-  %bv = buffer.view %b[%zero] : buffer -> view<[%lbw]xu32>
-";
-        c.setup += &wb.setup();
-        c.setup += &format!(
-            "  %wb_gc = index.add %col0, %wb_col : index
-  %wb_okc = index.cmp ult, %wb_gc, %n : index
-  %wb_pc = index.add %baseb, %wb_gc : index
-  %wb_s8 = index.div %sbk, %c8 : index
-  %wb_kc = index.constant {} : index
-  %wb_kw = index.mul %wb_s8, %wb_kc : index
-",
-            self.bk * 4
-        );
+    pub(super) fn wide_b_copy(&self, b: &mut Builder, env: &Env) -> WideCopy {
+        let c = &env.c;
+        let wide = self.wide_b();
+        let place = wide.setup(b, env);
+        let gc = b.add(env.col0, place.col);
+        let okc = b.cmp(IntPredicate::Ult, gc, env.n);
+        let pc = b.add(env.baseb, gc);
+        let s8 = b.div(env.sbk, c.c8);
+        let kc = b.index(self.bk as u64 * 4);
+        let kw = b.mul(s8, kc);
         let mut okt = Vec::new();
-        for i in 0..wb.count() {
-            let (lines, ok) = wb.inside(i, &format!("%wb_okt{i}"), "%wb_okc");
-            okt.push(ok);
-            c.setup += &format!(
-                "{lines}  %wb_h{i} = index.madd %wb_r{i}, %sbk, %wb_pc : index
-  %wb_q{i} = index.div %wb_h{i}, %c8 : index
-  %wb_w{i} = index.mul %wb_q{i}, %c4 : index
-"
-            );
+        let mut w = Vec::new();
+        for i in 0..wide.count() {
+            okt.push(wide.narrow(b, &place, i, okc));
+            let h = b.madd(place.r[i], env.sbk, pc);
+            let q = b.div(h, c.c8);
+            w.push(b.mul(q, c.c4));
         }
-        let fetch = |s: &str, k0: &str, step: &str| {
-            let mut l = format!("    %xb{s}_kw = index.mul {step}, %wb_kw : index\n");
-            for (i, ok) in okt.iter().enumerate() {
-                l += &format!(
-                    "    %xb{s}_gk{i} = index.add {k0}, %wb_r{i} : index
-    %xb{s}_okk{i} = index.cmp ult, %xb{s}_gk{i}, %k : index
-    %xb{s}_ok{i} = scalar.andi {ok}, %xb{s}_okk{i} : i1
-    %xb{s}_w{i} = index.add %wb_w{i}, %xb{s}_kw : index
-"
-                );
+        WideCopy {
+            wide,
+            along: Along::N,
+            place,
+            okt,
+            w,
+            kw,
+            view: env.bv,
+            tile: env.tb,
+        }
+    }
+}
+
+/// Wide copies of an operand staged as rows along k: tile row `r` is row
+/// `first + r` of the operand (inside when below `bound`, `stride`
+/// elements apart from `base`). The word index of copy `i` at k step `t`
+/// is its word at k = 0 plus `t * BK / 2`.
+fn rows_along_k(
+    b: &mut Builder,
+    env: &Env,
+    wide: Wide,
+    [first, bound, stride, base]: [Value<Index>; 4],
+    (kw, view, tile): (Value<Index>, Value<View>, Value<View>),
+) -> WideCopy {
+    let c = &env.c;
+    let place = wide.setup(b, env);
+    let mut okt = Vec::new();
+    let mut w = Vec::new();
+    for i in 0..wide.count() {
+        let gr = b.add(first, place.r[i]);
+        let okr = b.cmp(IntPredicate::Ult, gr, bound);
+        okt.push(wide.narrow(b, &place, i, okr));
+        let p = b.madd(gr, stride, base);
+        let h = b.add(p, place.col);
+        let q = b.div(h, c.c8);
+        w.push(b.mul(q, c.c4));
+    }
+    WideCopy {
+        wide,
+        along: Along::K,
+        place,
+        okt,
+        w,
+        kw,
+        view,
+        tile,
+    }
+}
+
+impl WideCopy {
+    /// The loads of the tile at `k0` (step `step`).
+    pub(super) fn fetch(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        k0: Value<Index>,
+        step: Value<Index>,
+    ) -> Vec<Value<Num>> {
+        let mut ok = Vec::new();
+        let mut word = Vec::new();
+        match self.along {
+            Along::K => {
+                let gk = b.add(k0, self.place.col);
+                let okk = b.cmp(IntPredicate::Ult, gk, env.k);
+                let kw = b.mul(step, self.kw);
+                for (&okt, &w) in self.okt.iter().zip(&self.w) {
+                    ok.push(b.and(okt, okk));
+                    word.push(b.add(w, kw));
+                }
             }
-            l + &wb.fetch(s, |i| format!("%xb{s}_w{i}"))
-        };
-        c.prologue += &(fetch("p", "%k0", "%c0") + &wb.store("p"));
-        c.prefetch += &fetch("l", "%kn", "%t1");
-        c.stage += &wb.store("l");
+            Along::N => {
+                let kw = b.mul(step, self.kw);
+                for ((&okt, &w), &r) in self.okt.iter().zip(&self.w).zip(&self.place.r) {
+                    let gk = b.add(k0, r);
+                    let okk = b.cmp(IntPredicate::Ult, gk, env.k);
+                    ok.push(b.and(okt, okk));
+                    word.push(b.add(w, kw));
+                }
+            }
+        }
+        self.wide.fetch(b, env, self.view, &ok, &word)
+    }
+
+    /// The quads `x` into the tile.
+    pub(super) fn store(&self, b: &mut Builder, env: &Env, x: &[Value<Num>]) {
+        self.wide.store(b, env, &self.place, self.tile, x);
     }
 }

@@ -14,11 +14,20 @@ fn hopper_tilings() -> Vec<(String, CoopTiles)> {
         .into_iter()
         .map(|m| (format!("m={m}"), coop_tiles(&target, m).unwrap()))
         .collect();
-    let wide = coop_tiles_for(&target, 8192, 8192, 1).unwrap();
+    let wide = coop_tiles_for(&target, None, 8192, 8192, 1).unwrap();
     assert_eq!((wide.bm, wide.bn, wide.bk), (128, 256, 32));
     assert!(all.iter().all(|(_, t)| *t != wide));
     all.push(("m=n=8192".into(), wide));
     all
+}
+
+/// The built-in tilings obey the rules a forced one is checked against.
+#[test]
+fn built_in_tilings_are_valid_tunings() {
+    for (name, t) in hopper_tilings() {
+        crate::ops::CoopTiling::new(t.bm, t.bn, t.bk, t.sgm, t.sgn)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }
 
 /// Every mix of wide and element copies (B wide along n or, transposed,
@@ -37,7 +46,7 @@ fn every_copy_layout_compiles_for_hopper() {
                 wide_b: bits & 8 != 0,
                 wide_bt: bits & 16 != 0,
             });
-            let src = tiles.source(layout, String::new(), "%x");
+            let src = tiles.source(layout, None);
             // Only an n-major tile of B is read column-major.
             assert_eq!(
                 src.contains("coop.load<col_major>"),

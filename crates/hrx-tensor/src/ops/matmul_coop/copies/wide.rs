@@ -2,22 +2,36 @@
 //! loads of a step and their stores into the f16 tile, two halves per
 //! word, in the order its rotation (see `Rotation`) picks.
 
+use super::Env;
 use super::rotation::Rotation;
+use hrx_loom::build::{Bool, Builder, Index, Num, Value, View};
+use hrx_loom::ir::{IntPredicate, Scalar};
 
 /// One operand's wide copy: a tile of `rows` x `cols` halves with the
 /// contiguous axis along `cols`, 8 halves per copy.
 pub(super) struct Wide {
-    /// `a` or `b`: the operand's name in the template (`%av`, `%ta`, ...).
+    /// `a` or `b`: the operand's name (in value names and messages).
     pub(super) name: &'static str,
     pub(super) rows: usize,
     pub(super) cols: usize,
-    /// The tile's view type.
-    pub(super) tile: String,
     /// Halves per tile row (the padded row length).
     pub(super) pitch: usize,
     pub(super) threads: usize,
     /// Invocations per subgroup (the work items that store together).
     pub(super) sg: usize,
+}
+
+/// A work item's fixed place in a wide copy, computed before the k loop.
+pub(super) struct Place {
+    /// Its column group's first column.
+    pub(super) col: Value<Index>,
+    /// The tile column of each store `j` (word `(j + s) % 4`).
+    cw: [Value<Index>; 4],
+    /// The conditional rotations by 1 and by 2 words, when rotated.
+    rot: Option<(Value<Bool>, Value<Bool>)>,
+    /// The tile row of copy `i`, and whether it lies in the tile.
+    pub(super) r: Vec<Value<Index>>,
+    pub(super) inside: Vec<Value<Bool>>,
 }
 
 impl Wide {
@@ -37,151 +51,131 @@ impl Wide {
         !(self.rows * self.per_row()).is_multiple_of(self.threads)
     }
 
-    /// Per work item: its first tile row, its column group `%w{x}_col`
-    /// (and `%w{x}_cw{j}`, the column of word `j`), the tile row of copy
-    /// `i`, `%w{x}_r{i}`, and `%w{x}_in{i}` when it may lie past the tile.
-    pub(super) fn setup(&self) -> String {
-        let x = self.name;
-        let mut l = format!(
-            "  %w{x}_pr = index.constant {} : index
-  %w{x}_rb = index.div %tid, %w{x}_pr : index
-  %w{x}_g = index.rem %tid, %w{x}_pr : index
-  %w{x}_col = index.mul %w{x}_g, %c8 : index
-  %w{x}_rows = index.constant {} : index
-",
-            self.per_row(),
-            self.rows
-        );
+    /// The work item's place: first tile row and column group, the column
+    /// of each store, the tile row of each copy and whether it lies in
+    /// the tile.
+    pub(super) fn setup(&self, b: &mut Builder, env: &Env) -> Place {
+        let c = &env.c;
+        let pr = b.index(self.per_row() as u64);
+        let rb = b.div(env.tid, pr);
+        let g = b.rem(env.tid, pr);
+        let col = b.hint(&format!("w{}_col", self.name)).mul(g, c.c8);
+        let rows = b.index(self.rows as u64);
         let rot = self.rotation();
-        if rot == Rotation::None {
-            for j in 0..4 {
-                l += &format!(
-                    "  %w{x}_dc{j} = index.constant {} : index
-  %w{x}_cw{j} = index.add %w{x}_col, %w{x}_dc{j} : index
-",
-                    2 * j
-                );
-            }
+        let (cw, rot) = if rot == Rotation::None {
+            let cw = [0, 1, 2, 3].map(|j| {
+                let dc = b.index(2 * j);
+                b.add(col, dc)
+            });
+            (cw, None)
         } else {
             // Store j writes word (j + s) % 4 of the copy: its column here,
             // its value picked by `store` from the two bits of s.
             let s0 = if rot == Rotation::Group {
-                format!("  %w{x}_s0 = index.div %tid, %c8 : index\n")
+                b.div(env.tid, c.c8)
             } else {
-                format!("  %w{x}_s0 = index.add %w{x}_rb, %c0 : index\n")
+                b.add(rb, c.c0)
             };
-            l += &s0;
-            l += &format!(
-                "  %w{x}_s = index.rem %w{x}_s0, %c4 : index
-  %w{x}_s1 = index.rem %w{x}_s, %c2 : index
-  %w{x}_rot1 = index.cmp uge, %w{x}_s1, %c1 : index
-  %w{x}_rot2 = index.cmp uge, %w{x}_s, %c2 : index
-"
-            );
-            for j in 0..4 {
-                l += &format!(
-                    "  %w{x}_dj{j} = index.constant {j} : index
-  %w{x}_ej{j} = index.add %w{x}_s, %w{x}_dj{j} : index
-  %w{x}_e{j} = index.rem %w{x}_ej{j}, %c4 : index
-  %w{x}_dc{j} = index.mul %w{x}_e{j}, %c2 : index
-  %w{x}_cw{j} = index.add %w{x}_col, %w{x}_dc{j} : index
-"
-                );
-            }
-        }
+            let s = b.rem(s0, c.c4);
+            let s1 = b.rem(s, c.c2);
+            let rot1 = b.cmp(IntPredicate::Uge, s1, c.c1);
+            let rot2 = b.cmp(IntPredicate::Uge, s, c.c2);
+            let cw = [0, 1, 2, 3].map(|j| {
+                let dj = b.index(j);
+                let ej = b.add(s, dj);
+                let e = b.rem(ej, c.c4);
+                let dc = b.mul(e, c.c2);
+                b.add(col, dc)
+            });
+            (cw, Some((rot1, rot2)))
+        };
+        let mut r = Vec::new();
+        let mut inside = Vec::new();
         for i in 0..self.count() {
-            l += &format!(
-                "  %w{x}_dr{i} = index.constant {} : index
-  %w{x}_r{i} = index.add %w{x}_rb, %w{x}_dr{i} : index
-  %w{x}_in{i} = index.cmp ult, %w{x}_r{i}, %w{x}_rows : index
-",
-                i * self.threads / self.per_row()
-            );
+            let dr = b.index((i * self.threads / self.per_row()) as u64);
+            let ri = b.add(rb, dr);
+            inside.push(b.cmp(IntPredicate::Ult, ri, rows));
+            r.push(ri);
         }
-        l
+        Place {
+            col,
+            cw,
+            rot,
+            r,
+            inside,
+        }
     }
 
-    /// `ok` narrowed to copy `i` lying in the tile: lines defining `def`
-    /// when some copies may lie past it, and the name to use.
-    pub(super) fn inside(&self, i: usize, def: &str, ok: &str) -> (String, String) {
+    /// `ok` narrowed to copy `i` lying in the tile, where some copies may
+    /// lie past it.
+    pub(super) fn narrow(
+        &self,
+        b: &mut Builder,
+        place: &Place,
+        i: usize,
+        ok: Value<Bool>,
+    ) -> Value<Bool> {
         if self.ragged() {
-            let line = format!("  {def} = scalar.andi {ok}, %w{}_in{i} : i1\n", self.name);
-            (line, def.to_string())
+            b.and(ok, place.inside[i])
         } else {
-            (String::new(), ok.to_string())
+            ok
         }
     }
 
-    /// Loads of one tile into `%x{x}{s}_{i}` (zeros outside the matrix):
-    /// `%x{x}{s}_ok{i}` must say copy `i` is inside and `word(i)` name its
-    /// word index, a multiple of 4.
-    pub(super) fn fetch(&self, s: &str, word: impl Fn(usize) -> String) -> String {
-        let x = self.name;
-        let mut l = String::new();
-        for i in 0..self.count() {
-            l += &format!(
-                "    %x{x}{s}_{i} = scf.if %x{x}{s}_ok{i} -> (vector<4xu32>) {{
-      %x{x}{s}_v{i} = vector.load %{x}v[{w}] : view<[%l{x}w]xu32> -> vector<4xu32>
-      scf.yield %x{x}{s}_v{i} : vector<4xu32>
-    }} else {{
-      scf.yield %zq : vector<4xu32>
-    }}
-",
-                w = word(i)
-            );
-        }
-        l
+    /// The 16-byte loads of one tile (zeros where `ok[i]` is false) at
+    /// word indices `word[i]`.
+    pub(super) fn fetch(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        view: Value<View>,
+        ok: &[Value<Bool>],
+        word: &[Value<Index>],
+    ) -> Vec<Value<Num>> {
+        ok.iter()
+            .zip(word)
+            .map(|(&ok, &w)| {
+                b.if_else(ok, |b| vec![b.vector_load(view, &[w], 4)], |_| vec![env.zq])[0]
+            })
+            .collect()
     }
 
-    /// Stores of `%x{x}{s}_{i}` into the f16 tile, two halves per word.
-    pub(super) fn store(&self, s: &str) -> String {
-        let x = self.name;
-        let tile = &self.tile;
-        let mut l = String::new();
-        let rotated = self.rotation() != Rotation::None;
-        for i in 0..self.count() {
-            let mut body = String::new();
-            for j in 0..4 {
-                body += &format!(
-                    "      %u{x}{s}_{i}_{j} = vector.extract %x{x}{s}_{i}, %cq{j} : vector<4xu32> -> u32\n"
-                );
-            }
-            // Word (j + s) % 4 by two conditional rotations (by 1, by 2).
-            for j in 0..4 {
-                body += &if rotated {
-                    format!(
-                        "      %v{x}{s}_{i}_{j} = scalar.select %w{x}_rot1, %u{x}{s}_{i}_{}, %u{x}{s}_{i}_{j} : u32\n",
-                        (j + 1) % 4
-                    )
-                } else {
-                    String::new()
+    /// Stores of the loaded quads `x` into the f16 tile `tile`, two halves
+    /// per word.
+    pub(super) fn store(
+        &self,
+        b: &mut Builder,
+        env: &Env,
+        place: &Place,
+        tile: Value<View>,
+        x: &[Value<Num>],
+    ) {
+        for (i, &xi) in x.iter().enumerate() {
+            let body = |b: &mut Builder| {
+                let u = env.c.cq.map(|q| b.extract(xi, q));
+                // Word (j + s) % 4 by two conditional rotations (by 1, by 2).
+                let words = match place.rot {
+                    Some((rot1, rot2)) => {
+                        let v: Vec<_> = (0..4)
+                            .map(|j| b.select(rot1, u[(j + 1) % 4], u[j]))
+                            .collect();
+                        (0..4)
+                            .map(|j| b.select(rot2, v[(j + 2) % 4], v[j]))
+                            .collect::<Vec<_>>()
+                    }
+                    None => u.to_vec(),
                 };
-            }
-            for j in 0..4 {
-                body += &if rotated {
-                    format!(
-                        "      %y{x}{s}_{i}_{j} = scalar.select %w{x}_rot2, %v{x}{s}_{i}_{}, %v{x}{s}_{i}_{j} : u32\n",
-                        (j + 2) % 4
-                    )
-                } else {
-                    String::new()
-                };
-            }
-            let word = if rotated { "y" } else { "u" };
-            for j in 0..4 {
-                body += &format!(
-                    "      %f{x}{s}_{i}_{j} = vector.unpackf16 %{word}{x}{s}_{i}_{j} : u32 -> vector<2xf32>
-      %h{x}{s}_{i}_{j} = scalar.truncf %f{x}{s}_{i}_{j} : vector<2xf32> -> vector<2xf16>
-      vector.store %h{x}{s}_{i}_{j}, %t{x}[%w{x}_r{i}, %w{x}_cw{j}] : vector<2xf16>, {tile}
-"
-                );
-            }
-            l += &if self.ragged() {
-                format!("    scf.if %w{x}_in{i} {{\n{body}    }}\n")
-            } else {
-                body
+                for (j, &w) in words.iter().enumerate() {
+                    let f = b.unpackf16(w);
+                    let h = b.truncf(f, Scalar::F16);
+                    b.vector_store(h, tile, &[place.r[i], place.cw[j]]);
+                }
             };
+            if self.ragged() {
+                b.if_(place.inside[i], body);
+            } else {
+                body(b);
+            }
         }
-        l
     }
 }

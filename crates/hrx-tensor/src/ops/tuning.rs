@@ -1,0 +1,178 @@
+//! Typed tuning of the tensor-core matmul kernels: shapes a tuning run
+//! forces instead of the built-in choices, given to
+//! [`Ops::with_tuning`](super::Ops::with_tuning).
+//!
+//! The library never reads the environment; a benchmark that takes the
+//! shapes from variables parses them with [`Tuning::parse`] and reports a
+//! malformed or invalid value as an error. A forced shape that is valid
+//! but does not apply to a particular matmul (its workgroup or workgroup
+//! memory does not fit the device, its row groups do not divide that
+//! matmul's rows) leaves that matmul on the built-in choice.
+
+use hrx_core::{Error, Result};
+use std::str::FromStr;
+
+/// Shapes forced on the matmul kernels; the default forces none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// The tiling of the cooperative-matrix kernel (matmuls of more than
+    /// 64 rows).
+    pub coop_tiles: Option<CoopTiling>,
+    /// The shape of the split-k cooperative-matrix kernel.
+    pub splitk: Option<SplitKShape>,
+}
+
+impl Tuning {
+    /// The tuning given as text, each part optional: `coop_tiles` as
+    /// `bm,bn,bk,sgm,sgn` ([`CoopTiling`]), `splitk` as
+    /// `groups,bk,splits,prefetch` ([`SplitKShape`]).
+    pub fn parse(coop_tiles: Option<&str>, splitk: Option<&str>) -> Result<Tuning> {
+        Ok(Tuning {
+            coop_tiles: coop_tiles.map(str::parse).transpose()?,
+            splitk: splitk.map(str::parse).transpose()?,
+        })
+    }
+}
+
+/// `N` comma-separated unsigned integers.
+fn numbers<const N: usize>(what: &str, form: &str, text: &str) -> Result<[usize; N]> {
+    let bad = || Error::Message(format!("{what} `{text}`: expected {form}"));
+    let values: Vec<usize> = text
+        .split(',')
+        .map(|d| d.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_>>()?;
+    values.try_into().map_err(|_| bad())
+}
+
+/// A tiling of the cooperative-matrix matmul kernel: `bm x bn` output
+/// tiles, k steps of `bk`, `sgm x sgn` subgroups each owning whole 16x16
+/// fragments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopTiling {
+    dims: [usize; 5],
+}
+
+impl CoopTiling {
+    /// The tiling, checked: `sgm` and `sgn` in 1..=32, `bk` in 1..=256 and
+    /// a multiple of 16, `bm` and `bn` in 1..=1024 and multiples of
+    /// `16 * sgm` and `16 * sgn` (so every subgroup gets whole fragments
+    /// and no index arithmetic overflows).
+    pub fn new(bm: usize, bn: usize, bk: usize, sgm: usize, sgn: usize) -> Result<CoopTiling> {
+        let ok = (1..=32).contains(&sgm)
+            && (1..=32).contains(&sgn)
+            && (1..=256).contains(&bk)
+            && (1..=1024).contains(&bm)
+            && (1..=1024).contains(&bn)
+            && bm.is_multiple_of(16 * sgm)
+            && bn.is_multiple_of(16 * sgn)
+            && bk.is_multiple_of(16);
+        if !ok {
+            return Err(Error::Message(format!(
+                "cooperative-matrix tiling {bm},{bn},{bk},{sgm},{sgn}: needs sgm, sgn in 1..=32, \
+                 bk in 16..=256 a multiple of 16, bm and bn up to 1024 and multiples of 16 * sgm \
+                 and 16 * sgn"
+            )));
+        }
+        Ok(CoopTiling {
+            dims: [bm, bn, bk, sgm, sgn],
+        })
+    }
+
+    /// `[bm, bn, bk, sgm, sgn]`.
+    pub fn dims(&self) -> [usize; 5] {
+        self.dims
+    }
+}
+
+impl FromStr for CoopTiling {
+    type Err = Error;
+
+    /// `bm,bn,bk,sgm,sgn`.
+    fn from_str(text: &str) -> Result<CoopTiling> {
+        let [bm, bn, bk, sgm, sgn] =
+            numbers("cooperative-matrix tiling", "bm,bn,bk,sgm,sgn", text)?;
+        CoopTiling::new(bm, bn, bk, sgm, sgn)
+    }
+}
+
+/// A shape of the split-k matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SplitKShape {
+    /// Row groups: the subgroups are `groups x 4`.
+    pub(crate) groups: usize,
+    /// k rows staged per step.
+    pub(crate) bk: usize,
+    /// Splits of k; 0 picks them from the workgroups wanted.
+    pub(crate) splits: usize,
+    /// Whether the next step's global loads are issued before the current
+    /// step's products.
+    pub(crate) prefetch: bool,
+}
+
+impl SplitKShape {
+    /// The shape, checked: `groups` in 1..=4 (at most one per 16 of the
+    /// kernel's 64 rows), `bk` in 16..=256 a multiple of 16, `splits` up
+    /// to 4096.
+    pub fn new(groups: usize, bk: usize, splits: usize, prefetch: bool) -> Result<SplitKShape> {
+        if !(1..=4).contains(&groups)
+            || !(16..=256).contains(&bk)
+            || !bk.is_multiple_of(16)
+            || splits > 4096
+        {
+            return Err(Error::Message(format!(
+                "split-k shape {groups},{bk},{splits}: needs groups in 1..=4, bk in 16..=256 a \
+                 multiple of 16, splits up to 4096 (0 for automatic)"
+            )));
+        }
+        Ok(SplitKShape {
+            groups,
+            bk,
+            splits,
+            prefetch,
+        })
+    }
+}
+
+impl FromStr for SplitKShape {
+    type Err = Error;
+
+    /// `groups,bk,splits,prefetch` (prefetch 0 or 1, splits 0 for
+    /// automatic).
+    fn from_str(text: &str) -> Result<SplitKShape> {
+        let form = "groups,bk,splits,prefetch (prefetch 0 or 1)";
+        let [groups, bk, splits, prefetch] = numbers("split-k shape", form, text)?;
+        if prefetch > 1 {
+            return Err(Error::Message(format!(
+                "split-k shape `{text}`: expected {form}"
+            )));
+        }
+        SplitKShape::new(groups, bk, splits, prefetch == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks() {
+        let t = Tuning::parse(Some("128, 256,32,2,8"), Some("1,128,0,1")).unwrap();
+        assert_eq!(t.coop_tiles.unwrap().dims(), [128, 256, 32, 2, 8]);
+        assert_eq!(t.splitk, Some(SplitKShape::new(1, 128, 0, true).unwrap()));
+        assert_eq!(Tuning::parse(None, None).unwrap(), Tuning::default());
+        for bad in [
+            "128,128,64,2",
+            "128,128,64,2,4,1",
+            "a,128,64,2,4",
+            "100,128,64,2,4",
+            "",
+        ] {
+            let e = Tuning::parse(Some(bad), None).unwrap_err().to_string();
+            assert!(e.contains("cooperative-matrix tiling"), "{bad}: {e}");
+        }
+        for bad in ["1,128,0,2", "0,128,0,1", "1,24,0,1", "1,128,0", "x"] {
+            let e = Tuning::parse(None, Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("split-k shape"), "{bad}: {e}");
+        }
+    }
+}
