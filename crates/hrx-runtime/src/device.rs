@@ -37,6 +37,8 @@ pub struct Gpu {
     pub(crate) max_buffer_bytes: u64,
     /// The size of the device's largest memory heap.
     pub(crate) largest_heap_bytes: u64,
+    /// Opened with robust buffer access.
+    robust_buffer_access: bool,
     pub(crate) fault_injection: bool,
     /// Whether large device-local copies use the compute copy kernel.
     pub(crate) compute_copy: bool,
@@ -68,7 +70,19 @@ impl Gpu {
         }
         let queue_family = compute_queue_family(&instance, &physical)?;
         let statistics = options.pipeline_statistics && physical.pipeline_statistics;
-        let device = create_device(&instance, &physical, queue_family, statistics)?;
+        if options.robust_buffer_access && !physical.robust_buffer_access {
+            return Err(Error::Unsupported(format!(
+                "{} has no robust buffer access (RuntimeOptions::robust_buffer_access)",
+                physical.target.name
+            )));
+        }
+        let device = create_device(
+            &instance,
+            &physical,
+            queue_family,
+            statistics,
+            options.robust_buffer_access,
+        )?;
         // From here on, `partial` destroys what exists if a later step fails.
         let partial = PartialDevice(&device);
         // SAFETY: the family was requested with one queue at creation.
@@ -117,12 +131,19 @@ impl Gpu {
             memory: MemoryCounters::new(options.memory_budget),
             max_buffer_bytes: physical.max_buffer_bytes,
             largest_heap_bytes: physical.largest_heap_bytes,
+            robust_buffer_access: options.robust_buffer_access,
             fault_injection: options.fault_injection_enabled(),
             compute_copy,
             fail_next_submission: AtomicBool::new(false),
             fail_next_execution: AtomicBool::new(false),
             _instance: instance,
         }))
+    }
+
+    /// Whether the device was opened with robust buffer access
+    /// ([`RuntimeOptions::robust_buffer_access`](crate::RuntimeOptions)).
+    pub fn robust_buffer_access(&self) -> bool {
+        self.robust_buffer_access
     }
 
     /// The facts of this device, as a compiler needs them.
@@ -305,6 +326,7 @@ fn create_device(
     physical: &PhysicalDevice,
     family: u32,
     statistics: bool,
+    robust: bool,
 ) -> Result<ash::Device> {
     let target = &physical.target;
     let priorities = [1.0f32];
@@ -333,7 +355,9 @@ fn create_device(
     let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
         .storage_buffer16_bit_access(target.storage_16bit)
         .uniform_and_storage_buffer16_bit_access(physical.uniform_16bit);
-    let base = vk::PhysicalDeviceFeatures::default().shader_int64(target.shader_int64);
+    let base = vk::PhysicalDeviceFeatures::default()
+        .shader_int64(target.shader_int64)
+        .robust_buffer_access(robust);
     let mut features = vk::PhysicalDeviceFeatures2::default()
         .features(base)
         .push_next(&mut v11)
@@ -348,6 +372,12 @@ fn create_device(
     if statistics {
         extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
         features = features.push_next(&mut executable);
+    }
+    let mut robustness2 =
+        vk::PhysicalDeviceRobustness2FeaturesEXT::default().robust_buffer_access2(true);
+    if robust && physical.robust_buffer_access2 {
+        extensions.push(ash::ext::robustness2::NAME.as_ptr());
+        features = features.push_next(&mut robustness2);
     }
     let info = vk::DeviceCreateInfo::default()
         .queue_create_infos(&queues)

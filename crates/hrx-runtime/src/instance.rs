@@ -53,6 +53,10 @@ pub(crate) struct PhysicalDevice {
     pub(crate) max_buffer_bytes: u64,
     /// The size of the device's largest memory heap.
     pub(crate) largest_heap_bytes: u64,
+    /// Core `robustBufferAccess`.
+    pub(crate) robust_buffer_access: bool,
+    /// `VK_EXT_robustness2` with `robustBufferAccess2`.
+    pub(crate) robust_buffer_access2: bool,
 }
 
 /// The process-wide instances, one per validation mode. An
@@ -253,11 +257,20 @@ impl Instance {
             .max()
             .unwrap_or(0);
         let shader_int64 = features.features.shader_int64 == vk::TRUE;
+        let robust_buffer_access = features.features.robust_buffer_access == vk::TRUE;
         let uniform_16bit = v11.uniform_and_storage_buffer16_bit_access == vk::TRUE;
         let has = |name: &CStr| {
             extensions
                 .iter()
                 .any(|e| e.extension_name_as_c_str() == Ok(name))
+        };
+        let robust_buffer_access2 = has(ash::ext::robustness2::NAME) && {
+            let mut robustness2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
+            let mut query = vk::PhysicalDeviceFeatures2::default().push_next(&mut robustness2);
+            // SAFETY: the device has the extension whose structure is
+            // chained; both structures outlive the call.
+            unsafe { self.raw.get_physical_device_features2(device, &mut query) };
+            robustness2.robust_buffer_access2 == vk::TRUE
         };
         let p = properties.properties;
         let ops = subgroup.supported_operations;
@@ -324,6 +337,8 @@ impl Instance {
                 size => size,
             },
             largest_heap_bytes,
+            robust_buffer_access,
+            robust_buffer_access2,
         }
     }
 

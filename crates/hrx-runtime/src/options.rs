@@ -11,6 +11,8 @@ use hrx_core::{Error, Result};
 const DEVICE_VAR: &str = "HRX_DEVICE";
 /// The variable [`RuntimeOptions::from_env`] reads the validation mode from.
 const VALIDATION_VAR: &str = "HRX_VALIDATION";
+/// The variable [`RuntimeOptions::from_env`] reads robust buffer access from.
+const ROBUST_VAR: &str = "HRX_ROBUST_ACCESS";
 
 /// Which physical device a runtime opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,13 +117,21 @@ pub struct RuntimeOptions {
     /// default: a driver may bypass its pipeline cache for such pipelines
     /// and build them more slowly.
     pub pipeline_statistics: bool,
+    /// Robust buffer access: a kernel's loads past the end of a binding
+    /// return zero and its stores there are dropped, instead of touching
+    /// other memory (`robustBufferAccess`, and `robustBufferAccess2` where
+    /// the device has `VK_EXT_robustness2`). For kernels from outside hrx
+    /// that are not trusted to stay in bounds; hrx's own kernels bound
+    /// every access. Off by default: see docs/runtime.md for its measured
+    /// cost. A device without the feature refuses to open with it.
+    pub robust_buffer_access: bool,
 }
 
 impl RuntimeOptions {
     /// Default options with `device` and `validation` taken from the
     /// environment: `HRX_DEVICE` (an index in Vulkan's enumeration order or
-    /// a name fragment) and `HRX_VALIDATION` (`0`, `1` or `report`; see
-    /// [`Validation::parse`]). An unset or empty variable leaves the
+    /// a name fragment), `HRX_VALIDATION` (`0`, `1` or `report`; see
+    /// [`Validation::parse`]) and `HRX_ROBUST_ACCESS` (`0` or `1`). An unset or empty variable leaves the
     /// default; any other value that does not parse is an error, never
     /// ignored. For binaries, examples, benches and tests: the library
     /// itself never calls it.
@@ -141,6 +151,17 @@ impl RuntimeOptions {
         if let Some(text) = var(VALIDATION_VAR)? {
             options.validation = Validation::parse(&text)?;
         }
+        if let Some(text) = var(ROBUST_VAR)? {
+            options.robust_buffer_access = match text.trim() {
+                "0" => false,
+                "1" => true,
+                other => {
+                    return Err(Error::Message(format!(
+                        "{ROBUST_VAR}: `{other}` is not 0 or 1"
+                    )));
+                }
+            };
+        }
         Ok(options)
     }
 
@@ -159,6 +180,13 @@ impl RuntimeOptions {
     /// Run the validation layers in `mode` (see [`Validation`]).
     pub fn with_validation(mut self, mode: Validation) -> Self {
         self.validation = mode;
+        self
+    }
+
+    /// Turn robust buffer access on or off (see
+    /// [`robust_buffer_access`](Self::robust_buffer_access)).
+    pub fn with_robust_buffer_access(mut self, on: bool) -> Self {
+        self.robust_buffer_access = on;
         self
     }
 

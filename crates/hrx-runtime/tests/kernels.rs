@@ -106,6 +106,41 @@ fn a_module_that_does_not_match_its_contract_never_reaches_the_driver() {
     GpuKernel::new(&rt, &code, fits()).unwrap();
 }
 
+/// Writes 7 to 64 words whatever the binding holds: out of bounds on a
+/// smaller binding (no `arrayLength` check, no inserted bounds checks).
+const OVERRUN: &str = r#"
+@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    dst[id.x] = 7u;
+}
+"#;
+
+#[test]
+fn robust_buffer_access_contains_an_out_of_bounds_kernel() {
+    let options = hrx_runtime::RuntimeOptions::from_env()
+        .unwrap()
+        .with_robust_buffer_access(true);
+    let rt = Runtime::with_options(options).unwrap();
+    assert!(rt.gpu().unwrap().robust_buffer_access());
+    // lavapipe bounds every access anyway; on a GPU (the H200 tier) the
+    // stores past the binding land in the rest of the buffer without it.
+    let kernel = kernel(&rt, OVERRUN, &[Access::Write], 4, 0, [64, 1, 1]);
+    // 64 words; the kernel is given the first 16 (a 64-byte slice, the
+    // smallest storage offset alignment keeps the rest addressable).
+    let buffer = upload(&rt, &[0; 64]);
+    let slice = buffer.view().slice(0..64).unwrap();
+    let mut graph = rt.graph();
+    graph.dispatch(&kernel, &[slice], &[], [1, 1, 1]).unwrap();
+    graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+    let words = read(&buffer.view());
+    assert!(words[..16].iter().all(|&w| w == 7), "{words:?}");
+    assert!(
+        words[16..].iter().all(|&w| w == 0),
+        "stores past the binding reached other memory: {words:?}"
+    );
+}
+
 #[test]
 fn contract_violations_are_rejected_at_record_time() {
     let rt = runtime();
