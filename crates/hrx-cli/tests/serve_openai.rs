@@ -208,6 +208,7 @@ async fn the_openai_client_and_curl_get_the_reference_embeddings() {
         "hrx_http_request_duration_seconds_bucket{route=\"/v1/embeddings\",le=\"+Inf\"}",
         "hrx_batch_size_bucket{replica=\"0\"",
         "hrx_queue_depth{replica=\"0\"",
+        "hrx_slots_busy{replica=\"0\"",
         "hrx_device_memory_bytes{replica=\"0\"",
         "hrx_tokens_processed_total{replica=\"0\"",
         "hrx_embedding_requests_in_flight 0",

@@ -160,6 +160,8 @@ async fn thousands_of_requests_right_answers_no_leaks_flat_memory() {
             metric(m, "hrx_embedding_requests_in_flight", &[]) == 0.0
                 && metric(m, "hrx_replica_in_flight_sentences", &[]) == 0.0
                 && metric(m, "hrx_queue_depth", &[]) == 0.0
+                // No slot left occupied: none leaked by a cancellation.
+                && metric(m, "hrx_slots_busy", &[]) == 0.0
         })
         .await;
     let ok = tally.ok.load(Ordering::Relaxed);

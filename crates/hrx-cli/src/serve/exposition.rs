@@ -138,6 +138,12 @@ const REPLICA_SERIES: &[Series] = &[
         "Sentences waiting in the replica's batching queues.",
         |s| s.stats.queued as u64,
     ),
+    (
+        "hrx_slots_busy",
+        "gauge",
+        "Slots running a batch on the device (slot occupancy).",
+        |s| s.stats.running as u64,
+    ),
     ("hrx_batches_total", "counter", "Slot submissions.", |s| {
         s.stats.batches as u64
     }),

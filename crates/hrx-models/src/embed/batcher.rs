@@ -141,8 +141,14 @@ impl BucketWorker {
             Ok(readback) => {
                 let tokens = sentences.iter().map(|s| s.len()).sum();
                 self.stats.record_batch(jobs.len(), tokens);
+                self.stats.running.fetch_add(1, Ordering::Relaxed);
                 let width = self.encoder.config().hidden;
-                tokio::spawn(async move { answer(jobs, width, readback.await) });
+                let stats = self.stats.clone();
+                tokio::spawn(async move {
+                    let outputs = readback.await;
+                    stats.running.fetch_sub(1, Ordering::Relaxed);
+                    answer(jobs, width, outputs)
+                });
             }
             Err(e) => answer_all(jobs, &e),
         }

@@ -107,6 +107,7 @@ pub struct Embedding {
 #[derive(Debug, Default)]
 pub struct Stats {
     queued: AtomicUsize,
+    running: AtomicUsize,
     sentences: AtomicUsize,
     batches: AtomicUsize,
     tokens: AtomicUsize,
@@ -117,6 +118,9 @@ pub struct Stats {
 pub struct StatsSnapshot {
     /// Sentences waiting in the queues.
     pub queued: usize,
+    /// Slot submissions on the device whose results have not landed yet:
+    /// the slots in use (slot occupancy).
+    pub running: usize,
     /// Sentences submitted to the device.
     pub sentences: usize,
     /// Slot submissions.
@@ -135,6 +139,7 @@ impl Stats {
     fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             queued: self.queued.load(Ordering::Relaxed),
+            running: self.running.load(Ordering::Relaxed),
             sentences: self.sentences.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             tokens: self.tokens.load(Ordering::Relaxed),
