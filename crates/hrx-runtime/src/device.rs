@@ -39,6 +39,10 @@ pub struct Gpu {
     pub(crate) largest_heap_bytes: u64,
     /// Opened with robust buffer access.
     robust_buffer_access: bool,
+    /// How long closing waits for submitted work (`None`: forever).
+    close_timeout: Option<std::time::Duration>,
+    /// Closing gave up on the device: it is leaked, never destroyed.
+    abandoned: AtomicBool,
     pub(crate) fault_injection: bool,
     /// Whether large device-local copies use the compute copy kernel.
     pub(crate) compute_copy: bool,
@@ -132,6 +136,8 @@ impl Gpu {
             max_buffer_bytes: physical.max_buffer_bytes,
             largest_heap_bytes: physical.largest_heap_bytes,
             robust_buffer_access: options.robust_buffer_access,
+            close_timeout: options.close_timeout,
+            abandoned: AtomicBool::new(false),
             fault_injection: options.fault_injection_enabled(),
             compute_copy,
             fail_next_submission: AtomicBool::new(false),
@@ -221,6 +227,28 @@ impl Gpu {
     /// not wait for at exit. Nothing can be queued afterwards: submitting
     /// needs a runtime handle.
     pub(crate) fn close(&self) {
+        if self.abandoned.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        // Bounded: a hung device must not hang the process that drops it.
+        let last = self
+            .timeline
+            .submitted
+            .load(std::sync::atomic::Ordering::Acquire);
+        let deadline = self
+            .close_timeout
+            .and_then(|timeout| std::time::Instant::now().checked_add(timeout));
+        if !self.timeline.wait_for(last, deadline) {
+            self.abandoned
+                .store(true, std::sync::atomic::Ordering::Release);
+            self.timeline.lose(&format!(
+                "the device did not finish its work within {:?} of the runtime closing \
+                 (RuntimeOptions::close_timeout); it was abandoned, not destroyed",
+                self.close_timeout.unwrap_or_default()
+            ));
+            self.timeline.abandon();
+            return;
+        }
         {
             let _queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the queue is not used concurrently (we hold its lock).
@@ -239,6 +267,11 @@ impl Drop for Gpu {
         // Normally closed already by the domain; a no-op on an idle device
         // then. Drained again so no memory is freed under the device's feet.
         self.close();
+        if self.abandoned.load(std::sync::atomic::Ordering::Acquire) {
+            // It may still be running work: destroying it (or the memory
+            // its work uses) is undefined. Leaked, and still counted open.
+            return;
+        }
         let _lifecycle = DEVICE_LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the device is idle, the watcher no longer touches it, and
         // every object below was created from this device and is unused.

@@ -91,7 +91,7 @@ impl DeviceSelector {
 ///     .with_memory_budget(64 << 20);
 /// assert_eq!(options.memory_budget, Some(64 << 20));
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RuntimeOptions {
     /// Explicit device choice; `None` chooses by device type.
     pub device: Option<DeviceSelector>,
@@ -125,6 +125,31 @@ pub struct RuntimeOptions {
     /// every access. Off by default: see docs/runtime.md for its measured
     /// cost. A device without the feature refuses to open with it.
     pub robust_buffer_access: bool,
+    /// How long closing the runtime (dropping its last handle) waits for
+    /// submitted work. Past it the device is taken as hung: pending work
+    /// fails with [`Error::DeviceLost`], and the device and the memory that
+    /// work uses are leaked rather than destroyed under it, so a hung
+    /// device cannot hang the process. `None` waits forever. Default: 60 s.
+    pub close_timeout: Option<std::time::Duration>,
+}
+
+/// [`RuntimeOptions::close_timeout`] unless set otherwise.
+pub const DEFAULT_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            device: None,
+            validation: Validation::default(),
+            memory_budget: None,
+            #[cfg(feature = "testing")]
+            fault_injection: false,
+            compute_copy: None,
+            pipeline_statistics: false,
+            robust_buffer_access: false,
+            close_timeout: Some(DEFAULT_CLOSE_TIMEOUT),
+        }
+    }
 }
 
 impl RuntimeOptions {
@@ -180,6 +205,13 @@ impl RuntimeOptions {
     /// Run the validation layers in `mode` (see [`Validation`]).
     pub fn with_validation(mut self, mode: Validation) -> Self {
         self.validation = mode;
+        self
+    }
+
+    /// Wait at most `timeout` for submitted work when closing (see
+    /// [`close_timeout`](Self::close_timeout)).
+    pub fn with_close_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.close_timeout = timeout;
         self
     }
 

@@ -401,6 +401,18 @@ impl Timeline {
     /// it fails with [`Error::DeviceLost`] and is released as well. Every
     /// registered waker is woken, as nothing will resolve later.
     pub(crate) fn close(&self) {
+        self.retire_all(false);
+    }
+
+    /// [`close`](Self::close) for a device that did not finish in time:
+    /// everything in flight fails with [`Error::DeviceLost`], and what it
+    /// kept alive (command buffers, memory) is leaked rather than freed,
+    /// because the device may still be running it.
+    pub(crate) fn abandon(&self) {
+        self.retire_all(true);
+    }
+
+    fn retire_all(&self, leak: bool) {
         self.shut_down();
         self.poll();
         let (left, wakers) = {
@@ -415,7 +427,14 @@ impl Timeline {
                 "the device was closed before the work finished".into(),
             )));
         }
-        drop(left);
+        if leak {
+            // The states are resolved; the keep-alives stay allocated.
+            for entry in left {
+                std::mem::forget(entry._keep_alive);
+            }
+        } else {
+            drop(left);
+        }
         wakers.into_iter().for_each(|(_, waker)| waker.wake());
     }
 

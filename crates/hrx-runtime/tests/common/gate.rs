@@ -193,7 +193,7 @@ impl Opener {
 /// A chain of `total` spin rounds that stops early once `flag` is non-zero.
 /// Its storage is host-visible, so building it never queues a zero-fill
 /// (which would wait behind work already pending on the device).
-fn chain(runtime: &Runtime, total: u64, flag: &BufferView) -> ExecutableGraph {
+pub fn chain(runtime: &Runtime, total: u64, flag: &BufferView) -> ExecutableGraph {
     let out = runtime
         .allocate(256, MemoryPlacement::HostVisible)
         .expect("allocate");
