@@ -111,3 +111,21 @@ pub fn model(context: &ModelContext, capacity: usize) -> Result<PreparedModel> {
         })
     })
 }
+
+/// The Rust examples of the user documentation, compiled and run as doc
+/// tests so that the docs cannot drift from the API.
+#[cfg(doctest)]
+pub mod docs {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/inference.md")]
+    pub struct Inference;
+    #[doc = include_str!("../../docs/loom.md")]
+    pub struct Loom;
+    #[doc = include_str!("../../docs/models.md")]
+    pub struct Models;
+    #[doc = include_str!("../../docs/serving.md")]
+    pub struct Serving;
+    #[doc = include_str!("../../docs/tensor.md")]
+    pub struct Tensor;
+}
