@@ -75,7 +75,9 @@ pub use completion::Completion;
 pub use copy_batch::CopyBatch;
 pub use device::{Gpu, open_device_count};
 pub use fault::Fault;
-pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
+#[cfg(feature = "inspect")]
+pub use graph::Operation;
+pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::{available_devices, validation_message_count};
 pub use kernel::{

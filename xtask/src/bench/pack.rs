@@ -2,7 +2,7 @@
 //! stripped release binaries for the GPU machine (which has no cargo and no
 //! network), and the command that runs it there.
 
-use super::{PEER, SUITES, example};
+use super::{PACKAGE, PEER, SUITES, binary};
 use crate::cargo;
 use std::{
     fmt::Write as _,
@@ -117,21 +117,15 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
         torch_stems.push(stem);
     }
 
-    for (suite, package) in SUITES {
-        if !example(root, suite, package).is_file() {
-            let _ = writeln!(
-                script,
-                "echo \"{suite}: not in this pack (no bench_{suite} example yet)\" >> \"$out/notes.txt\""
-            );
-            continue;
-        }
-        let name = format!("bench_{suite}");
-        cargo(
-            root,
-            &["build", "--release", "-p", package, "--example", &name],
-            &[],
-        )?;
-        stage_binary(&stage, &target.join("release/examples").join(&name), &name)?;
+    // Every suite in one build of the benchmark crate.
+    let names: Vec<String> = SUITES.iter().map(|suite| binary(suite)).collect();
+    let mut build = vec!["build", "--release", "-p", PACKAGE];
+    for name in &names {
+        build.extend(["--bin", name]);
+    }
+    cargo(root, &build, &[])?;
+    for (suite, name) in SUITES.into_iter().zip(names) {
+        stage_binary(&stage, &target.join("release").join(&name), &name)?;
         // Only a file the script did write: without one the suite reports
         // no baseline instead of failing.
         let torch = TORCH_FOR

@@ -5,7 +5,9 @@ mod copies;
 
 pub(crate) use copies::CoopLayout;
 
-use super::{UnaryOp, registry::KernelKey};
+#[cfg(feature = "kernel-sources")]
+use super::UnaryOp;
+use super::registry::KernelKey;
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
 
 const MATMUL_COOP: &str = include_str!("../../kernels/matmul_coop.loom");
@@ -198,6 +200,7 @@ impl CoopTiles {
     }
 
     /// The kernel's loom source for `layout`.
+    #[cfg(feature = "kernel-sources")]
     fn source(&self, layout: CoopLayout, act: String, result: &str) -> String {
         self.key(layout, act, result).source()
     }
@@ -364,6 +367,7 @@ impl CoopTiles {
 /// row-major or, with `transposed_b`, contiguous along k, every row
 /// aligned for 16-byte copies; `None` when the target has no suitable
 /// shape.
+#[cfg(feature = "kernel-sources")]
 pub fn coop_matmul_source(
     target: &Target,
     m: usize,

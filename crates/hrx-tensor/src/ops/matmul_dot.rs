@@ -181,6 +181,7 @@ pub(crate) fn dot_key(target: &Target, m: usize, act: String, result: &str) -> K
 
 /// The dot kernel's loom source for `target` and `m` rows (for offline
 /// compilation and SPIR-V checks).
+#[cfg(feature = "kernel-sources")]
 pub fn dot_matmul_source(target: &Target, m: usize, activation: Option<super::UnaryOp>) -> String {
     let (act, result) = match activation {
         None => (String::new(), "%x"),

@@ -23,11 +23,8 @@
 //!   (time per sample, default 50), `HRX_BENCH_OUT` (output path),
 //!   `HRX_DEVICE` (device, as for the runtime).
 
-#[path = "bench_tensor/cases.rs"]
 mod cases;
-#[path = "../../../bench/common/report.rs"]
-mod common;
-#[path = "bench_tensor/report.rs"]
+use hrx_bench::report as common;
 mod report;
 
 use cases::{Case, Kind, Prepared};
@@ -179,7 +176,7 @@ fn run() -> Result<(), String> {
         .torch
         .clone()
         .or_else(|| beside.is_file().then_some(beside));
-    let torch = torch_path.as_deref().map(report::read_torch).transpose()?;
+    let torch = torch_path.as_deref().map(common::read_torch).transpose()?;
     let baseline_name = match &torch {
         Some(t) => format!(
             "PyTorch {} on {} (CUDA events, median)",

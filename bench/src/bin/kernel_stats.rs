@@ -5,7 +5,7 @@
 //! decode kernels of m = 4..64. `HRX_COOP_TILES` / `HRX_SPLITK` pick other
 //! shapes, as for the benchmark.
 //!
-//! `cargo run --release -p hrx-tensor --example kernel_stats [--ir DIR]`
+//! `cargo run --release -p hrx-bench --bin kernel_stats [--ir DIR]`
 //!
 //! With `--ir DIR`, also writes each code representation the driver
 //! exposes (`GpuKernel::internal_representations`) to
