@@ -26,3 +26,4 @@ pub mod best_run;
 pub mod raw;
 pub mod raw_kernel;
 pub mod report;
+pub mod seeded;

@@ -158,6 +158,10 @@ pub struct Torch {
     /// PyTorch's version.
     #[serde(default, rename = "torch")]
     pub version: String,
+    /// What served the work on top of PyTorch, if the script names it
+    /// (`sentence-transformers 3.4.1`).
+    #[serde(default)]
+    pub library: String,
     /// Each case's figure, in the unit the suite gives it.
     #[serde(deserialize_with = "numbers_only")]
     pub results: BTreeMap<String, f64>,
@@ -317,7 +321,7 @@ mod tests {
             note: Some(String::new()),
             ..Record::new("x", "ms", None, Some(2.0), "b", Better::Lower, "d")
         };
-        let text = to_json(&[with_note.clone()]);
+        let text = to_json(std::slice::from_ref(&with_note));
         assert!(text.contains("\"hrx\": null") && text.contains("\"note\": \"\""));
         assert_eq!(
             serde_json::from_str::<Vec<Record>>(&text).unwrap(),

@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 pub(crate) const PACKAGE: &str = "hrx-bench";
 
 /// The suites, in the layers' order (also the summary's).
-pub(crate) const SUITES: [&str; 5] = ["runtime", "loom", "tensor", "inference", "models"];
+pub(crate) const SUITES: [&str; 6] = ["runtime", "loom", "tensor", "inference", "models", "serve"];
 
 /// The wgpu peer's own workspace, relative to the root.
 pub(crate) const PEER: &str = "bench/wgpu-peer";
 
-const USAGE: &str = "cargo xtask bench [all|runtime|loom|tensor|inference|models|wgpu] [--quick]";
+const USAGE: &str =
+    "cargo xtask bench [all|runtime|loom|tensor|inference|models|serve|wgpu] [--quick]";
 
 /// The binary of a suite.
 pub(crate) fn binary(suite: &str) -> String {
@@ -71,13 +72,23 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         vars.push(("HRX_BENCH_OUT", &json_text));
         let name = binary(suite);
         let mut args = vec!["run", "--release", "-p", PACKAGE, "--bin", &name];
-        // The sentence-embedding suite runs the real model here.
-        let model;
-        if *suite == "models" {
+        // The sentence-embedding suites run the real model here; the
+        // serving suite drives the `hrx` binary built beside it.
+        let (model, hrx);
+        if *suite == "models" || *suite == "serve" {
             model = crate::models::ensure(root, crate::models::MINILM)?
                 .to_string_lossy()
                 .into_owned();
             args.extend(["--", "--model", &model]);
+        }
+        if *suite == "serve" {
+            if let Err(e) = cargo(root, &["build", "--release", "-p", "hrx-cli"], &[]) {
+                notes.push(format!("serve: FAILED (building hrx: {e})"));
+                failures.push(*suite);
+                continue;
+            }
+            hrx = release_dir(root).join("hrx").to_string_lossy().into_owned();
+            args.extend(["--hrx", &hrx]);
         }
         if let Err(e) = cargo(root, &args, &vars) {
             notes.push(format!("{suite}: FAILED ({e})"));
@@ -102,6 +113,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     } else {
         Err(format!("benchmark suites failed: {}", failures.join(", ")))
     }
+}
+
+/// Where cargo puts release binaries: `CARGO_TARGET_DIR` or `target`,
+/// then `release`.
+pub(crate) fn release_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("release")
 }
 
 /// The wgpu peer, when its workspace builds (it is not part of CI, so a

@@ -1,5 +1,5 @@
-//! `hrx bench`: the benchmark suites are examples of the layers plus a
-//! separate wgpu workspace, built from source, so the command runs
+//! `hrx bench`: the benchmark suites are binaries of the `hrx-bench` crate
+//! plus a separate wgpu workspace, built from source, so the command runs
 //! `cargo xtask bench` in the checkout this binary was built from.
 
 use hrx::Error;

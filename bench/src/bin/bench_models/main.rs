@@ -25,9 +25,8 @@
 //! kernel of the encoder's graph for that shape.
 
 mod profile;
-use hrx_bench::report;
-mod seeded;
 
+use hrx_bench::{report, seeded};
 use hrx_core::{Error, Result};
 use hrx_inference::{ModelContext, PreparedModel};
 use hrx_models::{
