@@ -5,7 +5,9 @@
 //!
 //! Both run a warm-up, then a measured window, then wait for what is still
 //! in flight (so the next run starts on an idle server). A closed-loop
-//! figure counts the requests answered inside the window; an open-loop
+//! figure counts the requests answered inside the window, which stretches
+//! (up to ten times) until every client has had two answers in it, so that
+//! a slow device under many clients still gives figures; an open-loop
 //! latency runs from a request's scheduled arrival, not from when it was
 //! sent, so a stalled sender cannot hide queueing (coordinated omission).
 
@@ -14,7 +16,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -45,6 +47,16 @@ pub struct Measured {
     pub answered: usize,
 }
 
+impl Measured {
+    /// One line for the progress log.
+    pub fn line(&self) -> String {
+        format!(
+            "{:.1} req/s, p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms ({} answered)",
+            self.throughput, self.p50, self.p99, self.p999, self.answered
+        )
+    }
+}
+
 /// (start, end) of each answered request.
 type Spans = Vec<(Instant, Instant)>;
 
@@ -69,20 +81,34 @@ fn summarise(spans: &[(Instant, Instant)], from: Instant, to: Instant) -> Measur
 pub async fn closed_loop(call: &Call, clients: usize, window: Window) -> Result<Measured, String> {
     let start = Instant::now();
     let from = start + window.warmup;
-    let to = from + window.measure;
+    let (soft_end, hard_end) = (from + window.measure, from + window.measure * 10);
+    let wanted = 2 * clients;
     let next = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    // When the window closed: the first moment past its length with enough
+    // answers in it, or its hard end.
+    let end = Arc::new(OnceLock::<Instant>::new());
     let mut tasks = Vec::with_capacity(clients);
     for _ in 0..clients {
         let (call, next) = (Arc::clone(call), Arc::clone(&next));
+        let (answered, end) = (Arc::clone(&answered), Arc::clone(&end));
         tasks.push(tokio::spawn(async move {
             let mut spans = Spans::new();
             loop {
                 let begin = Instant::now();
-                if begin >= to {
+                let enough = answered.load(Ordering::Relaxed) >= wanted;
+                if (begin >= soft_end && enough) || begin >= hard_end {
+                    end.get_or_init(|| begin);
+                }
+                if end.get().is_some() {
                     return Ok::<_, String>(spans);
                 }
                 call(next.fetch_add(1, Ordering::Relaxed)).await?;
-                spans.push((begin, Instant::now()));
+                let finished = Instant::now();
+                if finished >= from && end.get().is_none() {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+                spans.push((begin, finished));
             }
         }));
     }
@@ -90,7 +116,8 @@ pub async fn closed_loop(call: &Call, clients: usize, window: Window) -> Result<
     for task in tasks {
         spans.extend(task.await.map_err(|e| format!("a client failed: {e}"))??);
     }
-    Ok(summarise(&spans, from, to))
+    let end = end.get().copied().unwrap_or(hard_end);
+    Ok(summarise(&spans, from, end))
 }
 
 /// Requests arriving every `1 / rate` seconds, each sent at its arrival
@@ -155,6 +182,19 @@ mod tests {
         assert!((300.0..=420.0).contains(&many.throughput), "{many:?}");
         // 16 clients on 4 lanes: each waits for 3 others, about 40 ms.
         assert!(many.p50 >= 30.0 && one.p50 < 20.0, "{one:?} {many:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_server_stretches_the_window_until_every_client_answered_twice() {
+        // 8 clients on 4 lanes of 300 ms: about 13 answers a second, none
+        // inside a 200 ms window; it stretches until 16 are in.
+        let window = Window {
+            warmup: Duration::ZERO,
+            measure: Duration::from_millis(200),
+        };
+        let slow = closed_loop(&server(300, 4), 8, window).await.unwrap();
+        assert!(slow.answered >= 16, "{slow:?}");
+        assert!((9.0..=14.0).contains(&slow.throughput), "{slow:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,8 @@
 //!   sentence-transformers, driven the same way (same sentences, same
 //!   client counts, same batch limit).
 //!
-//! For each client count (1, 4, 16, 64, 256 by default) a closed loop
+//! For each client count (1, 4, 16, 64, 256 by default; 1, 4, 16 with
+//! `--small`) a closed loop
 //! measures throughput and p50/p99/p999 latency of both sides, alternating
 //! which goes first. The best throughput of a side is its saturation; an
 //! open loop at half the HTTP saturation (arrivals at a fixed rate,
@@ -28,10 +29,10 @@
 //! the folder with seeded weights of its shapes (speed does not depend on
 //! the values); `--hrx PATH` (default: `hrx` beside this binary);
 //! `--slots S` (default 2); `--max-batch B` (default 64, 16 on a CPU
-//! device); `--clients 1,4,16,64,256`; `--encoding base64|float`;
+//! device); `--clients LIST`; `--encoding base64|float`;
 //! `--torch PATH` (or `HRX_BENCH_TORCH`): the PyTorch script's results;
 //! `--small` (the default on a CPU device such as lavapipe) / `--full`:
-//! a 1 s warm-up and 3 s windows, or 0.5 s and 2 s; `HRX_BENCH_MS` sets
+//! a 1 s warm-up and 5 s windows, or 0.5 s and 2 s; `HRX_BENCH_MS` sets
 //! the window. Writes `target/bench/serve.json` (or `HRX_BENCH_OUT`) and
 //! prints a side-by-side table.
 
@@ -96,15 +97,17 @@ fn settings(cpu: bool) -> Result<Settings, String> {
         })
     };
     let small = args.iter().any(|a| a == "--small") || (cpu && !args.iter().any(|a| a == "--full"));
-    let measure = report::env_usize("HRX_BENCH_MS")?.unwrap_or(if small { 3000 } else { 2000 });
+    let measure = report::env_usize("HRX_BENCH_MS")?.unwrap_or(if small { 5000 } else { 2000 });
     let hrx = match value("--hrx")? {
         Some(path) => PathBuf::from(path),
         None => std::env::current_exe()
             .map_err(|e| format!("cannot find this binary: {e}"))?
             .with_file_name("hrx"),
     };
+    // A CPU device answers a few requests a second: 64 and 256 clients
+    // would queue for longer than any window there.
     let clients = value("--clients")?
-        .unwrap_or_else(|| "1,4,16,64,256".into())
+        .unwrap_or_else(|| if small { "1,4,16" } else { "1,4,16,64,256" }.into())
         .split(',')
         .map(|c| {
             c.trim()
@@ -189,6 +192,8 @@ async fn measure(
             let l = load::closed_loop(&library_call, clients, s.window).await?;
             (load::closed_loop(&http_call, clients, s.window).await?, l)
         };
+        eprintln!("bench_serve:   HTTP    {}", http.line());
+        eprintln!("bench_serve:   library {}", library.line());
         rows.push(Row {
             clients,
             http,
@@ -207,7 +212,9 @@ async fn measure(
         results.rate
     );
     results.http_open = load::open_loop(&http_call, results.rate, s.window).await?;
+    eprintln!("bench_serve:   HTTP    {}", results.http_open.line());
     results.library_open = load::open_loop(&library_call, results.rate, s.window).await?;
+    eprintln!("bench_serve:   library {}", results.library_open.line());
     Ok(results)
 }
 
