@@ -84,6 +84,21 @@ pub struct Record {
     /// Why a figure is missing or how to read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// For a peer's figure (`hrx` null, the peer's figure as the
+    /// baseline): the hrx measurement of the same work, which the summary
+    /// puts beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs_with: Option<Pair>,
+}
+
+/// The hrx figure a peer's figure stands beside: the suite (its file stem)
+/// and the entry's name, where `*` matches any text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pair {
+    /// The suite, as its file stem (`runtime`).
+    pub suite: String,
+    /// The entry's name, `*` matching any text.
+    pub name: String,
 }
 
 impl Record {
@@ -112,6 +127,7 @@ impl Record {
             device: device.into(),
             goal: None,
             note: None,
+            pairs_with: None,
         }
     }
 }

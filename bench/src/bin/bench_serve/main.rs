@@ -312,7 +312,11 @@ fn run() -> Result<(), String> {
     drop(library);
     let _ = std::fs::remove_dir_all(&scratch);
     let results = measured?;
-    stopped?;
+    // The figures stand whatever the shutdown did; say so if it was not
+    // clean (no `kill` program there, say).
+    if let Err(e) = stopped {
+        eprintln!("bench_serve: warning: {e}");
+    }
 
     let records = table::records(&results, torch.as_ref(), &s, &device);
     println!("{}", table::markdown(&results, torch.as_ref(), &s, &device));
