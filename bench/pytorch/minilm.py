@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch baseline for hrx's sentence-embedding benchmark
-(crates/hrx-models/examples/bench_models.rs): a BERT encoder of
+(bench/src/bin/bench_models): a BERT encoder of
 all-MiniLM-L6-v2's shapes from transformers, with mean pooling and L2
 normalisation as sentence-transformers adds them, at the benchmark's
 shapes. Speed does not depend on the weights' values, so the model is

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baseline for hrx's tensor operator benchmark.
 
-Times the cases of crates/hrx-tensor/examples/bench_tensor (same keys, same
+Times the cases of bench/src/bin/bench_tensor (same keys, same
 shapes) and writes JSON that the Rust benchmark reads with --torch:
 
     {"device": "...", "torch": "2.11.0", "results": {"add_f32_268435456": 4310.2, ...}}

@@ -10,27 +10,22 @@ pub(crate) use pack::gpu_bench;
 use crate::cargo;
 use std::path::{Path, PathBuf};
 
-/// The layers' suites: (suite, package). Suite `s` is the example
-/// `bench_<s>` of the package and writes `<s>.json`.
-pub(crate) const SUITES: [(&str, &str); 5] = [
-    ("runtime", "hrx-runtime"),
-    ("loom", "hrx-loom"),
-    ("tensor", "hrx-tensor"),
-    ("inference", "hrx-models"),
-    ("models", "hrx-models"),
-];
+/// The benchmark crate: suite `s` is its binary `bench_<s>` and writes
+/// `<s>.json`.
+pub(crate) const PACKAGE: &str = "hrx-bench";
+
+/// The suites, in the layers' order (also the summary's).
+pub(crate) const SUITES: [&str; 6] = ["runtime", "loom", "tensor", "inference", "models", "serve"];
 
 /// The wgpu peer's own workspace, relative to the root.
 pub(crate) const PEER: &str = "bench/wgpu-peer";
 
-const USAGE: &str = "cargo xtask bench [all|runtime|loom|tensor|inference|models|wgpu] [--quick]";
+const USAGE: &str =
+    "cargo xtask bench [all|runtime|loom|tensor|inference|models|serve|wgpu] [--quick]";
 
-/// The example source of a suite, which exists once its layer has one.
-pub(crate) fn example(root: &Path, suite: &str, package: &str) -> PathBuf {
-    root.join("crates")
-        .join(package)
-        .join("examples")
-        .join(format!("bench_{suite}.rs"))
+/// The binary of a suite.
+pub(crate) fn binary(suite: &str) -> String {
+    format!("bench_{suite}")
 }
 
 /// Run the chosen suites (all by default) here, in release, then write the
@@ -47,7 +42,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         }
     }
     let chosen = chosen.unwrap_or_else(|| "all".into());
-    let known = SUITES.iter().any(|(s, _)| *s == chosen) || chosen == "wgpu" || chosen == "all";
+    let known = SUITES.contains(&chosen.as_str()) || chosen == "wgpu" || chosen == "all";
     if !known {
         return Err(format!(
             "unknown benchmark suite `{chosen}`; usage: {USAGE}"
@@ -68,37 +63,32 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
 
     let mut notes = Vec::new();
     let mut failures = Vec::new();
-    for (suite, package) in SUITES.iter().filter(|(s, _)| wanted(s)) {
-        let source = example(root, suite, package);
-        if !source.is_file() {
-            notes.push(format!(
-                "{suite}: skipped, {} does not exist yet",
-                source.strip_prefix(root).unwrap_or(&source).display()
-            ));
-            continue;
-        }
+    for suite in SUITES.iter().filter(|s| wanted(s)) {
         let json = out_dir.join(format!("{suite}.json"));
         // A failed run must not leave an older file to be summarized.
         let _ = std::fs::remove_file(&json);
         let json_text = json.to_string_lossy().into_owned();
         let mut vars = env.clone();
         vars.push(("HRX_BENCH_OUT", &json_text));
-        let example_name = format!("bench_{suite}");
-        let mut args = vec![
-            "run",
-            "--release",
-            "-p",
-            package,
-            "--example",
-            &example_name,
-        ];
-        // The sentence-embedding suite runs the real model here.
-        let model;
-        if *suite == "models" {
+        let name = binary(suite);
+        let mut args = vec!["run", "--release", "-p", PACKAGE, "--bin", &name];
+        // The sentence-embedding suites run the real model here; the
+        // serving suite drives the `hrx` binary built beside it.
+        let (model, hrx);
+        if *suite == "models" || *suite == "serve" {
             model = crate::models::ensure(root, crate::models::MINILM)?
                 .to_string_lossy()
                 .into_owned();
             args.extend(["--", "--model", &model]);
+        }
+        if *suite == "serve" {
+            if let Err(e) = cargo(root, &["build", "--release", "-p", "hrx-cli"], &[]) {
+                notes.push(format!("serve: FAILED (building hrx: {e})"));
+                failures.push(*suite);
+                continue;
+            }
+            hrx = release_dir(root).join("hrx").to_string_lossy().into_owned();
+            args.extend(["--hrx", &hrx]);
         }
         if let Err(e) = cargo(root, &args, &vars) {
             notes.push(format!("{suite}: FAILED ({e})"));
@@ -123,6 +113,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     } else {
         Err(format!("benchmark suites failed: {}", failures.join(", ")))
     }
+}
+
+/// Where cargo puts release binaries: `CARGO_TARGET_DIR` or `target`,
+/// then `release`.
+pub(crate) fn release_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("release")
 }
 
 /// The wgpu peer, when its workspace builds (it is not part of CI, so a
@@ -166,7 +164,7 @@ pub(crate) fn write_summary(dir: &Path, notes: &[String]) -> Result<PathBuf, Str
     // The layers in their order, then peers and anything else by name.
     let rank = |p: &PathBuf| {
         let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-        let at = SUITES.iter().position(|(s, _)| *s == stem);
+        let at = SUITES.iter().position(|s| *s == stem);
         (at.unwrap_or(SUITES.len()), stem.to_string())
     };
     files.sort_by_key(rank);

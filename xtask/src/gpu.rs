@@ -149,15 +149,13 @@ fn test_binaries(root: &Path, packages: &[&str]) -> Result<Vec<String>, String> 
             String::from_utf8_lossy(&output.stderr)
         ));
     }
+    // One JSON message a line; test executables come as compiler
+    // artifacts whose profile says `test`.
     let text = String::from_utf8_lossy(&output.stdout);
-    let key = "\"executable\":\"";
     Ok(text
         .lines()
-        .filter(|line| line.contains("\"test\":true"))
-        .filter_map(|line| {
-            let start = line.find(key)? + key.len();
-            let end = start + line[start..].find('"')?;
-            Some(line[start..end].to_string())
-        })
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["profile"]["test"] == serde_json::Value::Bool(true))
+        .filter_map(|message| message["executable"].as_str().map(str::to_owned))
         .collect())
 }

@@ -9,7 +9,7 @@
 //! put the two side by side in `target/bench/summary.md`.
 
 pub use crate::common::{Better, write};
-use crate::common::{number, string};
+use crate::common::{Pair, Record, to_json};
 use std::fmt::Write as _;
 
 /// One wgpu figure and the hrx measurement it stands beside.
@@ -26,26 +26,25 @@ pub struct Entry {
 
 /// The JSON list, one object per entry.
 pub fn json(entries: &[Entry], device: &str) -> String {
-    let mut out = String::from("[\n");
-    for (i, e) in entries.iter().enumerate() {
-        let _ = write!(
-            out,
-            "  {{\"name\": {}, \"unit\": {}, \"hrx\": null, \"baseline\": {}, \
-             \"baseline_name\": {}, \"ratio\": null, \"better\": {}, \"device\": {}, \
-             \"pairs_with\": {{\"suite\": {}, \"name\": {}}}}}",
-            string(&e.name),
-            string(e.unit),
-            number(e.value),
-            string(&e.how),
-            string(e.better.as_str()),
-            string(device),
-            string(e.pairs_with.0),
-            string(&e.pairs_with.1),
-        );
-        out.push_str(if i + 1 < entries.len() { ",\n" } else { "\n" });
-    }
-    out.push_str("]\n");
-    out
+    let records: Vec<Record> = entries
+        .iter()
+        .map(|e| Record {
+            pairs_with: Some(Pair {
+                suite: e.pairs_with.0.into(),
+                name: e.pairs_with.1.clone(),
+            }),
+            ..Record::new(
+                e.name.clone(),
+                e.unit,
+                None,
+                Some(e.value),
+                e.how.clone(),
+                e.better,
+                device,
+            )
+        })
+        .collect();
+    to_json(&records)
 }
 
 /// A markdown table headed by the device name.

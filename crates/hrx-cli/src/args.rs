@@ -119,8 +119,8 @@ pub struct EmbedArgs {
 /// `hrx bench [SUITE] [--quick]`
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The suite to run: all, runtime, loom, tensor, inference or wgpu
-    /// [default: all].
+    /// The suite to run: all, runtime, loom, tensor, inference, models,
+    /// serve or wgpu [default: all].
     #[arg(value_name = "SUITE")]
     pub suite: Option<String>,
     /// Fewer iterations per benchmark.

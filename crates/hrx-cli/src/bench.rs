@@ -1,8 +1,9 @@
-//! `hrx bench`: the benchmark suites are built from source (with a
-//! separate wgpu workspace), so the command runs `cargo xtask bench` in the
-//! hrx checkout that holds the current directory. It never runs code from a
-//! path recorded when the binary was built: an installed `hrx` run outside
-//! a checkout says how to get one instead.
+//! `hrx bench`: the benchmark suites are binaries of the `hrx-bench` crate
+//! (with a separate wgpu workspace), built from source, so the command runs
+//! `cargo xtask bench` in the hrx checkout that holds the current
+//! directory. It never runs code from a path recorded when the binary was
+//! built: an installed `hrx` run outside a checkout says how to get one
+//! instead.
 
 use hrx::Error;
 use std::{path::PathBuf, process::Command};

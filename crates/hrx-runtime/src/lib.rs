@@ -95,7 +95,9 @@ pub use device::Gpu;
 pub use device::open_device_count;
 #[cfg(feature = "testing")]
 pub use fault::Fault;
-pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard, Operation};
+#[cfg(feature = "inspect")]
+pub use graph::Operation;
+pub use graph::{Barrier, Edge, ExecutableGraph, Graph, Hazard};
 pub use hrx_core::{DeviceKind, Error, Result, Target};
 pub use instance::available_devices;
 #[cfg(feature = "testing")]

@@ -2,7 +2,7 @@
 //! stripped release binaries for the GPU machine (which has no cargo and no
 //! network), and the command that runs it there.
 
-use super::{PEER, SUITES, example};
+use super::{PACKAGE, PEER, SUITES, binary};
 use crate::cargo;
 use std::{
     fmt::Write as _,
@@ -14,19 +14,43 @@ use std::{
 const STAGE: &str = ".gpu-bin/bench";
 /// The compressed pack, what is copied to the GPU machine.
 const PACK: &str = ".gpu-pack/bench.tar.xz";
-/// Seconds each program may run there: six of them stay under the device
-/// tool's 10-minute limit per call even if one hangs.
+/// Seconds each program may run there, unless `LONGER` says otherwise.
 const TIMEOUT: u32 = 90;
+/// Programs that start servers and load models twice get longer: (stem,
+/// seconds).
+const LONGER: [(&str, u32); 2] = [("serve", 180), ("pytorch/serve", 180)];
 /// PyTorch baselines a suite reads: (suite, script stem); the script's
 /// output reaches the suite's benchmark through `HRX_BENCH_TORCH`.
-const TORCH_FOR: [(&str, &str); 2] = [("tensor", "tensor_ops"), ("models", "minilm")];
+const TORCH_FOR: [(&str, &str); 3] = [
+    ("tensor", "tensor_ops"),
+    ("models", "minilm"),
+    ("serve", "serve"),
+];
+/// Arguments a PyTorch script takes there: (script stem, arguments); the
+/// serving baseline serves the staged model folder with the serving
+/// suite's batch limit.
+const TORCH_ARGS: [(&str, &str); 1] = [("serve", " --model minilm --max-batch 64")];
+/// Arguments a suite takes there: the sentence-embedding suites read the
+/// staged model folder with seeded weights, the serving suite starts the
+/// staged `hrx`.
+const SUITE_ARGS: [(&str, &str); 2] = [
+    ("models", " --model minilm --seeded"),
+    (
+        "serve",
+        " --model minilm --seeded --hrx ./hrx --max-batch 64",
+    ),
+];
 /// The model folder's small files (configuration, tokenizer) that the
-/// sentence-embedding suite reads there; its weights are seeded there
-/// (speed does not depend on their values, and the file would not fit).
-const MODEL_FILES: [&str; 6] = [
+/// sentence-embedding suites and scripts read there; its weights are
+/// seeded there (speed does not depend on their values, and the file would
+/// not fit).
+const MODEL_FILES: [&str; 9] = [
     "config.json",
+    "config_sentence_transformers.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
     "sentence_bert_config.json",
     "modules.json",
     "1_Pooling/config.json",
@@ -60,9 +84,13 @@ fn stage_model_files(root: &Path, stage: &Path) -> Result<(), String> {
 /// One line of `run.sh`: run `command` (which writes `$out/<stem>.json`),
 /// log to `$out/<stem>.log`, note a failure in `$out/notes.txt`.
 fn script_line(script: &mut String, stem: &str, command: &str) {
+    let timeout = LONGER
+        .iter()
+        .find(|(s, _)| *s == stem)
+        .map_or(TIMEOUT, |(_, seconds)| *seconds);
     let _ = writeln!(
         script,
-        "echo \"== {stem}\"; timeout {TIMEOUT} {command} > \"$out/{stem}.log\" 2>&1 || \
+        "echo \"== {stem}\"; timeout {timeout} {command} > \"$out/{stem}.log\" 2>&1 || \
          {{ status=1; echo \"{stem}: FAILED, see {stem}.log\" | tee -a \"$out/notes.txt\"; \
          tail -5 \"$out/{stem}.log\"; }}"
     );
@@ -83,13 +111,17 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
     );
     let mut packed = Vec::new();
 
+    // The model folder the sentence-embedding suites and scripts read.
+    stage_model_files(root, &stage)?;
+
     // PyTorch baselines first: `python3 <script> --out PATH` writes what
     // the suite named in TORCH_FOR reads (see docs/benchmarks.md). Their
-    // JSON goes under $out/pytorch/, apart from the summary's files.
+    // JSON goes under $out/pytorch/, apart from the summary's files; their
+    // data files (`sentences.txt`) go beside them.
     let mut scripts: Vec<PathBuf> = std::fs::read_dir(root.join("bench/pytorch"))
         .map(|list| {
             list.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "py"))
+                .filter(|p| p.extension().is_some_and(|x| x == "py" || x == "txt"))
                 .collect()
         })
         .unwrap_or_default();
@@ -105,33 +137,37 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
             .and_then(|n| n.to_str())
             .ok_or("odd script name")?
             .to_string();
-        let stem = name.trim_end_matches(".py").to_string();
         std::fs::copy(&file, stage.join("pytorch").join(&name))
             .map_err(|e| format!("copy {name}: {e}"))?;
+        packed.push(format!("pytorch/{name}"));
+        let Some(stem) = name.strip_suffix(".py").map(str::to_owned) else {
+            continue;
+        };
+        let args = TORCH_ARGS
+            .iter()
+            .find(|(s, _)| *s == stem)
+            .map_or("", |(_, args)| *args);
         script_line(
             &mut script,
             &format!("pytorch/{stem}"),
-            &format!("python3 pytorch/{name} --out \"$out/pytorch/{stem}.json\""),
+            &format!("python3 pytorch/{name}{args} --out \"$out/pytorch/{stem}.json\""),
         );
-        packed.push(format!("pytorch/{name}"));
         torch_stems.push(stem);
     }
 
-    for (suite, package) in SUITES {
-        if !example(root, suite, package).is_file() {
-            let _ = writeln!(
-                script,
-                "echo \"{suite}: not in this pack (no bench_{suite} example yet)\" >> \"$out/notes.txt\""
-            );
-            continue;
-        }
-        let name = format!("bench_{suite}");
-        cargo(
-            root,
-            &["build", "--release", "-p", package, "--example", &name],
-            &[],
-        )?;
-        stage_binary(&stage, &target.join("release/examples").join(&name), &name)?;
+    // Every suite in one build of the benchmark crate.
+    let names: Vec<String> = SUITES.iter().map(|suite| binary(suite)).collect();
+    let mut build = vec!["build", "--release", "-p", PACKAGE];
+    for name in &names {
+        build.extend(["--bin", name]);
+    }
+    // The serving suite starts `hrx serve`.
+    build.extend(["-p", "hrx-cli", "--bin", "hrx"]);
+    cargo(root, &build, &[])?;
+    stage_binary(&stage, &target.join("release/hrx"), "hrx")?;
+    packed.push("hrx".into());
+    for (suite, name) in SUITES.into_iter().zip(names) {
+        stage_binary(&stage, &target.join("release").join(&name), &name)?;
         // Only a file the script did write: without one the suite reports
         // no baseline instead of failing.
         let torch = TORCH_FOR
@@ -143,12 +179,10 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
                 "HRX_BENCH_TORCH=\"$torch\" ".to_string()
             })
             .unwrap_or_default();
-        let args = if suite == "models" {
-            stage_model_files(root, &stage)?;
-            " --model minilm --seeded"
-        } else {
-            ""
-        };
+        let args = SUITE_ARGS
+            .iter()
+            .find(|(s, _)| *s == suite)
+            .map_or("", |(_, args)| *args);
         script_line(
             &mut script,
             suite,

@@ -3,12 +3,14 @@
 
 mod executable;
 mod hazard;
+#[cfg(feature = "inspect")]
 mod inspect;
 mod op;
 mod record;
 
 pub use executable::ExecutableGraph;
 pub use hazard::{Barrier, Edge, Hazard};
+#[cfg(feature = "inspect")]
 pub use inspect::Operation;
 
 use crate::{BufferView, GpuKernel, MemoryPlacement, Runtime};
@@ -95,7 +97,8 @@ impl Graph {
 
     /// The operations recorded so far, in order, read-only: for tools that
     /// replay the same work elsewhere (a raw-Vulkan benchmark baseline) or
-    /// print it.
+    /// print it. Behind the `inspect` feature: no product code needs it.
+    #[cfg(feature = "inspect")]
     pub fn operations(&self) -> impl ExactSizeIterator<Item = Operation<'_>> {
         self.ops.iter().map(Operation::from)
     }

@@ -380,6 +380,7 @@ fn choose(
 /// The decode kernel's loom source for `target`, `dtype` inputs and B
 /// given as `[k, n]` (or `[n, k]` when `transpose_b`), with B aligned for
 /// the widest loads (for offline compilation and SPIR-V checks).
+#[cfg(feature = "kernel-sources")]
 pub fn decode_matmul_source(
     target: &Target,
     dtype: DType,

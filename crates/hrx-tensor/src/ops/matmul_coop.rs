@@ -168,6 +168,7 @@ impl CoopTiles {
     }
 
     /// The kernel's loom source for `layout`.
+    #[cfg(feature = "kernel-sources")]
     fn source(&self, layout: CoopLayout, act: Option<UnaryOp>) -> String {
         self.key(layout, act).source()
     }
@@ -178,6 +179,7 @@ impl CoopTiles {
 /// row-major or, with `transposed_b`, contiguous along k, every row
 /// aligned for 16-byte copies; `None` when the target has no suitable
 /// shape.
+#[cfg(feature = "kernel-sources")]
 pub fn coop_matmul_source(
     target: &Target,
     m: usize,

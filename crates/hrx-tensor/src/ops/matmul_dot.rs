@@ -258,6 +258,7 @@ fn dot_kernel(mt: usize, cols: usize, act: Option<UnaryOp>) -> Built {
 
 /// The dot kernel's loom source for `target` and `m` rows (for offline
 /// compilation and SPIR-V checks).
+#[cfg(feature = "kernel-sources")]
 pub fn dot_matmul_source(target: &Target, m: usize, activation: Option<super::UnaryOp>) -> String {
     dot_key(target, m, activation).source()
 }

@@ -12,7 +12,9 @@ mod tiles;
 
 pub(crate) use plan::splitk_plan;
 
-use super::{Ops, matmul_gemv::BLayout, operand::Operand};
+#[cfg(feature = "kernel-sources")]
+use super::matmul_gemv::BLayout;
+use super::{Ops, operand::Operand};
 use crate::{DType, TensorDesc};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
@@ -156,6 +158,7 @@ fn fits_storage_range(target: &Target, operation: &str, bytes: usize) -> Result<
 }
 
 /// How the operands of [`coop_splitk_source`]'s kernel are laid out.
+#[cfg(feature = "kernel-sources")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SplitKOperands {
     /// A and B row-major and aligned: 16-byte loads of both.
@@ -170,6 +173,7 @@ pub enum SplitKOperands {
 /// The split-k kernel's loom source for `target`, `m` rows, operands laid
 /// out as `operands` and `activation` (for offline compilation and SPIR-V
 /// checks); `None` where the kernel does not apply.
+#[cfg(feature = "kernel-sources")]
 pub fn coop_splitk_source(
     target: &Target,
     m: usize,

@@ -38,9 +38,14 @@ mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
-pub use matmul::{MatmulOptions, decode_matmul_source};
+pub use matmul::MatmulOptions;
+#[cfg(feature = "kernel-sources")]
+pub use matmul::decode_matmul_source;
+#[cfg(feature = "kernel-sources")]
 pub use matmul_coop::coop_matmul_source;
+#[cfg(feature = "kernel-sources")]
 pub use matmul_dot::dot_matmul_source;
+#[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use reduce::Reduction;
 pub use tuning::{CoopTiling, SplitKShape, Tuning};

@@ -4,7 +4,7 @@
 //! elsewhere) and f32, each checked against an f64 reference on sampled
 //! elements, then timed; every line names the kernel that ran.
 //!
-//! `cargo run --release -p hrx-tensor --example matmul_coop_gpu [--quick | --decode | --big]`
+//! `cargo run --release -p hrx-bench --bin matmul_coop_gpu [--quick | --decode | --big]`
 //! prints one line per case and exits non-zero on a wrong result.
 
 use hrx_runtime::Runtime;

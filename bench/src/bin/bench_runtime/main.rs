@@ -21,20 +21,13 @@
 //! - `HRX_BENCH_COPY_BYTES`: bytes per copy (default 1 GiB, 256 MiB on a
 //!   CPU device); `HRX_BENCH_COPY_ITERS`: copies per side (default 10).
 
-#[path = "bench_runtime/baseline.rs"]
 mod baseline;
-#[path = "bench_runtime/contender.rs"]
 mod contender;
-#[path = "bench_runtime/hrx.rs"]
 mod hrx;
-#[path = "bench_runtime/kernel.rs"]
 mod kernel;
-#[path = "../../../bench/common/raw.rs"]
-mod raw;
-#[path = "../../../bench/common/raw_kernel.rs"]
-mod raw_kernel;
-#[path = "../../../bench/common/report.rs"]
-mod report;
+use hrx_bench::raw;
+use hrx_bench::raw_kernel;
+use hrx_bench::report;
 
 use contender::{CHAIN_LEN, Contender, Sampling, sample};
 use hrx_core::DeviceKind;

@@ -1,9 +1,7 @@
-//! The raw-ash baseline shared by the benchmarks (included with `#[path]`):
-//! a minimal harness with its own instance, device, queue, timeline
-//! semaphore, buffers, pipelines and command buffers. It does what a careful
-//! hand-written Vulkan program would do, and nothing more.
-
-#![allow(dead_code)] // each benchmark uses its own subset
+//! The raw-ash baseline shared by the benchmarks: a minimal harness with
+//! its own instance, device, queue, timeline semaphore, buffers, pipelines
+//! and command buffers. It does what a careful hand-written Vulkan program
+//! would do, and nothing more.
 
 use ash::vk;
 use std::{ptr::NonNull, sync::Arc, time::Instant};
@@ -423,8 +421,10 @@ impl Drop for RawGpu {
 /// A buffer with its own dedicated memory; host-visible ones stay mapped.
 pub struct RawBuffer {
     shared: Arc<Shared>,
+    /// The Vulkan buffer.
     pub buffer: vk::Buffer,
     memory: vk::DeviceMemory,
+    /// Its size.
     pub bytes: usize,
     mapped: Option<NonNull<u8>>,
 }

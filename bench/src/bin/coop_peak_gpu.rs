@@ -10,14 +10,11 @@
 //!   copied into the tiles in the loop: the ceiling of that arrangement
 //!   with free copies.
 //!
-//! `cargo run --release -p hrx-tensor --example coop_peak_gpu`
+//! `cargo run --release -p hrx-bench --bin coop_peak_gpu`
 //! prints TFLOP/s per variant (best of 5 runs); devices without a
 //! 16x16x16 f16 -> f32 shape say so.
 
-#[path = "common/best_run.rs"]
-mod best_run;
-
-use best_run::best_run_seconds;
+use hrx_bench::best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
 use hrx_runtime::{GpuKernel, MemoryPlacement, Runtime};
 use hrx_tensor::ops::coop_matmul_source;

@@ -14,9 +14,7 @@
 //! Writes `target/bench/loom.json` (or `HRX_BENCH_OUT`) and prints a
 //! markdown table. Reads nothing from disk: the corpus is compiled in.
 
-#[path = "../../../bench/common/report.rs"]
-mod report;
-#[path = "bench_loom/wgsl.rs"]
+use hrx_bench::report;
 mod wgsl;
 
 use hrx_core::{DeviceKind, Target};
@@ -27,82 +25,90 @@ use std::{process::ExitCode, time::Instant};
 
 /// The corpus, compiled in: (file stem, kernel symbol, source).
 const CORPUS: [(&str, &str, &str); 17] = [
-    ("fill", "fill", include_str!("../tests/corpus/fill.loom")),
-    ("scale", "scale", include_str!("../tests/corpus/scale.loom")),
+    (
+        "fill",
+        "fill",
+        include_str!("../../../../crates/hrx-loom/tests/corpus/fill.loom"),
+    ),
+    (
+        "scale",
+        "scale",
+        include_str!("../../../../crates/hrx-loom/tests/corpus/scale.loom"),
+    ),
     (
         "saxpy4",
         "saxpy4",
-        include_str!("../tests/corpus/saxpy4.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/saxpy4.loom"),
     ),
     (
         "f16_to_f32",
         "f16_to_f32",
-        include_str!("../tests/corpus/f16_to_f32.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/f16_to_f32.loom"),
     ),
     (
         "clamp2d",
         "clamp2d",
-        include_str!("../tests/corpus/clamp2d.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/clamp2d.loom"),
     ),
     (
         "row_sum",
         "row_sum",
-        include_str!("../tests/corpus/row_sum.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/row_sum.loom"),
     ),
     (
         "wg_sum",
         "wg_sum",
-        include_str!("../tests/corpus/wg_sum.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/wg_sum.loom"),
     ),
     (
         "subgroup",
         "subgroup_ops",
-        include_str!("../tests/corpus/subgroup.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/subgroup.loom"),
     ),
     (
         "prefix_sum",
         "prefix_sum",
-        include_str!("../tests/corpus/prefix_sum.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/prefix_sum.loom"),
     ),
     (
         "transpose",
         "transpose",
-        include_str!("../tests/corpus/transpose.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/transpose.loom"),
     ),
     (
         "matmul",
         "matmul",
-        include_str!("../tests/corpus/matmul.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/matmul.loom"),
     ),
     (
         "softmax",
         "softmax",
-        include_str!("../tests/corpus/softmax.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/softmax.loom"),
     ),
     (
         "layernorm",
         "layernorm",
-        include_str!("../tests/corpus/layernorm.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/layernorm.loom"),
     ),
     (
         "histogram",
         "histogram",
-        include_str!("../tests/corpus/histogram.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/histogram.loom"),
     ),
     (
         "config",
         "configured",
-        include_str!("../tests/corpus/config.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/config.loom"),
     ),
     (
         "int_ops",
         "int_ops",
-        include_str!("../tests/corpus/int_ops.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/int_ops.loom"),
     ),
     (
         "float_math",
         "float_math",
-        include_str!("../tests/corpus/float_math.loom"),
+        include_str!("../../../../crates/hrx-loom/tests/corpus/float_math.loom"),
     ),
 ];
 

@@ -24,13 +24,9 @@
 //! `--profile BATCH SEQ [f16]` instead prints the device time of each
 //! kernel of the encoder's graph for that shape.
 
-#[path = "bench_models/profile.rs"]
 mod profile;
-#[path = "../../../bench/common/report.rs"]
-mod report;
-#[path = "bench_models/seeded.rs"]
-mod seeded;
 
+use hrx_bench::{report, seeded};
 use hrx_core::{Error, Result};
 use hrx_inference::{ModelContext, PreparedModel};
 use hrx_models::{
@@ -235,20 +231,9 @@ fn naive_latency(encoder: &BertEncoder) -> Result<f64> {
 }
 
 fn torch_results(path: &Path) -> std::result::Result<(String, BTreeMap<String, f64>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let results = json["results"]
-        .as_object()
-        .ok_or("no results")?
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
-        .collect();
-    let name = format!(
-        "PyTorch {} (transformers, eager)",
-        json["torch"].as_str().unwrap_or("?")
-    );
-    Ok((name, results))
+    let torch = report::read_torch(path)?;
+    let name = format!("PyTorch {} (transformers, eager)", torch.version);
+    Ok((name, torch.results))
 }
 
 fn main() -> std::result::Result<(), String> {

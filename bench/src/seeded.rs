@@ -1,7 +1,10 @@
 //! Seeded weights of a BERT configuration's shapes, for benchmarks (speed
-//! does not depend on the values).
+//! does not depend on the values), as a checkpoint in memory or as a model
+//! folder beside the real one's small files (for a server that loads a
+//! folder, where the real weights are absent).
 
 use hrx_models::bert::BertConfig;
+use std::path::{Path, PathBuf};
 
 /// Deterministic weights of every tensor the encoder reads, with Hugging
 /// Face names, as an F32 safetensors checkpoint.
@@ -64,4 +67,41 @@ pub fn checkpoint(c: &BertConfig) -> Vec<u8> {
         (name.as_str(), view)
     });
     safetensors::serialize(views, None).expect("serialize")
+}
+
+/// A copy of the model folder `source` under `parent` (same folder name,
+/// so the model keeps its name) with every file but `model.safetensors`
+/// copied, subfolders included, and seeded weights of its `config.json`'s
+/// shapes written as `model.safetensors`. Returns the copy's path.
+pub fn model_folder(source: &Path, parent: &Path) -> Result<PathBuf, String> {
+    let name = source
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", source.display()))?
+        .file_name()
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("{}: no folder name", source.display()))?;
+    let target = parent.join(name);
+    copy_small_files(source, &target)?;
+    let config = BertConfig::from_dir(source).map_err(|e| format!("{}: {e}", source.display()))?;
+    let weights = target.join("model.safetensors");
+    std::fs::write(&weights, checkpoint(&config))
+        .map_err(|e| format!("{}: {e}", weights.display()))?;
+    Ok(target)
+}
+
+/// Copy `from` into `to` recursively, leaving out the weights.
+fn copy_small_files(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    let listing = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    for entry in listing {
+        let entry = entry.map_err(|e| format!("{}: {e}", from.display()))?;
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_small_files(&path, &target)?;
+        } else if entry.file_name() != "model.safetensors" {
+            std::fs::copy(&path, &target).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }

@@ -24,15 +24,12 @@
 //! Each line gives the load rate (GB/s) and the most a kernel needing
 //! these bytes per flop (about 0.0117 for A and B) could reach at it.
 //!
-//! `cargo run --release -p hrx-tensor --example load_ceiling`
+//! `cargo run --release -p hrx-bench --bin load_ceiling`
 //!
 //! On a device without the kernel (lavapipe) it runs 512^3, which only
 //! shows these kernels build and run.
 
-#[path = "common/best_run.rs"]
-mod best_run;
-
-use best_run::best_run_seconds;
+use hrx_bench::best_run::best_run_seconds;
 use hrx_loom::{Compiler, ScalarValue, Specialization};
 use hrx_runtime::{GpuKernel, MemoryPlacement, Runtime};
 use hrx_tensor::ops::coop_matmul_source;

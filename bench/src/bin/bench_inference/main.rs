@@ -23,18 +23,12 @@
 //! configuration (default 800, 300 small); a fifth of it again is warm-up.
 //! `HRX_DEVICE` picks the device, as for the runtime.
 
-#[path = "bench_inference/load.rs"]
 mod load;
-#[path = "bench_inference/plan.rs"]
 mod plan;
-#[path = "../../../bench/common/raw.rs"]
-mod raw;
-#[path = "../../../bench/common/raw_kernel.rs"]
-mod raw_kernel;
-#[path = "bench_inference/raw_side.rs"]
+use hrx_bench::raw;
+use hrx_bench::raw_kernel;
 mod raw_side;
-#[path = "../../../bench/common/report.rs"]
-mod report;
+use hrx_bench::report;
 
 use hrx_inference::{ModelContext, PreparedModel};
 use hrx_models::{

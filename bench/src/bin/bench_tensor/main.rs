@@ -27,11 +27,8 @@
 //!   tensor-core matmul kernels for tuning runs (`hrx_tensor::ops::Tuning`);
 //!   a malformed or invalid value is an error.
 
-#[path = "bench_tensor/cases.rs"]
 mod cases;
-#[path = "../../../bench/common/report.rs"]
-mod common;
-#[path = "bench_tensor/report.rs"]
+use hrx_bench::report as common;
 mod report;
 
 use cases::{Case, Kind, Prepared};
@@ -191,7 +188,7 @@ fn run() -> Result<(), String> {
         .torch
         .clone()
         .or_else(|| beside.is_file().then_some(beside));
-    let torch = torch_path.as_deref().map(report::read_torch).transpose()?;
+    let torch = torch_path.as_deref().map(common::read_torch).transpose()?;
     let baseline_name = match &torch {
         Some(t) => format!(
             "PyTorch {} on {} (CUDA events, median)",

@@ -4,7 +4,7 @@
 //! of an 8192^3 matmul (B row-major and transposed) and the split-k
 //! decode kernels of m = 4..64, in their built-in shapes.
 //!
-//! `cargo run --release -p hrx-tensor --example kernel_stats [--ir DIR]`
+//! `cargo run --release -p hrx-bench --bin kernel_stats [--ir DIR]`
 //!
 //! With `--ir DIR`, also writes each code representation the driver
 //! exposes (`GpuKernel::internal_representations`) to

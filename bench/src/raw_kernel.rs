@@ -2,9 +2,7 @@
 //! set layout of storage buffers, an optional push-constant block,
 //! descriptor sets from a small pool.
 
-#![allow(dead_code)] // each benchmark uses its own subset
-
-use super::raw::{RawBuffer, RawGpu, RawResult, Shared, vk_err};
+use crate::raw::{RawBuffer, RawGpu, RawResult, Shared, vk_err};
 use ash::vk;
 use std::{ffi::CStr, sync::Arc};
 
@@ -15,7 +13,9 @@ pub struct RawKernel {
     shared: Arc<Shared>,
     module: vk::ShaderModule,
     set_layout: vk::DescriptorSetLayout,
+    /// The pipeline layout (set 0 and the push-constant block).
     pub layout: vk::PipelineLayout,
+    /// The compute pipeline.
     pub pipeline: vk::Pipeline,
     pool: vk::DescriptorPool,
 }

@@ -1,0 +1,191 @@
+//! The two ways the same requests are served: over HTTP to `hrx serve`
+//! (OpenAI embeddings requests, one sentence each, every answer parsed and
+//! checked the way a client would), and through the library in this
+//! process (`SentenceEmbedder::embed_async`, the same sentences).
+
+use super::load::Call;
+use base64::Engine as _;
+use hrx_models::embed::SentenceEmbedder;
+use serde::Deserialize;
+use std::{sync::Arc, time::Duration};
+
+/// How the server writes embeddings in its answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// Little-endian f32 bytes in base64 (what the official OpenAI client
+    /// asks for by default).
+    Base64,
+    /// A JSON array of numbers.
+    Float,
+}
+
+impl Encoding {
+    pub fn parse(text: &str) -> Result<Encoding, String> {
+        match text {
+            "base64" => Ok(Encoding::Base64),
+            "float" => Ok(Encoding::Float),
+            other => Err(format!("--encoding {other}: expected base64 or float")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Base64 => "base64",
+            Encoding::Float => "float",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    data: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    index: usize,
+    embedding: Vector,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Vector {
+    Floats(Vec<f32>),
+    Base64(String),
+}
+
+/// What the HTTP side needs to build and check a request.
+pub struct Http {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    encoding: Encoding,
+    dimensions: usize,
+    sentences: Arc<Vec<String>>,
+}
+
+impl Http {
+    pub fn new(
+        url: String,
+        model: String,
+        encoding: Encoding,
+        dimensions: usize,
+        sentences: Arc<Vec<String>>,
+    ) -> Result<Http, String> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Http {
+            client,
+            url,
+            model,
+            encoding,
+            dimensions,
+            sentences,
+        })
+    }
+
+    /// Embed sentence `index` (modulo the set) over HTTP.
+    pub async fn embed(&self, index: usize) -> Result<Vec<f32>, String> {
+        let text = &self.sentences[index % self.sentences.len()];
+        let body = serde_json::json!({
+            "model": self.model,
+            "input": [text],
+            "encoding_format": self.encoding.as_str(),
+        });
+        let response = self
+            .client
+            .post(&self.url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {}: {e}", self.url))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            ));
+        }
+        let answer: Answer =
+            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable answer: {e}"))?;
+        let [item] = <[Item; 1]>::try_from(answer.data)
+            .map_err(|data| format!("{} embeddings for one input", data.len()))?;
+        let vector = match item.embedding {
+            Vector::Floats(values) => values,
+            Vector::Base64(text) => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| format!("bad base64: {e}"))?
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        };
+        if item.index != 0 || vector.len() != self.dimensions {
+            return Err(format!(
+                "an answer of index {} with {} values, expected index 0 with {}",
+                item.index,
+                vector.len(),
+                self.dimensions
+            ));
+        }
+        Ok(vector)
+    }
+
+    /// The load generator's view: one checked request.
+    pub fn call(self: &Arc<Self>) -> Call {
+        let http = Arc::clone(self);
+        Arc::new(move |index| {
+            let http = Arc::clone(&http);
+            Box::pin(async move { http.embed(index).await.map(drop) })
+        })
+    }
+}
+
+/// The library side: the same sentences through `embed_async`.
+pub struct Library {
+    pub embedder: SentenceEmbedder,
+    pub sentences: Arc<Vec<String>>,
+}
+
+impl Library {
+    /// Embed sentence `index` (modulo the set) in this process.
+    pub async fn embed(&self, index: usize) -> Result<Vec<f32>, String> {
+        let text = self.sentences[index % self.sentences.len()].as_str();
+        let mut answers = self
+            .embedder
+            .embed_async(&[text])
+            .await
+            .map_err(|e| format!("embed_async: {e}"))?;
+        let vector = answers.pop().map(|e| e.vector).unwrap_or_default();
+        if vector.len() != self.embedder.dimensions() {
+            return Err(format!("an embedding of {} values", vector.len()));
+        }
+        Ok(vector)
+    }
+
+    /// The load generator's view: one checked request.
+    pub fn call(self: &Arc<Self>) -> Call {
+        let library = Arc::clone(self);
+        Arc::new(move |index| {
+            let library = Arc::clone(&library);
+            Box::pin(async move { library.embed(index).await.map(drop) })
+        })
+    }
+}
+
+/// The cosine similarity of two vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
