@@ -89,5 +89,11 @@ fn dropping_fresh_memory_while_its_fill_is_queued_is_safe() {
     graph.fill(kept.view(), 1).unwrap();
     graph.prepare().unwrap().submit().unwrap().wait().unwrap();
     drop(kept);
+    // The fills' keep-alives are released as the runtime retires their
+    // submissions, which may lag the waits above by a poll.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runtime.memory_stats().live_bytes != before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     assert_eq!(runtime.memory_stats().live_bytes, before);
 }

@@ -9,6 +9,34 @@
 
 use crate::ir::ValueId;
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: names are short and not chosen to collide against a server
+/// (loom sources are the user's own), so a cheap hash beats SipHash, which
+/// would cost small kernels more than the linear scan it replaces.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut hash = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = hash;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+type FastSet<K> = HashSet<K, BuildHasherDefault<Fnv>>;
 
 /// Scopes of one function: the visible values in definition order with one
 /// mark per open region, and an index from name to visible value. Because
@@ -20,12 +48,12 @@ pub(super) struct Scopes {
     /// Visible values, outermost first.
     visible: Vec<ValueId>,
     /// The visible value of each name.
-    by_name: HashMap<String, ValueId>,
+    by_name: FastMap<String, ValueId>,
     /// Where each open scope starts in `visible` (innermost last).
     marks: Vec<usize>,
     /// Names of values whose region has closed (for a better message than
     /// "undefined").
-    closed: HashSet<String>,
+    closed: FastSet<String>,
 }
 
 impl Default for Scopes {
@@ -51,9 +79,9 @@ impl Scopes {
     pub(super) fn new() -> Self {
         Scopes {
             visible: Vec::with_capacity(32),
-            by_name: HashMap::new(),
+            by_name: FastMap::default(),
             marks: vec![0],
-            closed: HashSet::new(),
+            closed: FastSet::default(),
         }
     }
 
