@@ -74,19 +74,8 @@ impl Gpu {
         }
         let queue_family = compute_queue_family(&instance, &physical)?;
         let statistics = options.pipeline_statistics && physical.pipeline_statistics;
-        if options.robust_buffer_access && !physical.robust_buffer_access {
-            return Err(Error::Unsupported(format!(
-                "{} has no robust buffer access (RuntimeOptions::robust_buffer_access)",
-                physical.target.name
-            )));
-        }
-        let device = create_device(
-            &instance,
-            &physical,
-            queue_family,
-            statistics,
-            options.robust_buffer_access,
-        )?;
+        let robust = options.robust_buffer_access && physical.robust_buffer_access;
+        let device = create_device(&instance, &physical, queue_family, statistics, robust)?;
         // From here on, `partial` destroys what exists if a later step fails.
         let partial = PartialDevice(&device);
         // SAFETY: the family was requested with one queue at creation.
@@ -135,7 +124,7 @@ impl Gpu {
             memory: MemoryCounters::new(options.memory_budget),
             max_buffer_bytes: physical.max_buffer_bytes,
             largest_heap_bytes: physical.largest_heap_bytes,
-            robust_buffer_access: options.robust_buffer_access,
+            robust_buffer_access: robust,
             close_timeout: options.close_timeout,
             abandoned: AtomicBool::new(false),
             fault_injection: options.fault_injection_enabled(),
@@ -146,8 +135,9 @@ impl Gpu {
         }))
     }
 
-    /// Whether the device was opened with robust buffer access
-    /// ([`RuntimeOptions::robust_buffer_access`](crate::RuntimeOptions)).
+    /// Whether the device was opened with robust buffer access (asked for
+    /// by [`RuntimeOptions::robust_buffer_access`](crate::RuntimeOptions),
+    /// and supported by the device).
     pub fn robust_buffer_access(&self) -> bool {
         self.robust_buffer_access
     }
