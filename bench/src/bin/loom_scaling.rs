@@ -77,6 +77,9 @@ fn arguments(count: usize) -> String {
     )
 }
 
+/// A kernel shape: its name, its generator and the sizes to try.
+type Shape = (&'static str, fn(usize) -> String, [usize; 4]);
+
 fn millis(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
@@ -89,7 +92,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let shapes: [(&str, fn(usize) -> String, [usize; 4]); 3] = [
+    let shapes: [Shape; 3] = [
         ("straight line", straight, [250, 2_500, 25_000, 250_000]),
         ("carried chain", carried, [120, 1_200, 12_000, 120_000]),
         ("arguments", arguments, [500, 5_000, 50_000, 500_000]),
