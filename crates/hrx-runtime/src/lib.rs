@@ -50,10 +50,11 @@
 //!   device lacking `VK_KHR_pipeline_executable_properties`, the call is an
 //!   [`Error::Unsupported`].
 //! - **Mappings and submissions exclude each other.** Submitting work that
-//!   writes memory the host holds mapped is [`Error::Busy`]; a mapping taken
-//!   after a submission waits for it (or, `try_`, is `Busy`; the `_timeout`
-//!   forms wait at most that long). Work that only reads mapped memory runs
-//!   and sees what the host wrote before it read.
+//!   writes memory the host holds mapped, or reads memory the host holds
+//!   mapped for writing, is [`Error::Busy`]; a mapping taken after a
+//!   submission waits for it (or, `try_`, is `Busy`; the `_timeout` forms
+//!   wait at most that long). A flag that running work polls is written
+//!   with [`BufferView::signal`], an atomic store that takes no mapping.
 //! - **The caller's job.** Declare accesses truthfully in kernel contracts:
 //!   a kernel that writes a binding declared read-only escapes the checks
 //!   above and races.

@@ -135,9 +135,10 @@ pub(crate) struct Allocation {
     /// it was zeroed through the mapping): every submission using it waits
     /// for that value on the device.
     zeroed_at: AtomicU64,
-    /// Writing submissions between `begin_device_write` and
-    /// `end_device_write`.
+    /// Writing and reading submissions between `begin_device_use` and
+    /// `end_device_use`.
     queueing_writes: std::sync::atomic::AtomicU32,
+    queueing_reads: std::sync::atomic::AtomicU32,
     /// Host mappings: many readers or one writer at a time.
     host: RwLock<()>,
 }
@@ -255,6 +256,7 @@ impl Allocation {
             last_use: AtomicU64::new(0),
             zeroed_at: AtomicU64::new(0),
             queueing_writes: std::sync::atomic::AtomicU32::new(0),
+            queueing_reads: std::sync::atomic::AtomicU32::new(0),
             host: RwLock::new(()),
         });
         allocation.zero()?;
@@ -346,16 +348,17 @@ impl Allocation {
         self.device_local
     }
 
-    /// Announce a submission that writes this memory, before it is queued:
-    /// a host mapping alive now makes it [`Error::Busy`] (the slice would
-    /// change under it), and a mapping asked for until
-    /// [`end_device_write`](Self::end_device_write) waits for the
-    /// submission to be noted and then for the device (`settle`). Work that
-    /// only reads mapped memory is not refused: the host's slice does not
-    /// change, and the device reads what the host has written by then (how
-    /// a host-written flag releases a spinning kernel). Lock-free and
-    /// allocation-free, as submission must be.
-    pub(crate) fn begin_device_write(&self) -> Result<()> {
+    /// Announce a submission that uses this memory, before it is queued.
+    /// Work that writes it is [`Error::Busy`] while any host mapping of it
+    /// is alive (the mapped slice would change under it); work that reads
+    /// it is `Busy` while a host write mapping is alive (it would read a
+    /// half-written slice). A mapping asked for until
+    /// [`end_device_use`](Self::end_device_use) waits for the submission to
+    /// be noted and then for the device (`settle`). A host-written flag
+    /// that running work polls goes through
+    /// [`BufferView::signal`](crate::BufferView::signal) instead of a
+    /// mapping. Lock-free and allocation-free, as submission must be.
+    pub(crate) fn begin_device_use(&self, writes: bool) -> Result<()> {
         use std::sync::TryLockError;
         if self.mapped.is_none() {
             return Ok(());
@@ -363,34 +366,80 @@ impl Allocation {
         // Announce first, then look for a mapping; a mapper takes its lock
         // first, then looks for announcements: with both fences, at least
         // one of the two sees the other.
-        self.queueing_writes.fetch_add(1, Ordering::SeqCst);
+        let counter = if writes {
+            &self.queueing_writes
+        } else {
+            &self.queueing_reads
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        match self.host.try_write() {
-            Ok(_) | Err(TryLockError::Poisoned(_)) => Ok(()),
-            Err(TryLockError::WouldBlock) => {
-                self.queueing_writes.fetch_sub(1, Ordering::SeqCst);
-                Err(Error::Busy(
-                    "work that writes a buffer the host has mapped; drop the mapping before \
-                     submitting"
-                        .into(),
-                ))
-            }
+        let free = if writes {
+            !matches!(self.host.try_write(), Err(TryLockError::WouldBlock))
+        } else {
+            !matches!(self.host.try_read(), Err(TryLockError::WouldBlock))
+        };
+        if free {
+            return Ok(());
         }
+        counter.fetch_sub(1, Ordering::SeqCst);
+        Err(Error::Busy(if writes {
+            "work that writes a buffer the host has mapped; drop the mapping before submitting"
+                .into()
+        } else {
+            "work that reads a buffer the host has mapped for writing; drop the mapping before \
+             submitting"
+                .into()
+        }))
     }
 
-    /// The submission announced by `begin_device_write` is noted (or
+    /// The submission announced by `begin_device_use` is noted (or
     /// abandoned).
-    pub(crate) fn end_device_write(&self) {
+    pub(crate) fn end_device_use(&self, writes: bool) {
         if self.mapped.is_some() {
-            self.queueing_writes.fetch_sub(1, Ordering::SeqCst);
+            let counter = if writes {
+                &self.queueing_writes
+            } else {
+                &self.queueing_reads
+            };
+            counter.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    /// With the host lock held: wait until no writing submission is being
-    /// queued (a few microseconds at most), or refuse with `Busy`.
-    fn wait_for_queueing_writes(&self, wait: Wait) -> Result<()> {
+    /// Store `value` at byte `offset` as one atomic 32-bit write, without a
+    /// mapping and without waiting for the device: work on the device may
+    /// be reading the word (a flag that releases a spinning kernel). Host
+    /// mappings of the memory are excluded for the store.
+    pub(crate) fn signal(&self, offset: usize, value: u32) -> Result<()> {
+        let pointer = self.pointer()?;
+        if !offset.is_multiple_of(4) || offset.checked_add(4).is_none_or(|end| end > self.len) {
+            return Err(Error::Message(format!(
+                "signal at byte {offset}: needs a 4-byte aligned word inside the {} bytes",
+                self.len
+            )));
+        }
+        let _exclusive = self.host.write().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the word lies inside the mapping and is 4-byte aligned
+        // (checked above, and mappings are at least 4-byte aligned); no host
+        // reference to the memory exists while the write lock is held, and
+        // the device's concurrent reads of host-coherent memory are not
+        // Rust accesses. The store is atomic, so a reader sees the old or
+        // the new word.
+        let word =
+            unsafe { std::sync::atomic::AtomicU32::from_ptr(pointer.as_ptr().add(offset).cast()) };
+        word.store(value, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// With the host lock held: wait until no conflicting submission is
+    /// being queued (writing ones for a host reader, any for a host
+    /// writer; a few microseconds at most), or refuse with `Busy`.
+    fn wait_for_queueing(&self, host_writes: bool, wait: Wait) -> Result<()> {
         std::sync::atomic::fence(Ordering::SeqCst);
-        while self.queueing_writes.load(Ordering::SeqCst) > 0 {
+        let busy = || {
+            self.queueing_writes.load(Ordering::SeqCst) > 0
+                || (host_writes && self.queueing_reads.load(Ordering::SeqCst) > 0)
+        };
+        while busy() {
             if wait.expired() {
                 return Err(Error::Busy(
                     "a submission writing this memory is being queued".into(),
@@ -460,7 +509,7 @@ impl Allocation {
                 "the buffer is mapped for writing",
             )?,
         };
-        self.wait_for_queueing_writes(wait)?;
+        self.wait_for_queueing(false, wait)?;
         self.settle(false, wait)?;
         // SAFETY: [offset, offset + len) lies inside the mapping (views are
         // checked on creation); the read guard excludes host writers, and
@@ -488,7 +537,7 @@ impl Allocation {
                 "the buffer is already mapped",
             )?,
         };
-        self.wait_for_queueing_writes(wait)?;
+        self.wait_for_queueing(true, wait)?;
         self.settle(true, wait)?;
         // SAFETY: the range lies inside the mapping; the write guard makes
         // this the only host access, and device use has finished (settle).

@@ -57,35 +57,30 @@ fn carried(dependency: &Completion) -> bool {
     dependency.pending_value().is_some() || matches!(dependency.result(), Some(Err(_)))
 }
 
-/// The writes of one submission announced to the memory they touch
-/// ([`Allocation::begin_device_write`]) until it is dropped, on every path
+/// The uses of one submission announced to the memory they touch
+/// ([`Allocation::begin_device_use`]) until it is dropped, on every path
 /// out of `submit`.
-struct AnnouncedWrites<'a> {
+struct AnnouncedUses<'a> {
     uses: &'a [BufferUse],
-    /// How many of `uses` were reached (the written ones among them are
-    /// announced).
-    reached: usize,
+    /// How many of `uses` are announced.
+    announced: usize,
 }
 
-impl<'a> AnnouncedWrites<'a> {
+impl<'a> AnnouncedUses<'a> {
     fn announce(uses: &'a [BufferUse]) -> Result<Self> {
-        let mut announced = AnnouncedWrites { uses, reached: 0 };
+        let mut announced = AnnouncedUses { uses, announced: 0 };
         for used in uses {
-            if used.writes {
-                used.allocation.begin_device_write()?;
-            }
-            announced.reached += 1;
+            used.allocation.begin_device_use(used.writes)?;
+            announced.announced += 1;
         }
         Ok(announced)
     }
 }
 
-impl Drop for AnnouncedWrites<'_> {
+impl Drop for AnnouncedUses<'_> {
     fn drop(&mut self) {
-        for used in &self.uses[..self.reached] {
-            if used.writes {
-                used.allocation.end_device_write();
-            }
+        for used in &self.uses[..self.announced] {
+            used.allocation.end_device_use(used.writes);
         }
     }
 }
@@ -130,9 +125,9 @@ impl Gpu {
         for used in work.uses {
             wait_value = wait_value.max(used.allocation.zeroed_at());
         }
-        // A host mapping of memory this work writes makes it `Busy`; new
-        // mappings wait until the use is noted (or the work abandoned).
-        let _announced = AnnouncedWrites::announce(work.uses)?;
+        // A conflicting host mapping makes the work `Busy`; new mappings
+        // wait until the use is noted (or the work abandoned).
+        let _announced = AnnouncedUses::announce(work.uses)?;
         let state = self.timeline.new_state();
         for dependency in work.after {
             if carried(dependency) {

@@ -126,6 +126,17 @@ impl BufferView {
             .map_write(self.offset, self.len, Wait::at_most(timeout))
     }
 
+    /// Store `value` into the view's first 32-bit word, atomically, while
+    /// work on the device may be reading it: how the host releases a
+    /// kernel that polls a flag. No mapping is taken and the device is not
+    /// waited for (a mapping for writing would wait for that very kernel,
+    /// and submitting work that reads memory the host holds mapped for
+    /// writing is `Busy`). The memory must be host-visible and the view's
+    /// offset 4-byte aligned. Work that *writes* the word races with it.
+    pub fn signal(&self, value: u32) -> Result<()> {
+        self.allocation.signal(self.offset, value)
+    }
+
     pub(crate) fn raw_buffer(&self) -> vk::Buffer {
         self.allocation.raw()
     }

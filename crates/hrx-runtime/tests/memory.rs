@@ -188,7 +188,7 @@ fn shared_runtime() -> &'static Runtime {
 }
 
 #[test]
-fn work_that_writes_memory_the_host_has_mapped_is_busy() {
+fn work_that_conflicts_with_a_host_mapping_is_busy() {
     let runtime = runtime();
     let host = runtime
         .allocate(4096, MemoryPlacement::HostVisible)
@@ -210,20 +210,24 @@ fn work_that_writes_memory_the_host_has_mapped_is_busy() {
         };
         assert!(matches!(result, Err(Error::Busy(_))), "{result:?}");
     }
-    // Work that only reads the mapped memory runs: the host's slice does
-    // not change under it.
+    // Work that only reads the mapped memory runs beside host readers,
+    // and is refused while the host writes it.
     let mut reads_host = runtime.graph();
     reads_host.copy(other.view(), host.view()).unwrap();
     let reads_host = reads_host.prepare().unwrap();
-    for held_for_writing in [false, true] {
-        if held_for_writing {
-            let _mapping = host.map_write().unwrap();
-            reads_host.submit().unwrap().wait().unwrap();
-        } else {
-            let _mapping = host.map_read().unwrap();
-            reads_host.submit().unwrap().wait().unwrap();
-        }
+    {
+        let _reader = host.map_read().unwrap();
+        reads_host.submit().unwrap().wait().unwrap();
     }
+    {
+        let _writer = host.map_write().unwrap();
+        assert!(matches!(reads_host.submit(), Err(Error::Busy(_))));
+    }
+    // A signal is a word stored without a mapping, allowed beside work
+    // that reads it.
+    host.view().signal(3).unwrap();
+    assert_eq!(host.map_read().unwrap()[..4], 3u32.to_le_bytes());
+    assert!(host.view().slice(2..6).unwrap().signal(1).is_err());
     // Once the mappings are gone, everything runs, and a mapping taken
     // after a submission waits for it.
     writes_host.submit().unwrap();

@@ -104,16 +104,14 @@ pub struct Gate {
     opener: Mutex<Option<Opener>>,
 }
 
-/// A thread that holds the flag mapped for writing from before the first
-/// submission until it writes it. Mapping later (as `super::write` does)
-/// would wait for the gated work: a mapping for host writes waits until
-/// the device no longer uses the memory. Keeping a mapping while the device
-/// uses the memory breaks the runtime's rule to finish host writes before
-/// submitting only where the device writes: the kernel only loads the flag
-/// atomically, and its contract declares the binding read-only (the WGSL
-/// declares it read-write because atomics need that). A thread,
-/// because a mapping borrows its view and cannot be stored beside it. It
-/// holds the view, and so the device, until joined.
+/// A thread that writes the flag with `BufferView::signal` (an atomic
+/// store without a mapping: a mapping for host writes would wait until the
+/// gated work no longer uses the memory, and work that reads memory the
+/// host holds mapped for writing is refused). The kernel only loads the
+/// flag atomically, and its contract declares the binding read-only (the
+/// WGSL declares it read-write because atomics need that). A thread, so
+/// that `open_soon` can write it later; it holds the view, and so the
+/// device, until joined.
 struct Opener {
     /// Sends the delay before opening; dropping it opens at once.
     open: mpsc::Sender<Duration>,
@@ -169,20 +167,19 @@ impl Drop for Gate {
 }
 
 impl Opener {
-    /// Map `flag` on a new thread; return once it is mapped.
+    /// A thread that signals `flag` when told; return once it runs.
     fn spawn(flag: BufferView) -> Opener {
         let (open, opened) = mpsc::channel::<Duration>();
         let (mapped_tx, mapped_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("hrx-gate".into())
             .spawn(move || {
-                let mut mapped = flag.map_write().expect("map the gate's flag");
                 let _ = mapped_tx.send(());
                 // A delay, or the gate's `open` (or drop) hung up.
                 if let Ok(delay) = opened.recv() {
                     thread::sleep(delay);
                 }
-                mapped.copy_from_slice(&1u32.to_le_bytes());
+                flag.signal(1).expect("signal the gate's flag");
             })
             .expect("spawn the gate's opener");
         mapped_rx.recv().expect("the gate's opener failed");
