@@ -16,6 +16,7 @@
 //! The caller guarantees quads: k, the row, batch and offset strides of A
 //! and B multiples of 8, bindings 16-byte aligned.
 
+use super::matmul_abi::MatmulArgs;
 use super::{
     UnaryOp,
     matmul_gemv::{BLayout, BLoad, b_load},
@@ -94,17 +95,17 @@ fn dot_kernel(mt: usize, cols: usize, act: Option<UnaryOp>) -> Built {
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
 
-    let [
+    let MatmulArgs {
         m,
         n,
-        kk,
+        k: kk,
         sab,
         sam,
-        _sak,
+        sak: _,
         oa,
         la,
         sbb,
-        _sbk,
+        sbk: _,
         sbn,
         ob,
         lb,
@@ -114,15 +115,11 @@ fn dot_kernel(mt: usize, cols: usize, act: Option<UnaryOp>) -> Built {
         scb,
         oc,
         lc,
-    ] = [
-        "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb", "sbias",
-        "obias", "lbias", "scb", "oc", "lc",
-    ]
-    .map(|name| k.arg_index(name));
-    let a = k.arg_buffer("a", true);
-    let bbuf = k.arg_buffer("b", true);
-    let bias = k.arg_buffer("bias", true);
-    let c = k.arg_buffer("c", false);
+        a,
+        b: bbuf,
+        bias,
+        c,
+    } = MatmulArgs::declare(&mut k, true);
     let zero = k.offset(0);
     let [c0, c1, c2, c3, c4, c8] = [0, 1, 2, 3, 4, 8].map(|v| k.index(v));
     let law = k.div(la, c2);

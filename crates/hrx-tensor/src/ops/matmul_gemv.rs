@@ -20,6 +20,7 @@
 //! adds bias and activation.
 
 use super::UnaryOp;
+use super::matmul_abi::MatmulArgs;
 use super::registry::{Generator, KernelKey, KernelSource};
 use crate::DType;
 use hrx_core::{DeviceKind, Target};
@@ -347,10 +348,10 @@ fn gemv_kernel(
     let wg_l = k.index(n64(wg));
     let mut k = k.launch_config([gy, gx, batch], [wg_l, one, one]);
 
-    let [
+    let MatmulArgs {
         m,
         n,
-        kk,
+        k: kk,
         sab,
         sam,
         sak,
@@ -367,15 +368,11 @@ fn gemv_kernel(
         scb,
         oc,
         lc,
-    ] = [
-        "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb", "sbias",
-        "obias", "lbias", "scb", "oc", "lc",
-    ]
-    .map(|name| k.arg_index(name));
-    let a = k.arg_buffer("a", true);
-    let bbuf = k.arg_buffer("b", true);
-    let bias = k.arg_buffer("bias", true);
-    let c = k.arg_buffer("c", false);
+        a,
+        b: bbuf,
+        bias,
+        c,
+    } = MatmulArgs::declare(&mut k, true);
     let zero = k.offset(0);
     let av = k.buffer_view(a, zero, [la.into()], elem);
     let bv = match load {

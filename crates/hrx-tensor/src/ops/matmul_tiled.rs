@@ -13,6 +13,7 @@
 //! neighbouring workgroup-memory words and write neighbouring columns of
 //! C).
 
+use super::matmul_abi::MatmulArgs;
 use super::{
     UnaryOp,
     registry::{Generator, KernelKey, KernelSource},
@@ -141,10 +142,10 @@ fn tiled_kernel(
     let wg = k.index(n64(tl.threads()));
     let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
 
-    let [
+    let MatmulArgs {
         m,
         n,
-        kk,
+        k: kk,
         sab,
         sam,
         sak,
@@ -161,12 +162,11 @@ fn tiled_kernel(
         scb,
         oc,
         lc,
-    ] = [
-        "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb", "sbias",
-        "obias", "lbias", "scb", "oc", "lc",
-    ]
-    .map(|name| k.arg_index(name));
-    let [a, bbuf, bias, c] = ["a", "b", "bias", "c"].map(|name| k.arg_buffer(name, false));
+        a,
+        b: bbuf,
+        bias,
+        c,
+    } = MatmulArgs::declare(&mut k, false);
     let zero = k.offset(0);
     let av = k.buffer_view(a, zero, [la.into()], elem);
     let bv = k.buffer_view(bbuf, zero, [lb.into()], elem);

@@ -21,6 +21,7 @@ mod elementwise_kernels;
 mod gather;
 mod indexing;
 mod matmul;
+mod matmul_abi;
 mod matmul_coop;
 mod matmul_dot;
 mod matmul_gemv;

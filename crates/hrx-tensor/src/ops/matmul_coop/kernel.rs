@@ -15,6 +15,7 @@
 use super::CoopTiles;
 use super::copies::{Consts, CoopLayout, Env, Operand};
 use crate::ops::UnaryOp;
+use crate::ops::matmul_abi::MatmulArgs;
 use hrx_loom::build::{Barrier, Built, CoopLayout as Major, Extent, KernelBuilder, Mat, Value};
 use hrx_loom::ir::{Axis, CoopMatType, CoopRole, IntPredicate, Scalar};
 
@@ -52,10 +53,10 @@ impl CoopTiles {
         let wg = k.index(n64(self.threads()));
         let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
 
-        let [
+        let MatmulArgs {
             m,
             n,
-            kk,
+            k: kk,
             sab,
             sam,
             sak,
@@ -72,12 +73,11 @@ impl CoopTiles {
             scb,
             oc,
             lc,
-        ] = [
-            "m", "n", "k", "sab", "sam", "sak", "oa", "la", "sbb", "sbk", "sbn", "ob", "lb",
-            "sbias", "obias", "lbias", "scb", "oc", "lc",
-        ]
-        .map(|name| k.arg_index(name));
-        let [a, bbuf, bias, c] = ["a", "b", "bias", "c"].map(|name| k.arg_buffer(name, false));
+            a,
+            b: bbuf,
+            bias,
+            c,
+        } = MatmulArgs::declare(&mut k, false);
         let zero = k.offset(0);
         let views = self.copy_views(&mut k, layout, zero, [a, bbuf], [la, lb]);
         let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
