@@ -1,5 +1,5 @@
 //! Upload, concatenate, copy_into and download round trips through the
-//! facade, using the seed's own import paths with `crate` replaced by `hrx`.
+//! facade, with the import paths a user's crate writes (`hrx::...`).
 
 use hrx::{
     Completion, Error, Result, Runtime,

@@ -135,7 +135,7 @@ pub(crate) struct Allocation {
     /// it was zeroed through the mapping): every submission using it waits
     /// for that value on the device.
     zeroed_at: AtomicU64,
-    /// Writing and reading submissions between `begin_device_use` and
+    /// Writing and reading submissions between `announce_device_use` and
     /// `end_device_use`.
     queueing_writes: std::sync::atomic::AtomicU32,
     queueing_reads: std::sync::atomic::AtomicU32,
@@ -348,7 +348,9 @@ impl Allocation {
         self.device_local
     }
 
-    /// Announce a submission that uses this memory, before it is queued.
+    /// Announce a submission that uses this memory, before it is queued;
+    /// [`check_device_use`](Self::check_device_use) then refuses it if a
+    /// host mapping conflicts.
     /// Work that writes it is [`Error::Busy`] while any host mapping of it
     /// is alive (the mapped slice would change under it); work that reads
     /// it is `Busy` while a host write mapping is alive (it would read a
@@ -358,21 +360,21 @@ impl Allocation {
     /// that running work polls goes through
     /// [`BufferView::signal`](crate::BufferView::signal) instead of a
     /// mapping. Lock-free and allocation-free, as submission must be.
-    pub(crate) fn begin_device_use(&self, writes: bool) -> Result<()> {
+    pub(crate) fn announce_device_use(&self, writes: bool) {
+        if self.mapped.is_some() {
+            self.queueing(writes).fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// After [`announce_device_use`](Self::announce_device_use) and a
+    /// `SeqCst` fence: whether a host mapping conflicts with the announced
+    /// use ([`Error::Busy`] then). A mapper takes its lock first, then looks
+    /// for announcements: with both fences, at least one sees the other.
+    pub(crate) fn check_device_use(&self, writes: bool) -> Result<()> {
         use std::sync::TryLockError;
         if self.mapped.is_none() {
             return Ok(());
         }
-        // Announce first, then look for a mapping; a mapper takes its lock
-        // first, then looks for announcements: with both fences, at least
-        // one of the two sees the other.
-        let counter = if writes {
-            &self.queueing_writes
-        } else {
-            &self.queueing_reads
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
         let free = if writes {
             !matches!(self.host.try_write(), Err(TryLockError::WouldBlock))
         } else {
@@ -381,7 +383,6 @@ impl Allocation {
         if free {
             return Ok(());
         }
-        counter.fetch_sub(1, Ordering::SeqCst);
         Err(Error::Busy(if writes {
             "work that writes a buffer the host has mapped; drop the mapping before submitting"
                 .into()
@@ -392,16 +393,19 @@ impl Allocation {
         }))
     }
 
-    /// The submission announced by `begin_device_use` is noted (or
+    fn queueing(&self, writes: bool) -> &std::sync::atomic::AtomicU32 {
+        if writes {
+            &self.queueing_writes
+        } else {
+            &self.queueing_reads
+        }
+    }
+
+    /// The submission announced by `announce_device_use` is noted (or
     /// abandoned).
     pub(crate) fn end_device_use(&self, writes: bool) {
         if self.mapped.is_some() {
-            let counter = if writes {
-                &self.queueing_writes
-            } else {
-                &self.queueing_reads
-            };
-            counter.fetch_sub(1, Ordering::SeqCst);
+            self.queueing(writes).fetch_sub(1, Ordering::SeqCst);
         }
     }
 

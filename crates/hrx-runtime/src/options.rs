@@ -274,6 +274,19 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_robust_access_and_a_bounded_close() {
+        let options = RuntimeOptions::default();
+        assert!(options.robust_buffer_access);
+        assert_eq!(options.close_timeout, Some(DEFAULT_CLOSE_TIMEOUT));
+        assert_eq!(DEFAULT_CLOSE_TIMEOUT, std::time::Duration::from_secs(60));
+        assert!(
+            !options
+                .with_robust_buffer_access(false)
+                .robust_buffer_access
+        );
+    }
+
+    #[test]
     fn device_values_are_indices_or_names() {
         assert_eq!(
             DeviceSelector::parse("1").unwrap(),

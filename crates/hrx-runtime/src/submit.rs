@@ -58,20 +58,22 @@ fn carried(dependency: &Completion) -> bool {
 }
 
 /// The uses of one submission announced to the memory they touch
-/// ([`Allocation::begin_device_use`]) until it is dropped, on every path
-/// out of `submit`.
+/// ([`Allocation::announce_device_use`]) until it is dropped, on every
+/// path out of `submit`: all announced, one fence, then every use checked
+/// against host mappings.
 struct AnnouncedUses<'a> {
     uses: &'a [BufferUse],
-    /// How many of `uses` are announced.
-    announced: usize,
 }
 
 impl<'a> AnnouncedUses<'a> {
     fn announce(uses: &'a [BufferUse]) -> Result<Self> {
-        let mut announced = AnnouncedUses { uses, announced: 0 };
         for used in uses {
-            used.allocation.begin_device_use(used.writes)?;
-            announced.announced += 1;
+            used.allocation.announce_device_use(used.writes);
+        }
+        let announced = AnnouncedUses { uses };
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for used in uses {
+            used.allocation.check_device_use(used.writes)?;
         }
         Ok(announced)
     }
@@ -79,7 +81,7 @@ impl<'a> AnnouncedUses<'a> {
 
 impl Drop for AnnouncedUses<'_> {
     fn drop(&mut self) {
-        for used in &self.uses[..self.announced] {
+        for used in self.uses {
             used.allocation.end_device_use(used.writes);
         }
     }

@@ -117,6 +117,22 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 "#;
 
 #[test]
+fn robust_buffer_access_is_on_by_default() {
+    // lavapipe and the H200 both have the feature.
+    assert!(runtime().gpu().unwrap().robust_buffer_access());
+    let off = hrx_runtime::RuntimeOptions::from_env()
+        .unwrap()
+        .with_robust_buffer_access(false);
+    assert!(
+        !Runtime::with_options(off)
+            .unwrap()
+            .gpu()
+            .unwrap()
+            .robust_buffer_access()
+    );
+}
+
+#[test]
 fn robust_buffer_access_contains_an_out_of_bounds_kernel() {
     let options = hrx_runtime::RuntimeOptions::from_env()
         .unwrap()

@@ -9,13 +9,14 @@ use common::{Placement, input, ops, unbindable};
 use hrx_runtime::{Graph, Runtime};
 use hrx_tensor::ops::MatmulOptions;
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
-use std::sync::OnceLock;
 
-/// The library of a second runtime domain, made once per test binary
-/// (opening a device is the slow part).
-fn other() -> &'static Ops {
-    static OTHER: OnceLock<Ops> = OnceLock::new();
-    OTHER.get_or_init(|| Ops::new(&Runtime::from_env().expect("second runtime")))
+/// The library of a second runtime domain, per test thread (see
+/// `common::ops`: no device may outlive the tests).
+fn other() -> Ops {
+    thread_local! {
+        static OTHER: Ops = Ops::new(&Runtime::from_env().expect("second runtime"));
+    }
+    OTHER.with(Ops::clone)
 }
 
 fn desc(dtype: DType, shape: &[usize]) -> TensorDesc {

@@ -86,7 +86,7 @@ fn reference(shape: &[usize], v: &[f64], pads: &[(usize, usize)], value: f64) ->
 /// storage with one poisoned element after it, and that whole storage as
 /// a flat tensor (to read the guards back).
 fn guarded_output(desc: &TensorDesc, lead: usize) -> (DeviceTensor, DeviceTensor) {
-    let rt = ops().runtime();
+    let rt = &ops().runtime().clone();
     let total = lead + desc.elements() + 1;
     let storage = rt.allocate(total * 4, MemoryPlacement::GpuLocal).unwrap();
     let flat_desc = TensorDesc::new(desc.dtype(), vec![total]).unwrap();

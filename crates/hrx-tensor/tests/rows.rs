@@ -175,7 +175,7 @@ fn param(values: &[f64], layout: usize) -> DeviceTensor {
             for (i, &v) in values.iter().enumerate() {
                 data[1 + i * stride] = v;
             }
-            let rt = ops().runtime();
+            let rt = &ops().runtime().clone();
             let t = DeviceTensor::from_values(rt, DType::F32, vec![data.len()], &data).unwrap();
             let desc = TensorDesc::strided(DType::F32, vec![n], vec![stride]).unwrap();
             t.view(4, desc).unwrap()
@@ -247,7 +247,7 @@ fn check_rows(kind: usize, a: &DeviceTensor, v: &[f64], rng: &mut Gen, what: &st
 /// two axes stored transposed (`c` > 1).
 fn unmergeable(shape: [usize; 3], v: &[f64], layout: usize) -> DeviceTensor {
     let [p, q, c] = shape;
-    let rt = ops().runtime();
+    let rt = &ops().runtime().clone();
     match layout {
         0 => {
             let mut stored = vec![0.0; v.len()];

@@ -10,13 +10,17 @@ pub mod matmul;
 
 use hrx_runtime::{Graph, Runtime};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
-use std::sync::OnceLock;
 
-/// One runtime and operator library for the whole test binary, so kernels
-/// compile once.
-pub fn ops() -> &'static Ops {
-    static OPS: OnceLock<Ops> = OnceLock::new();
-    OPS.get_or_init(|| Ops::new(&Runtime::from_env().expect("runtime")))
+/// The runtime and operator library of the calling test's thread (cheap
+/// clones share it), so kernels compile once per test. Per thread, not per
+/// process: a thread's library is dropped when its test ends, so no device
+/// outlives the tests; a device still open when the process exits races
+/// the driver's and validation layer's teardown (seen: crashes at exit).
+pub fn ops() -> Ops {
+    thread_local! {
+        static OPS: Ops = Ops::new(&Runtime::from_env().expect("runtime"));
+    }
+    OPS.with(Ops::clone)
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -70,7 +74,7 @@ pub const PLACEMENTS: [Placement; 3] = [
 
 /// Upload `values` (row-major for `shape`) as a tensor laid out as asked.
 pub fn input(dtype: DType, shape: &[usize], values: &[f64], placement: Placement) -> DeviceTensor {
-    let rt = ops().runtime();
+    let rt = &ops().runtime().clone();
     let rank = shape.len();
     match placement {
         Placement::Padded if rank > 0 => {
@@ -128,7 +132,7 @@ pub fn run(
     desc: TensorDesc,
     record: impl FnOnce(&mut Graph, &DeviceTensor) -> Result<()>,
 ) -> Result<Vec<f64>> {
-    let rt = ops().runtime();
+    let rt = &ops().runtime().clone();
     let mut out = if desc.is_empty() {
         ops().output(desc)?
     } else {
@@ -190,7 +194,7 @@ pub fn ravel_broadcast(index: &[usize], shape: &[usize]) -> usize {
 /// dtype and domain check but cannot be bound: its storage view starts 4
 /// bytes into an allocation, off the device's storage offset alignment.
 pub fn unbindable(dtype: DType, shape: &[usize]) -> DeviceTensor {
-    let rt = ops().runtime();
+    let rt = &ops().runtime().clone();
     let align = rt.gpu().unwrap().target().storage_buffer_offset_alignment;
     assert!(align > 4, "a 4-byte offset is bindable on this device");
     let desc = TensorDesc::new(dtype, shape.to_vec()).unwrap();
