@@ -32,6 +32,9 @@ pub enum Command {
     /// Serve a sentence-encoder model over HTTP: OpenAI-compatible
     /// embeddings, health, readiness and Prometheus metrics.
     Serve(ServeArgs),
+    /// Generate text with a llama-family GGUF model (JSON Lines in and
+    /// out), batching every prompt continuously.
+    Generate(GenerateArgs),
     /// Compile a loom kernel to SPIR-V.
     Compile(CompileArgs),
     /// List the Vulkan devices and their limits.
@@ -114,6 +117,53 @@ pub struct EmbedArgs {
     /// instead of f32.
     #[arg(long)]
     pub f16: bool,
+}
+
+/// `hrx generate --model FILE.gguf ...`
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct GenerateArgs {
+    /// The model: a llama-family GGUF file (F32, F16, Q8_0 or Q4_1
+    /// tensors).
+    #[arg(long, value_name = "FILE.gguf")]
+    pub model: PathBuf,
+    /// The prompts, JSON Lines: `{"prompt": "..."}` or `{"messages":
+    /// [{"role": ..., "content": ...}]}` per line [default: stdin].
+    #[arg(long, short, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Where to write the generations, JSON Lines in input order
+    /// [default: stdout].
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The most new tokens per prompt.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_most::<65536>)]
+    pub max_new: usize,
+    /// Sequences generating at once (key/value cache slots).
+    #[arg(long, value_name = "S", default_value_t = 4, value_parser = at_most::<4096>)]
+    pub slots: usize,
+    /// Positions each sequence's cache holds: prompt plus new tokens.
+    #[arg(long, value_name = "C", default_value_t = 1024, value_parser = at_most::<1048576>)]
+    pub context: usize,
+    /// Token rows of a prompt step.
+    #[arg(long, value_name = "R", default_value_t = 64, value_parser = at_most::<16384>)]
+    pub prefill_rows: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub top_k: usize,
+    /// Sample among the most likely tokens holding this much probability.
+    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// The seed of the sampling (the same seed gives the same text).
+    #[arg(long, value_name = "SEED", default_value_t = 0)]
+    pub seed: u64,
+    /// Keep generating after the end-of-sequence token, up to --max-new.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// A device index or a name fragment, as `hrx devices` lists them.
+    #[arg(long, value_name = "SEL", value_parser = nonempty)]
+    pub device: Option<String>,
 }
 
 /// `hrx bench [SUITE] [--quick]`

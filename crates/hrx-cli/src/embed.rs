@@ -119,7 +119,7 @@ fn device_error(device: Option<&str>, e: Error) -> Error {
 }
 
 /// The whole input, from the file or stdin.
-fn read_input(path: Option<&Path>) -> Result<Vec<u8>> {
+pub(crate) fn read_input(path: Option<&Path>) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     match path {
         Some(path) => {
@@ -265,7 +265,7 @@ fn progress_bar(len: usize) -> ProgressBar {
 
 /// Where the lines go: stdout, or a temporary file renamed into place on
 /// success (and removed otherwise, including on drop).
-enum Sink {
+pub(crate) enum Sink {
     Stdout(BufWriter<io::Stdout>),
     File {
         writer: Option<BufWriter<File>>,
@@ -275,7 +275,7 @@ enum Sink {
 }
 
 impl Sink {
-    fn open(output: Option<&Path>) -> Result<Sink> {
+    pub(crate) fn open(output: Option<&Path>) -> Result<Sink> {
         let Some(destination) = output else {
             return Ok(Sink::Stdout(BufWriter::new(io::stdout())));
         };
@@ -314,7 +314,7 @@ impl Sink {
         })
     }
 
-    fn writer(&mut self) -> &mut dyn Write {
+    pub(crate) fn writer(&mut self) -> &mut dyn Write {
         match self {
             Sink::Stdout(out) => out,
             Sink::File { writer, .. } => writer.as_mut().expect("the output is open until commit"),
@@ -322,7 +322,7 @@ impl Sink {
     }
 
     /// Flush; for a file, sync it and rename it into place.
-    fn commit(mut self) -> Result<()> {
+    pub(crate) fn commit(mut self) -> Result<()> {
         match &mut self {
             Sink::Stdout(out) => out.flush().map_err(write_error),
             Sink::File {

@@ -1,5 +1,5 @@
 //! `hrx`: the demo (a model served through a slot pool), sentence
-//! embeddings, an embeddings server, compile loom kernels to SPIR-V,
+//! embeddings, text generation, an embeddings server, compile loom kernels to SPIR-V,
 //! inspect devices, and run the benchmarks.
 //!
 //! Exit codes: 0 success, 1 compile or runtime error (diagnostics on
@@ -18,6 +18,7 @@ mod args;
 mod bench;
 mod demo;
 mod embed;
+mod generate;
 mod serve;
 
 use args::{Cli, Command, CompileArgs, TargetChoice};
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Demo(d) => report("hrx demo", demo::run(&d)),
         Command::Embed(e) => report("hrx embed", embed::run(&e)),
         Command::Serve(s) => report("hrx serve", serve::run(&s)),
+        Command::Generate(g) => report("hrx generate", generate::run(&g)),
         Command::Compile(c) => report(&c.file.display().to_string(), compile(&c)),
         Command::Devices => report("hrx", devices()),
         Command::Bench(b) => report("hrx bench", bench::run(&b.xtask_args())),

@@ -67,6 +67,7 @@
 pub mod bert;
 pub mod embed;
 pub mod gguf;
+pub mod llama;
 mod safetensors;
 pub mod tokenizer;
 pub mod toy;

@@ -1,0 +1,359 @@
+//! Continuous batching: one thread owns the step graphs and the caches and
+//! runs steps back to back. Each step carries one row for every sequence
+//! that is decoding and fills the rest of its rows with the prompts of
+//! sequences still in prefill; new sequences take a free cache slot
+//! between steps and finished or cancelled ones give theirs back, so no
+//! sequence waits for a batch to drain.
+
+use super::{
+    FinishReason, GenerateRequest, GenerationEvent,
+    sampling::Sampler,
+    step::{Row, StepGraph},
+};
+use crate::tokenizer::{BpeTokenizer, StreamDecoder};
+use hrx_core::{Error, Result};
+use hrx_runtime::Completion;
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        mpsc::{Receiver, TryRecvError},
+    },
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the generator sends its thread.
+pub(crate) enum Command {
+    Generate(Job),
+    /// Cancel everything and end the thread.
+    Shutdown,
+}
+
+/// A request with the channel its events go to.
+pub(crate) struct Job {
+    pub request: GenerateRequest,
+    pub events: UnboundedSender<Result<GenerationEvent>>,
+}
+
+/// Counters the generator shares with its users (metrics).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Requests accepted and not yet given a cache slot.
+    pub waiting: AtomicUsize,
+    /// Sequences holding a cache slot.
+    pub active: AtomicUsize,
+    pub steps: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+}
+
+/// The step graphs: `small` has one row per cache slot, `large` the
+/// prefill rows; both pick up to one output per slot.
+pub(crate) struct Steps {
+    pub small: StepGraph,
+    pub large: Option<StepGraph>,
+    pub slots: usize,
+    pub eos: Option<u32>,
+}
+
+impl Steps {
+    fn max_rows(&self) -> usize {
+        self.large.as_ref().map_or(self.small.rows, |l| l.rows)
+    }
+
+    fn for_rows(&self, rows: usize) -> &StepGraph {
+        match &self.large {
+            Some(large) if rows > self.small.rows => large,
+            _ => &self.small,
+        }
+    }
+}
+
+/// One sequence holding a cache slot.
+struct Sequence<'t> {
+    slot: usize,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Tokens whose keys and values are in the cache.
+    cached: usize,
+    max_new: usize,
+    sampler: Sampler,
+    stop: Vec<String>,
+    stop_at_eos: bool,
+    eos: Option<u32>,
+    decoder: StreamDecoder<'t>,
+    /// Generated text, and how much of it has been sent.
+    text: String,
+    sent: usize,
+    events: UnboundedSender<Result<GenerationEvent>>,
+}
+
+impl Sequence<'_> {
+    fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    fn finish(&mut self, reason: FinishReason, end: usize) {
+        let text = self.text[self.sent..end].to_owned();
+        self.sent = end;
+        let _ = self.events.send(Ok(GenerationEvent::Finished {
+            reason,
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.generated(),
+            text,
+        }));
+    }
+
+    /// Takes the new token `id`; whether the sequence is finished.
+    fn accept(&mut self, id: u32) -> bool {
+        if self.stop_at_eos && Some(id) == self.eos {
+            let end = self.text.len();
+            self.finish(FinishReason::Stop, end);
+            return true;
+        }
+        self.tokens.push(id);
+        match self.decoder.push(id) {
+            Ok(piece) => self.text.push_str(&piece),
+            Err(e) => {
+                let _ = self.events.send(Err(e));
+                return true;
+            }
+        }
+        if self.generated() >= self.max_new {
+            self.text.push_str(&self.decoder.finish());
+        }
+        // A stop string ends the text where it begins.
+        if let Some(at) = self.stop_at() {
+            let _ = self.events.send(Ok(GenerationEvent::Token {
+                id,
+                text: String::new(),
+            }));
+            self.finish(FinishReason::Stop, at);
+            return true;
+        }
+        let release = if self.generated() >= self.max_new {
+            self.text.len()
+        } else {
+            self.text.len() - self.held_back()
+        };
+        let piece = self.text[self.sent..release.max(self.sent)].to_owned();
+        self.sent = self.sent.max(release);
+        let _ = self
+            .events
+            .send(Ok(GenerationEvent::Token { id, text: piece }));
+        if self.generated() >= self.max_new {
+            let end = self.text.len();
+            self.finish(FinishReason::Length, end);
+            return true;
+        }
+        false
+    }
+
+    /// Where the first stop string begins in the generated text.
+    fn stop_at(&self) -> Option<usize> {
+        let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut from = self.sent.saturating_sub(longest);
+        while !self.text.is_char_boundary(from) {
+            from -= 1;
+        }
+        self.stop
+            .iter()
+            .filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i))
+            .min()
+    }
+
+    /// Bytes at the end of the text that may begin a stop string.
+    fn held_back(&self) -> usize {
+        let text = &self.text[self.sent..];
+        self.stop
+            .iter()
+            .flat_map(|s| {
+                (1..s.len().min(text.len() + 1))
+                    .rev()
+                    .filter(|&n| s.is_char_boundary(n) && text.ends_with(&s[..n]))
+                    .take(1)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The scheduler thread's body: runs until `Shutdown` or until every
+/// generator handle is gone, then cancels what is left.
+pub(crate) fn run(
+    steps: Steps,
+    tokenizer: Arc<BpeTokenizer>,
+    commands: Receiver<Command>,
+    counters: Arc<Counters>,
+) {
+    let tokenizer: &BpeTokenizer = &tokenizer;
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    let mut active: Vec<Sequence<'_>> = Vec::new();
+    let mut free: Vec<usize> = (0..steps.slots).rev().collect();
+    let mut last: Option<Completion> = None;
+    let mut open = true;
+    while open || !active.is_empty() || !waiting.is_empty() {
+        // Intake: wait only when there is nothing to run.
+        if open && active.is_empty() && waiting.is_empty() {
+            match commands.recv() {
+                Ok(Command::Generate(job)) => waiting.push_back(job),
+                Ok(Command::Shutdown) | Err(_) => open = false,
+            }
+        }
+        while open {
+            match commands.try_recv() {
+                Ok(Command::Generate(job)) => waiting.push_back(job),
+                Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => open = false,
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        if !open {
+            for job in waiting.drain(..).chain(std::iter::empty()) {
+                let _ = job.events.send(Err(Error::Cancelled));
+                counters.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+            for seq in active.drain(..) {
+                let _ = seq.events.send(Err(Error::Cancelled));
+            }
+            counters.active.store(0, Ordering::Relaxed);
+            break;
+        }
+        // Cancelled sequences (their stream dropped) leave now.
+        active.retain(|seq| {
+            let keep = !seq.events.is_closed();
+            if !keep {
+                free.push(seq.slot);
+            }
+            keep
+        });
+        // Admission: a free cache slot for each waiting request.
+        while let (Some(_), Some(job)) = (free.last(), waiting.front()) {
+            let _ = job;
+            let job = waiting.pop_front().expect("front exists");
+            counters.waiting.fetch_sub(1, Ordering::Relaxed);
+            if job.events.is_closed() {
+                continue;
+            }
+            let slot = free.pop().expect("a free slot");
+            let request = job.request;
+            counters
+                .prompt_tokens
+                .fetch_add(request.prompt.len() as u64, Ordering::Relaxed);
+            active.push(Sequence {
+                slot,
+                prompt_len: request.prompt.len(),
+                tokens: request.prompt,
+                cached: 0,
+                max_new: request.max_new_tokens,
+                sampler: Sampler::new(request.sampling),
+                stop: request.stop,
+                stop_at_eos: request.stop_at_eos,
+                eos: steps.eos,
+                decoder: StreamDecoder::new(tokenizer),
+                text: String::new(),
+                sent: 0,
+                events: job.events,
+            });
+        }
+        // Sequences asked for no new token finish before any step.
+        active.retain_mut(|seq| {
+            if seq.max_new == 0 {
+                seq.finish(FinishReason::Length, 0);
+                free.push(seq.slot);
+                false
+            } else {
+                true
+            }
+        });
+        counters.active.store(active.len(), Ordering::Relaxed);
+        if active.is_empty() {
+            continue;
+        }
+        // Plan: decode rows first (one per sequence), then prompt rows.
+        let budget = steps.max_rows();
+        let mut rows: Vec<Row> = Vec::with_capacity(budget);
+        let mut picks: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
+        let mut taken = vec![0usize; active.len()];
+        for decoding in [true, false] {
+            for (index, seq) in active.iter().enumerate() {
+                let remaining = seq.tokens.len() - seq.cached;
+                if (remaining == 1) != decoding || rows.len() >= budget {
+                    continue;
+                }
+                let n = remaining.min(budget - rows.len());
+                for i in 0..n {
+                    let position = seq.cached + i;
+                    rows.push(Row {
+                        token: seq.tokens[position],
+                        slot: seq.slot,
+                        position,
+                    });
+                }
+                taken[index] = n;
+                if n == remaining {
+                    picks.push((rows.len() - 1, index));
+                }
+            }
+        }
+        let graph = steps.for_rows(rows.len());
+        let pick_rows: Vec<usize> = picks.iter().map(|&(row, _)| row).collect();
+        let after: Vec<Completion> = last.iter().cloned().collect();
+        let outcome = graph
+            .submit(&rows, &pick_rows, &after)
+            .and_then(|done| {
+                done.wait()?;
+                Ok(done)
+            })
+            .and_then(|done| Ok((graph.read_next(picks.len())?, done)));
+        counters.steps.fetch_add(1, Ordering::Relaxed);
+        let (next, done) = match outcome {
+            Ok(result) => result,
+            Err(error) => {
+                // A failed step fails every sequence in it; the caches of
+                // their slots are rewritten by whoever takes them next.
+                for seq in active.drain(..) {
+                    let _ = seq.events.send(Err(error.clone()));
+                    free.push(seq.slot);
+                }
+                counters.active.store(0, Ordering::Relaxed);
+                last = None;
+                continue;
+            }
+        };
+        last = Some(done.clone());
+        for (index, n) in taken.iter().enumerate() {
+            active[index].cached += n;
+        }
+        let mut finished = vec![false; active.len()];
+        for (pick, &(_, index)) in picks.iter().enumerate() {
+            let seq = &mut active[index];
+            let id = if seq.sampler.is_greedy() {
+                Ok(next[pick])
+            } else {
+                graph
+                    .read_logits(pick, &done)
+                    .map(|logits| seq.sampler.sample(&logits))
+            };
+            match id {
+                Ok(id) => {
+                    counters.generated_tokens.fetch_add(1, Ordering::Relaxed);
+                    finished[index] = seq.accept(id);
+                }
+                Err(error) => {
+                    let _ = seq.events.send(Err(error));
+                    finished[index] = true;
+                }
+            }
+        }
+        let mut index = 0;
+        active.retain(|seq| {
+            let done = finished[index];
+            index += 1;
+            if done {
+                free.push(seq.slot);
+            }
+            !done
+        });
+    }
+}

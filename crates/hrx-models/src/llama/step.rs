@@ -1,0 +1,282 @@
+//! One forward step over a fixed number of token rows, recorded once into
+//! a prepared graph and replayed with new data.
+//!
+//! A row is one token of one sequence: its id, its sequence's cache slot
+//! and its position are device data, so the same graph serves a prompt's
+//! rows (prefill: consecutive positions of one sequence), one row per
+//! running sequence (decode), or any mixture. Rows with slot -1 are
+//! inactive: they write no cache entry and their results are unused.
+//! Within a step every row's key and value are stored before any row
+//! attends, so a prompt's rows see each other causally.
+//!
+//! Inputs (host-visible, written before each replay): `tokens`,
+//! `sequence`, `position` (i32 `[rows]`) and `picks` (i32 `[outputs]`:
+//! the rows whose next token is wanted). Outputs: `next` (i32
+//! `[outputs]`, host-visible: the argmax of each pick's logits, so a greedy
+//! step reads back 4 bytes a sequence) and `logits` (f32
+//! `[outputs, vocab]`, device-local, read back only for sampled
+//! sequences).
+
+use super::weights::LlamaWeights;
+use crate::gguf::LlamaConfig;
+use hrx_core::{Error, Result};
+use hrx_inference::ModelContext;
+use hrx_runtime::{Completion, ExecutableGraph, MemoryPlacement};
+use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::BinaryOp};
+
+/// The key and value caches of every layer: `[slots, kv_heads, capacity,
+/// head_dim]` f32 each.
+pub(crate) struct KvCache {
+    pub keys: Vec<DeviceTensor>,
+    pub values: Vec<DeviceTensor>,
+}
+
+impl KvCache {
+    pub fn new(
+        context: &ModelContext,
+        config: &LlamaConfig,
+        slots: usize,
+        capacity: usize,
+    ) -> Result<Self> {
+        let shape = vec![slots, config.kv_heads, capacity, config.head_dim];
+        let layer = || context.allocate(TensorDesc::new(DType::F32, shape.clone())?);
+        let keys = (0..config.layers).map(|_| layer()).collect::<Result<_>>()?;
+        let values = (0..config.layers).map(|_| layer()).collect::<Result<_>>()?;
+        Ok(KvCache { keys, values })
+    }
+
+    /// Device bytes of both caches.
+    pub fn bytes(&self) -> usize {
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .map(|t| t.desc().bytes())
+            .sum()
+    }
+}
+
+/// One row of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub token: u32,
+    pub slot: usize,
+    pub position: usize,
+}
+
+/// A prepared step for `rows` token rows and `outputs` picked rows.
+pub(crate) struct StepGraph {
+    pub rows: usize,
+    pub outputs: usize,
+    tokens: DeviceTensor,
+    sequence: DeviceTensor,
+    position: DeviceTensor,
+    picks: DeviceTensor,
+    next: DeviceTensor,
+    logits: DeviceTensor,
+    graph: ExecutableGraph,
+    context: ModelContext,
+}
+
+/// The per-step intermediates.
+struct Scratch {
+    x: DeviceTensor,
+    h: DeviceTensor,
+    norm: DeviceTensor,
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    q_rot: DeviceTensor,
+    k_rot: DeviceTensor,
+    attended: DeviceTensor,
+    proj: DeviceTensor,
+    gate: DeviceTensor,
+    up: DeviceTensor,
+    act: DeviceTensor,
+    picked: DeviceTensor,
+    picked_norm: DeviceTensor,
+}
+
+impl StepGraph {
+    /// Records the forward pass of `rows` rows, `outputs` of them picked
+    /// for the output projection.
+    pub fn new(
+        context: &ModelContext,
+        config: &LlamaConfig,
+        weights: &LlamaWeights,
+        cache: &KvCache,
+        rows: usize,
+        outputs: usize,
+    ) -> Result<Self> {
+        let c = config;
+        let ops = context.ops();
+        let host = |shape: Vec<usize>, dtype: DType| {
+            context.allocate_with(TensorDesc::new(dtype, shape)?, MemoryPlacement::HostVisible)
+        };
+        let tokens = host(vec![rows], DType::I32)?;
+        let sequence = host(vec![rows], DType::I32)?;
+        let position = host(vec![rows], DType::I32)?;
+        let picks = host(vec![outputs], DType::I32)?;
+        let next = host(vec![outputs], DType::I32)?;
+        let logits = context.allocate(TensorDesc::new(DType::F32, vec![outputs, c.vocab_size])?)?;
+        let f32s = |shape: Vec<usize>| context.allocate(TensorDesc::new(DType::F32, shape)?);
+        let (w, kv) = (c.width, c.kv_heads * c.head_dim);
+        let s = Scratch {
+            x: f32s(vec![rows, w])?,
+            h: f32s(vec![rows, w])?,
+            norm: f32s(vec![rows, w])?,
+            q: f32s(vec![rows, w])?,
+            k: f32s(vec![rows, kv])?,
+            v: f32s(vec![rows, kv])?,
+            q_rot: f32s(vec![rows, c.heads, c.head_dim])?,
+            k_rot: f32s(vec![rows, c.kv_heads, c.head_dim])?,
+            attended: f32s(vec![rows, c.heads, c.head_dim])?,
+            proj: f32s(vec![rows, w])?,
+            gate: f32s(vec![rows, c.ffn_width])?,
+            up: f32s(vec![rows, c.ffn_width])?,
+            act: f32s(vec![rows, c.ffn_width])?,
+            picked: f32s(vec![outputs, w])?,
+            picked_norm: f32s(vec![outputs, w])?,
+        };
+        let eps = c.rms_eps as f32;
+        let base = c.rope_base as f32;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let heads = |t: &DeviceTensor, n: usize| t.reshape(vec![rows, n, c.head_dim]);
+        let mut g = context.runtime().graph();
+        ops.record_quant_gather(&mut g, &weights.embedding, &tokens, &s.x)?;
+        for (layer, b) in weights.blocks.iter().enumerate() {
+            ops.record_rms_norm(&mut g, &s.x, Some(&b.attn_norm), None, eps, &s.norm)?;
+            ops.record_quant_matmul(&mut g, &s.norm, &b.q, &s.q)?;
+            ops.record_quant_matmul(&mut g, &s.norm, &b.k, &s.k)?;
+            ops.record_quant_matmul(&mut g, &s.norm, &b.v, &s.v)?;
+            ops.record_rope(
+                &mut g,
+                &heads(&s.q, c.heads)?,
+                &position,
+                c.rope_dims,
+                base,
+                &s.q_rot,
+            )?;
+            ops.record_rope(
+                &mut g,
+                &heads(&s.k, c.kv_heads)?,
+                &position,
+                c.rope_dims,
+                base,
+                &s.k_rot,
+            )?;
+            let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
+            ops.record_kv_store(&mut g, &s.k_rot, &sequence, &position, keys)?;
+            ops.record_kv_store(
+                &mut g,
+                &heads(&s.v, c.kv_heads)?,
+                &sequence,
+                &position,
+                values,
+            )?;
+            ops.record_cached_attention(
+                &mut g,
+                &s.q_rot,
+                keys,
+                values,
+                &sequence,
+                &position,
+                scale,
+                &s.attended,
+            )?;
+            let attended = s.attended.reshape(vec![rows, w])?;
+            ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
+            ops.record_binary(&mut g, BinaryOp::Add, &s.x, &s.proj, &s.h)?;
+            ops.record_rms_norm(&mut g, &s.h, Some(&b.ffn_norm), None, eps, &s.norm)?;
+            ops.record_quant_matmul(&mut g, &s.norm, &b.gate, &s.gate)?;
+            ops.record_quant_matmul(&mut g, &s.norm, &b.up, &s.up)?;
+            ops.record_swiglu(&mut g, &s.gate, &s.up, &s.act)?;
+            ops.record_quant_matmul(&mut g, &s.act, &b.down, &s.proj)?;
+            ops.record_binary(&mut g, BinaryOp::Add, &s.h, &s.proj, &s.x)?;
+        }
+        ops.record_gather(&mut g, &s.x, &picks, &s.picked)?;
+        let out_norm = &weights.output_norm;
+        ops.record_rms_norm(&mut g, &s.picked, Some(out_norm), None, eps, &s.picked_norm)?;
+        ops.record_quant_matmul(&mut g, &s.picked_norm, &weights.output, &logits)?;
+        ops.record_argmax(&mut g, &logits, &next)?;
+        Ok(StepGraph {
+            rows,
+            outputs,
+            tokens,
+            sequence,
+            position,
+            picks,
+            next,
+            logits,
+            graph: g.prepare()?,
+            context: context.clone(),
+        })
+    }
+
+    /// Writes `rows` (at most [`rows`](Self::rows); the rest inactive) and
+    /// `picks` (indices into `rows`, at most [`outputs`](Self::outputs);
+    /// the rest repeat row 0) and submits the step after `after`.
+    pub fn submit(
+        &self,
+        rows: &[Row],
+        picks: &[usize],
+        after: &[Completion],
+    ) -> Result<Completion> {
+        if rows.len() > self.rows || picks.len() > self.outputs {
+            return Err(Error::Message(format!(
+                "a step of {} rows and {} picks exceeds its graph ({} rows, {} picks)",
+                rows.len(),
+                picks.len(),
+                self.rows,
+                self.outputs
+            )));
+        }
+        let column = |f: &dyn Fn(&Row) -> i32, inactive: i32| -> Vec<i32> {
+            (0..self.rows)
+                .map(|i| rows.get(i).map_or(inactive, f))
+                .collect()
+        };
+        write_i32(&self.tokens, &column(&|r| r.token as i32, 0))?;
+        write_i32(&self.sequence, &column(&|r| r.slot as i32, -1))?;
+        write_i32(&self.position, &column(&|r| r.position as i32, -1))?;
+        let picked: Vec<i32> = (0..self.outputs)
+            .map(|i| picks.get(i).map_or(0, |&p| p as i32))
+            .collect();
+        write_i32(&self.picks, &picked)?;
+        self.graph.submit_after(after)
+    }
+
+    /// The argmax token of each pick, after the step completed.
+    pub fn read_next(&self, picks: usize) -> Result<Vec<u32>> {
+        let view = self.next.binding().ok_or_else(empty)?;
+        let bytes = view.map_read()?;
+        Ok(bytes
+            .chunks_exact(4)
+            .take(picks)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
+            .collect())
+    }
+
+    /// The logits of pick `index` of the step that `done` observes.
+    pub fn read_logits(&self, index: usize, done: &Completion) -> Result<Vec<f32>> {
+        let mut row = self.logits.slice(0, index..index + 1)?;
+        row.set_producer(done.clone());
+        let bytes = self.context.download(&row)?.wait()?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
+
+fn empty() -> Error {
+    Error::Message("a step graph has an empty input".into())
+}
+
+fn write_i32(tensor: &DeviceTensor, values: &[i32]) -> Result<()> {
+    let view = tensor.binding().ok_or_else(empty)?;
+    let mut bytes = view.map_write()?;
+    for (chunk, value) in bytes.chunks_exact_mut(4).zip(values) {
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+    Ok(())
+}
