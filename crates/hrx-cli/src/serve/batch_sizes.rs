@@ -11,7 +11,9 @@ pub const PERIOD: Duration = Duration::from_millis(5);
 
 /// Sample until the task is dropped.
 pub async fn sample(state: Shared) {
-    let replicas = &state.replicas;
+    let Some((_, replicas)) = &state.embeddings else {
+        return;
+    };
     let mut last: Vec<_> = (0..replicas.len())
         .map(|i| replicas.embedder(i).stats())
         .collect();

@@ -11,6 +11,7 @@ use hrx::{
         embed::{EmbedderOptions, Replicas},
     },
 };
+use std::path::Path;
 
 /// The runtime options of each replica, in order: `base` (the
 /// environment's) with each selector's device.
@@ -40,8 +41,8 @@ fn runtime_options(base: &RuntimeOptions, selectors: &[String]) -> Result<Vec<Ru
         .collect())
 }
 
-/// Load the model once per selected device, every pool prepared.
-pub fn load(args: &ServeArgs) -> Result<Replicas> {
+/// One model context per selected device, in order.
+pub fn contexts(args: &ServeArgs) -> Result<Vec<ModelContext>> {
     #[allow(unused_mut)] // changed only by the `testing` feature's hook
     let mut options = runtime_options(&RuntimeOptions::from_env()?, &args.devices)?;
     #[cfg(feature = "testing")]
@@ -54,10 +55,12 @@ pub fn load(args: &ServeArgs) -> Result<Replicas> {
         })?;
         *replica = replica.clone().with_fault_injection();
     }
-    let contexts = options
-        .into_iter()
-        .map(ModelContext::new)
-        .collect::<Result<Vec<_>>>()?;
+    options.into_iter().map(ModelContext::new).collect()
+}
+
+/// Load the embedding model in `dir` once per context, every pool
+/// prepared.
+pub fn load(args: &ServeArgs, contexts: &[ModelContext], dir: &Path) -> Result<Replicas> {
     let embedder = EmbedderOptions {
         precision: if args.f16 {
             Precision::F16
@@ -70,7 +73,7 @@ pub fn load(args: &ServeArgs) -> Result<Replicas> {
         queue: args.queue,
         prepare_all: true,
     };
-    let replicas = Replicas::load(&contexts, &args.model, &embedder)?;
+    let replicas = Replicas::load(contexts, dir, &embedder)?;
     #[cfg(feature = "testing")]
     if let Some(faulty) = args.test_lose_device {
         replicas

@@ -14,6 +14,7 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use hrx::models::embed::Replicas;
 
 /// Texts longer than this (in bytes, all together) are tokenized on a
 /// blocking thread rather than on the server's.
@@ -40,18 +41,16 @@ pub async fn embeddings(
     })?;
     let request = request::parse(&body, &state.limits)?;
     drop(body);
-    if request.model != state.model {
-        return Err(ApiError::model_not_found(&request.model));
-    }
-    if state.replicas.healthy() == 0 {
+    let replicas = state.embedding_model(&request.model)?;
+    if replicas.healthy() == 0 {
         return Err(ApiError::unavailable());
     }
     let ids = match request.inputs {
         Inputs::Ids(ids) => ids,
-        Inputs::Texts(texts) => tokenize(&state, texts).await?,
+        Inputs::Texts(texts) => tokenize(replicas, texts).await?,
     };
     let inputs = ids.len();
-    let embeddings = state.replicas.try_embed(ids).await.map_err(|e| {
+    let embeddings = replicas.try_embed(ids).await.map_err(|e| {
         if e.is_busy() {
             ApiError::busy()
         } else {
@@ -60,11 +59,11 @@ pub async fn embeddings(
     })?;
     let tokens = embeddings.iter().map(|e| e.tokens.len()).sum();
     state.metrics.record_embeddings(inputs, tokens);
-    Ok(Json(response::list(&state.model, embeddings, request.encoding)).into_response())
+    Ok(Json(response::list(&request.model, embeddings, request.encoding)).into_response())
 }
 
 /// JSON only: `application/json` (any parameters) or a `+json` type.
-fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err(ApiError::unsupported_media_type("no Content-Type"));
     };
@@ -85,9 +84,9 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Token ids of each text, truncated to the model's limit.
-async fn tokenize(state: &Shared, texts: Vec<String>) -> Result<Vec<Vec<u32>>, ApiError> {
+async fn tokenize(replicas: &Replicas, texts: Vec<String>) -> Result<Vec<Vec<u32>>, ApiError> {
     let inline = texts.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES;
-    let replicas = state.replicas.clone();
+    let replicas = replicas.clone();
     let run = move || {
         texts
             .iter()

@@ -93,9 +93,37 @@ impl ApiError {
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "requests",
-            format!("the embedding queue is full; retry after {RETRY_AFTER_SECONDS} s"),
+            format!("the request queue is full; retry after {RETRY_AFTER_SECONDS} s"),
         )
         .with_code("rate_limit_exceeded")
+    }
+
+    /// 400: the prompt plus the tokens asked for exceed the context.
+    pub fn context_length(context: usize, prompt: usize, completion: usize) -> Self {
+        ApiError {
+            param: Some("messages"),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!(
+                    "This model's maximum context length is {context} tokens. However, you \
+                     requested {} tokens ({prompt} in the prompt, {completion} in the \
+                     completion).",
+                    prompt + completion
+                ),
+            )
+            .with_code("context_length_exceeded")
+        }
+    }
+
+    /// The JSON error object, for a body or a streamed event.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
     }
 
     /// 503: the server is shutting down.

@@ -3,7 +3,7 @@
 //! device's name) labels.
 
 use super::state::AppState;
-use hrx::models::embed::ReplicaStatus;
+use hrx::models::{embed::ReplicaStatus, llama::GeneratorStats};
 use std::fmt::Write;
 
 /// The content type of the text format.
@@ -74,14 +74,19 @@ pub fn render(state: &AppState) -> String {
             "hrx_replicas_healthy",
             "gauge",
             "Replicas that can serve.",
-            state.replicas.healthy() as u64,
+            state.embeddings.as_ref().map_or(0, |(_, r)| r.healthy()) as u64,
         ),
     ];
     for (name, kind, help, value) in scalars {
         header(&mut out, name, kind, help);
         let _ = writeln!(out, "{name} {value}");
     }
-    replicas(&mut out, &state.replicas.status(), &metrics.batch_sizes());
+    if let Some((_, replicas)) = &state.embeddings {
+        write_replicas(&mut out, &replicas.status(), &metrics.batch_sizes());
+    }
+    if let Some((_, generator)) = &state.generation {
+        generation(&mut out, &generator.stats());
+    }
     if let Some(rss) = resident_bytes() {
         header(
             &mut out,
@@ -179,7 +184,7 @@ const REPLICA_SERIES: &[Series] = &[
     ),
 ];
 
-fn replicas(
+fn write_replicas(
     out: &mut String,
     status: &[ReplicaStatus],
     batch_sizes: &[super::histogram::Histogram],
@@ -202,6 +207,52 @@ fn replicas(
     );
     for (histogram, labels) in batch_sizes.iter().zip(&labels) {
         histogram.write(out, "hrx_batch_size", labels);
+    }
+}
+
+/// The text generator's gauges and counters.
+fn generation(out: &mut String, stats: &GeneratorStats) {
+    let series = [
+        (
+            "hrx_generation_sequences_active",
+            "gauge",
+            "Sequences holding a key/value cache slot (continuous batch size).",
+            stats.active as u64,
+        ),
+        (
+            "hrx_generation_queue_depth",
+            "gauge",
+            "Generation requests waiting for a cache slot.",
+            stats.waiting as u64,
+        ),
+        (
+            "hrx_generation_steps_total",
+            "counter",
+            "Steps run on the device.",
+            stats.steps,
+        ),
+        (
+            "hrx_generation_prompt_tokens_total",
+            "counter",
+            "Prompt tokens admitted.",
+            stats.prompt_tokens,
+        ),
+        (
+            "hrx_generation_tokens_total",
+            "counter",
+            "Tokens generated.",
+            stats.generated_tokens,
+        ),
+        (
+            "hrx_generation_device_bytes",
+            "gauge",
+            "Device memory of the model's weights and caches.",
+            stats.device_bytes as u64,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
     }
 }
 

@@ -1,15 +1,17 @@
 //! The flags of `hrx serve`, declared with clap: the doc comments below
 //! are the help text.
 
-use crate::args::{nonempty, positive};
+use crate::args::{at_most, nonempty, positive};
 use clap::Args;
 use std::{path::PathBuf, time::Duration};
 
 /// `hrx serve --model DIR ...`
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 #[command(after_help = "\
-Endpoints: POST /v1/embeddings (OpenAI-compatible), GET /v1/models, GET /health
-(liveness), GET /ready (readiness), GET /metrics (Prometheus text format).
+Endpoints: POST /v1/embeddings (with --model), POST /v1/completions and
+POST /v1/chat/completions (with --llm; `stream: true` answers server-sent
+events), all OpenAI-compatible; GET /v1/models, GET /health (liveness),
+GET /ready (readiness), GET /metrics (Prometheus text format).
 Prints `listening on http://ADDR` on stdout once every pool is prepared.
 SIGTERM or ctrl-c: stop accepting, answer the accepted requests, exit 0.
 
@@ -18,8 +20,23 @@ pub struct ServeArgs {
     /// The model directory: config.json, tokenizer.json and
     /// model.safetensors of a BERT-style sentence encoder. The folder's name
     /// is the model's name in requests.
-    #[arg(long, value_name = "DIR")]
-    pub model: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "llm")]
+    pub model: Option<PathBuf>,
+    /// A text-generation model: a llama-family GGUF file, served on
+    /// /v1/completions and /v1/chat/completions under its file name
+    /// without `.gguf`. It runs on the first selected device.
+    #[arg(long, value_name = "FILE.gguf")]
+    pub llm: Option<PathBuf>,
+    /// Sequences the text-generation model runs at once (continuous
+    /// batching; each holds a key/value cache slot).
+    #[arg(long, value_name = "S", default_value_t = 8, value_parser = at_most::<4096>)]
+    pub llm_slots: usize,
+    /// Positions each sequence's cache holds (prompt plus new tokens).
+    #[arg(long, value_name = "C", default_value_t = 2048, value_parser = at_most::<1048576>)]
+    pub llm_context: usize,
+    /// Token rows of the text-generation model's prompt step.
+    #[arg(long, value_name = "R", default_value_t = 128, value_parser = at_most::<16384>)]
+    pub llm_prefill_rows: usize,
     /// The address to listen on.
     #[arg(long, value_name = "H", default_value = "127.0.0.1", value_parser = nonempty)]
     pub host: String,
@@ -113,6 +130,15 @@ mod tests {
         );
         assert_eq!((s.queue, s.max_inputs, s.timeout_ms), (4096, 2048, 60_000));
         assert!(s.devices.is_empty() && s.api_key.is_none() && !s.f16);
+        assert!(s.llm.is_none() && s.model.is_some());
+        let Command::Serve(s) = parse(&["serve", "--llm", "m.gguf"]).unwrap() else {
+            panic!()
+        };
+        assert!(s.model.is_none());
+        assert_eq!(
+            (s.llm_slots, s.llm_context, s.llm_prefill_rows),
+            (8, 2048, 128)
+        );
         let Command::Serve(s) = parse(&[
             "serve",
             "--model",
@@ -145,6 +171,7 @@ mod tests {
             &["serve", "--model", "m", "--timeout-ms", "0"],
             &["serve", "--model", "m", "--device", ""],
             &["serve", "--model", "m", "--api-key", " "],
+            &["serve", "--llm", "m.gguf", "--llm-slots", "0"],
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }

@@ -1,9 +1,12 @@
-//! `hrx serve`: an OpenAI-compatible embeddings server on tokio and axum.
+//! `hrx serve`: an OpenAI-compatible server for embeddings and text
+//! generation on tokio and axum.
 //!
 //! One concept per file: [`flags`] (the command line), [`devices`] (one
 //! replica per device), [`state`] (what handlers share), [`routes`] (the
 //! router and its layers), [`embeddings`] with [`request`] and
-//! [`response`] (the embeddings endpoint), [`errors`] and
+//! [`response`] (the embeddings endpoint), [`completions`] with
+//! [`completion_request`] and [`completion_response`] (completions and
+//! chat completions, streamed as server-sent events or whole), [`errors`] and
 //! [`error_bodies`] (OpenAI's error object on every error), [`auth`]
 //! (the API key), [`probes`] (health, readiness, models, metrics),
 //! [`metrics`], [`histogram`], [`batch_sizes`] and [`exposition`] (what
@@ -12,6 +15,9 @@
 
 mod auth;
 mod batch_sizes;
+mod completion_request;
+mod completion_response;
+mod completions;
 mod devices;
 mod embeddings;
 mod error_bodies;
@@ -29,31 +35,63 @@ mod state;
 
 pub use flags::ServeArgs;
 
-use hrx::{Error, Result, models::embed::Replicas};
+use hrx::{
+    Error, Result,
+    models::{
+        embed::Replicas,
+        llama::{Generator, GeneratorOptions},
+    },
+};
 use state::AppState;
 use std::{path::Path, sync::Arc};
 
-/// Load the model on every selected device, then serve until SIGTERM or
+/// The served models: embeddings (name, replicas) and text generation
+/// (name, generator).
+type Models = (Option<(String, Replicas)>, Option<(String, Arc<Generator>)>);
+
+/// Load the models on the selected devices, then serve until SIGTERM or
 /// ctrl-c and every accepted request is answered.
 pub fn run(args: &ServeArgs) -> Result<()> {
-    let name = model_name(&args.model)?;
-    eprintln!("hrx serve: loading {name}: preparing every pool");
-    let replicas = devices::load(args)?;
+    let contexts = devices::contexts(args)?;
+    let embeddings = match &args.model {
+        Some(dir) => {
+            let name = model_name(dir)?;
+            eprintln!("hrx serve: loading {name}: preparing every pool");
+            Some((name, devices::load(args, &contexts, dir)?))
+        }
+        None => None,
+    };
+    let generation = match &args.llm {
+        Some(file) => {
+            let name = llm_name(file)?;
+            eprintln!("hrx serve: loading {name}: uploading weights, recording the steps");
+            let options = GeneratorOptions {
+                sequences: args.llm_slots,
+                context: args.llm_context,
+                prefill_rows: args.llm_prefill_rows,
+                queue: args.queue,
+            };
+            let generator = Generator::open(&contexts[0], file, options)
+                .map_err(|e| Error::msg(format!("cannot load {}: {e}", file.display())))?;
+            Some((name, Arc::new(generator)))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("hrx-serve")
         .build()
         .map_err(|e| Error::msg(format!("cannot start the server's runtime: {e}")))?;
-    runtime.block_on(serve(args, replicas, name))
+    runtime.block_on(serve(args, (embeddings, generation)))
     // The runtime drops here with its tasks and their handles of the
     // replicas; dropping the last one waits for the embedders to release
     // their device work.
 }
 
-async fn serve(args: &ServeArgs, replicas: Replicas, name: String) -> Result<()> {
+async fn serve(args: &ServeArgs, (embeddings, generation): Models) -> Result<()> {
     let state = Arc::new(AppState::new(
-        replicas,
-        name,
+        embeddings,
+        generation,
         args.max_inputs,
         args.api_key.clone(),
     ));
@@ -87,4 +125,18 @@ fn model_name(dir: &Path) -> Result<String> {
         .and_then(|n| n.to_str())
         .map(str::to_string)
         .ok_or_else(|| Error::msg(format!("{} has no usable folder name", dir.display())))
+}
+
+/// The text-generation model's name: its file name without `.gguf`.
+fn llm_name(file: &Path) -> Result<String> {
+    if !file.is_file() {
+        return Err(Error::msg(format!(
+            "--llm {} is not a GGUF file",
+            file.display()
+        )));
+    }
+    file.file_name()
+        .and_then(|n| n.to_str())
+        .map(|n| n.strip_suffix(".gguf").unwrap_or(n).to_string())
+        .ok_or_else(|| Error::msg(format!("{} has no usable file name", file.display())))
 }

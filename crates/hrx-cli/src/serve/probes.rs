@@ -17,8 +17,10 @@ pub async fn health() -> Json<Value> {
 /// `GET /ready`: 200 while the server takes traffic, 503 while it drains
 /// or has no healthy device.
 pub async fn ready(State(state): State<Shared>) -> Response {
-    let healthy = state.replicas.healthy();
-    let replicas = state.replicas.len();
+    let (replicas, healthy) = state
+        .embeddings
+        .as_ref()
+        .map_or((0, 0), |(_, r)| (r.len(), r.healthy()));
     let body = |status: &str| json!({"status": status, "replicas": replicas, "healthy": healthy});
     if state.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body("draining"))).into_response()
@@ -29,13 +31,17 @@ pub async fn ready(State(state): State<Shared>) -> Response {
     }
 }
 
-fn model_object(state: &Shared) -> Value {
-    json!({"id": state.model, "object": "model", "created": state.created, "owned_by": "hrx"})
+fn model_object(state: &Shared, name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": state.created, "owned_by": "hrx"})
 }
 
-/// `GET /v1/models`: the one served model, in OpenAI's list format.
+/// `GET /v1/models`: the served models, in OpenAI's list format.
 pub async fn models(State(state): State<Shared>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [model_object(&state)]}))
+    let data: Vec<Value> = state
+        .model_names()
+        .map(|n| model_object(&state, n))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }
 
 /// `GET /v1/models/{model}`.
@@ -43,8 +49,8 @@ pub async fn model(
     State(state): State<Shared>,
     Path(model): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if model == state.model {
-        Ok(Json(model_object(&state)))
+    if state.model_names().any(|n| n == model) {
+        Ok(Json(model_object(&state, &model)))
     } else {
         Err(ApiError::model_not_found(&model))
     }

@@ -1,8 +1,9 @@
-//! What every handler shares: the replicas, the model's name, the limits,
-//! the API key, the counters and the draining flag.
+//! What every handler shares: the embedding replicas and the text
+//! generator (either may be absent), the models' names, the limits, the
+//! API key, the counters and the draining flag.
 
-use super::{metrics::Metrics, request::Limits};
-use hrx::models::embed::Replicas;
+use super::{errors::ApiError, metrics::Metrics, request::Limits};
+use hrx::models::{embed::Replicas, llama::Generator};
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
@@ -13,9 +14,11 @@ pub type Shared = Arc<AppState>;
 
 #[derive(Debug)]
 pub struct AppState {
-    pub replicas: Replicas,
-    /// The served model's name (its folder's name).
-    pub model: String,
+    /// The embedding model: its name (its folder's name) and replicas.
+    pub embeddings: Option<(String, Replicas)>,
+    /// The text-generation model: its name (the file's name without
+    /// `.gguf`) and generator.
+    pub generation: Option<(String, Arc<Generator>)>,
     /// When the model was loaded, in seconds since the Unix epoch.
     pub created: u64,
     pub limits: Limits,
@@ -27,30 +30,47 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(
-        replicas: Replicas,
-        model: String,
+        embeddings: Option<(String, Replicas)>,
+        generation: Option<(String, Arc<Generator>)>,
         max_inputs: usize,
         api_key: Option<String>,
     ) -> Self {
-        let config = replicas.config();
-        let limits = Limits {
-            max_inputs,
-            max_tokens: config.max_seq_length,
-            vocab_size: config.vocab_size,
-            dimensions: config.hidden,
-        };
+        let limits = embeddings.as_ref().map_or(
+            Limits {
+                max_inputs,
+                max_tokens: 0,
+                vocab_size: 0,
+                dimensions: 0,
+            },
+            |(_, replicas)| {
+                let config = replicas.config();
+                Limits {
+                    max_inputs,
+                    max_tokens: config.max_seq_length,
+                    vocab_size: config.vocab_size,
+                    dimensions: config.hidden,
+                }
+            },
+        );
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         AppState {
-            metrics: Metrics::new(replicas.len()),
-            replicas,
-            model,
+            metrics: Metrics::new(embeddings.as_ref().map_or(0, |(_, r)| r.len())),
+            embeddings,
+            generation,
             created,
             limits,
             api_key,
             draining: AtomicBool::new(false),
         }
+    }
+
+    /// The time now, in seconds since the Unix epoch (answers' `created`).
+    pub fn created_now(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(self.created, |d| d.as_secs())
     }
 
     /// Whether shutdown has begun.
@@ -67,6 +87,34 @@ impl AppState {
     /// server listens only after that), a device is healthy, and the
     /// server is not draining.
     pub fn is_ready(&self) -> bool {
-        !self.is_draining() && self.replicas.healthy() > 0
+        !self.is_draining()
+            && self
+                .embeddings
+                .as_ref()
+                .is_none_or(|(_, r)| r.healthy() > 0)
+    }
+
+    /// The embedding replicas, if the request names the embedding model.
+    pub fn embedding_model(&self, model: &str) -> Result<&Replicas, ApiError> {
+        match &self.embeddings {
+            Some((name, replicas)) if name == model => Ok(replicas),
+            _ => Err(ApiError::model_not_found(model)),
+        }
+    }
+
+    /// The generator, if the request names the text-generation model.
+    pub fn generation_model(&self, model: &str) -> Result<&Arc<Generator>, ApiError> {
+        match &self.generation {
+            Some((name, generator)) if name == model => Ok(generator),
+            _ => Err(ApiError::model_not_found(model)),
+        }
+    }
+
+    /// The names of the served models.
+    pub fn model_names(&self) -> impl Iterator<Item = &str> {
+        self.embeddings
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(self.generation.iter().map(|(name, _)| name.as_str()))
     }
 }
