@@ -39,6 +39,28 @@ pub fn model_dir() -> PathBuf {
     dir
 }
 
+/// The text-generation model's name in requests.
+pub const LLM: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+/// SmolLM2's GGUF file, fetched by `cargo xtask models`
+/// (`HRX_SMOLLM2_GGUF` names another copy).
+pub fn llm_file() -> PathBuf {
+    let file = std::env::var_os("HRX_SMOLLM2_GGUF").map_or_else(
+        || {
+            target_dir()
+                .join("models/SmolLM2-135M-Instruct")
+                .join(format!("{LLM}.gguf"))
+        },
+        PathBuf::from,
+    );
+    assert!(
+        file.is_file(),
+        "{} is missing: run `cargo xtask models`",
+        file.display()
+    );
+    file
+}
+
 /// The workspace's target folder.
 pub fn target_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
@@ -105,11 +127,21 @@ impl Server {
     /// Start `hrx serve --model DIR --port 0 EXTRA...` and wait until it
     /// listens.
     pub fn start(extra: &[&str]) -> Server {
+        Self::launch("--model", model_dir(), extra)
+    }
+
+    /// Start `hrx serve --llm GGUF --port 0 EXTRA...` (SmolLM2) and wait
+    /// until it listens.
+    pub fn start_llm(extra: &[&str]) -> Server {
+        Self::launch("--llm", llm_file(), extra)
+    }
+
+    fn launch(flag: &str, model: PathBuf, extra: &[&str]) -> Server {
         let started = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
             .arg("serve")
-            .arg("--model")
-            .arg(model_dir())
+            .arg(flag)
+            .arg(model)
             .args(["--port", "0"])
             .args(extra)
             .env("HRX_VALIDATION", "1")
