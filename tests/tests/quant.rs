@@ -230,7 +230,8 @@ fn check_matmul(format: QuantFormat, rows: usize, cols: usize, ms: &[usize], rng
                 let g = got[r * rows + j];
                 assert!(
                     (g - want).abs() <= 1e-4 * mag + 1e-30,
-                    "{format:?} {rows}x{cols} m={m}: out[{r}, {j}] = {g}, want {want}"
+                    "{format:?} {rows}x{cols} m={m}: out[{r}, {j}] = {g}, want {want} {:?}",
+                    &got[..rows.min(20)]
                 );
             }
         }
@@ -291,6 +292,7 @@ fn quant_gather_dequantises_rows_and_zeroes_strangers() {
         (QuantFormat::F32, 6, 13),
     ] {
         let (w, wv) = matrix(format, rows, cols, &mut rng);
+        let wv = &wv;
         let ids: Vec<i32> = vec![3, 0, -1, rows as i32, rows as i32 - 1, 3, i32::MIN];
         let idv: Vec<f64> = ids.iter().map(|&i| f64::from(i)).collect();
         let it =

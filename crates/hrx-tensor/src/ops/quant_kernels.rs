@@ -303,6 +303,9 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gx, gy, one], [wg, one, one]);
     let a = MatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
+    // The launch region's values are not visible in the body.
+    let cp = k.index(n64(cols_per));
+    let ct = k.index(n64(mt));
     let [c0, c1, c7, c8] = [0, 1, 7, 8].map(|v| k.index(v));
     let sg = k.subgroup_id();
     let nsg = k.subgroup_count();

@@ -49,6 +49,8 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
     let wg = k.index(n64(SIDE * SIDE));
     let mut k = k.launch_config([gx, gy, one], [wg, one, one]);
     let a = MatmulArgs::declare(&mut k, format, xvec, tail);
+    // The launch region's values are not visible in the body.
+    let ct = k.index(n64(TILE));
     let zero = k.offset(0);
     let elems = BK * TILE;
     let bytes = k.offset(n64(elems * 4));
