@@ -221,9 +221,13 @@ fn check_matmul(format: QuantFormat, rows: usize, cols: usize, ms: &[usize], rng
         let xt = x_tensor(&x, m, cols, i % 2 == 1);
         let got = ops().quant_matmul(&xt, &w).unwrap().to_values().unwrap();
         assert_eq!(got.len(), m * rows);
+        // Large products check a fifth of each row of out (a different
+        // fifth per row, and the last column), which keeps the f64
+        // reference cheap.
+        let every = if m * rows * cols > 4_000_000 { 5 } else { 1 };
         for r in 0..m {
             let xr = &x[r * cols..(r + 1) * cols];
-            for j in 0..rows {
+            for j in (0..rows).filter(|j| j % every == r % every || *j == rows - 1) {
                 let wr = &wv[j * cols..(j + 1) * cols];
                 let want: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
                 let mag: f64 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
