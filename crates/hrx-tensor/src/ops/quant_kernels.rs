@@ -36,8 +36,11 @@ pub(crate) const GEMV_MAX_ROWS: usize = 64;
 /// (one register each per lane); more rows run as further row tiles.
 const MAX_TILE: usize = 16;
 
-/// Work items per workgroup of the matrix-vector kernel.
-const WG: usize = 256;
+/// Work items per workgroup of the matrix-vector kernel: two subgroups on
+/// the H200, so even the model's smallest matrix (192 rows) spreads over
+/// 96 workgroups (more than half the SMs) rather than a few; small
+/// workgroups cost nothing there (up to 32 resident per SM).
+const WG: usize = 64;
 
 /// The row tile for `m` rows: the next power of two up to [`MAX_TILE`], so
 /// one row does no wasted multiply-adds and rows of a tile share a kernel.

@@ -4,9 +4,10 @@
 //! A workgroup of 256 work items computes a 64 x 64 tile of out. Per step
 //! along k it stages 32 columns: each work item loads one span (8 values)
 //! of one x row and dequantises one span of one weight row into
-//! workgroup memory (k-major, so the compute loop reads consecutive
-//! words), then computes a 4 x 4 register tile, its rows and columns 16
-//! apart so a subgroup's reads of one k are consecutive words. Weights
+//! workgroup memory (k-major), then computes a 4 x 4 register tile of 4
+//! consecutive rows and columns, reading each k's 4 values of x and of
+//! the weights as one 16-byte load (a subgroup's loads of one k are
+//! consecutive, so they do not conflict). Weights
 //! are read and dequantised once per 64 rows of x. Rows of x and of the
 //! weights past the ends are clamped into range and dropped at the store;
 //! spans past a row's end (unblocked formats only) are zeroed.
@@ -14,7 +15,7 @@
 use super::QuantFormat;
 use super::quant_kernels::{MatmulArgs, SPAN, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
-use hrx_loom::build::{Barrier, Built, Extent, KernelBuilder, Value};
+use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 /// Rows of x and of the weights per workgroup tile.
@@ -64,6 +65,8 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
     let t = k.workitem_id(Axis::X);
     let tx = k.rem(t, cside);
     let ty = k.div(t, cside);
+    let tx4 = k.mul(tx, c4);
+    let ty4 = k.mul(ty, c4);
     let col0 = k.workgroup_id(Axis::X);
     let col0 = k.mul(col0, ct);
     let row0 = k.workgroup_id(Axis::Y);
@@ -108,22 +111,8 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
         let mut acc = acc.to_vec();
         for kk in 0..BK {
             let base = b.index(n64(kk * TILE));
-            let xb = b.add(base, ty);
-            let wb = b.add(base, tx);
-            let xr: Vec<Value<_>> = (0..REG)
-                .map(|i| {
-                    let o = b.index(n64(i * SIDE));
-                    let p = b.add(xb, o);
-                    b.load(xs, &[p])
-                })
-                .collect();
-            let wc: Vec<Value<_>> = (0..REG)
-                .map(|j| {
-                    let o = b.index(n64(j * SIDE));
-                    let p = b.add(wb, o);
-                    b.load(ws, &[p])
-                })
-                .collect();
+            let xr = quad(b, xs, base, ty4);
+            let wc = quad(b, ws, base, tx4);
             for i in 0..REG {
                 for j in 0..REG {
                     acc[i * REG + j] = b.fmaf(xr[i], wc[j], acc[i * REG + j]);
@@ -134,14 +123,14 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
         acc
     });
     for i in 0..REG {
-        let oi = k.index(n64(i * SIDE));
-        let r = k.add(row0, ty);
+        let oi = k.index(n64(i));
+        let r = k.add(row0, ty4);
         let row = k.add(r, oi);
         let rok = k.cmp(IntPredicate::Ult, row, a.m);
         let orow = k.madd(row, a.n, a.oo);
         for j in 0..REG {
-            let oj = k.index(n64(j * SIDE));
-            let c = k.add(col0, tx);
+            let oj = k.index(n64(j));
+            let c = k.add(col0, tx4);
             let col = k.add(c, oj);
             let cok = k.cmp(IntPredicate::Ult, col, a.n);
             let ok = k.and(rok, cok);
@@ -153,6 +142,23 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
         }
     }
     Built::kernel(k.finish())
+}
+
+/// The 4 values at `base + at` of a staged tile (one 16-byte load).
+fn quad(
+    b: &mut Builder,
+    tile: Value<View>,
+    base: Value<Index>,
+    at: Value<Index>,
+) -> Vec<Value<Num>> {
+    let p = b.add(base, at);
+    let q = b.vector_load(tile, &[p], 4);
+    (0..REG as u64)
+        .map(|l| {
+            let l = b.index(l);
+            b.extract(q, l)
+        })
+        .collect()
 }
 
 #[cfg(test)]
