@@ -212,8 +212,8 @@ impl QuantMatrix {
 
 /// Which kernel computes `m` rows of x: the matrix-vector kernel for up to
 /// [`quant_kernels::GEMV_MAX_ROWS`] rows (weights streamed once per row
-/// tile, the tiles of one output slab neighbours in dispatch order so they
-/// share the weights through L2), the tiled kernel beyond.
+/// tile of up to 16 rows; the tiles share them through L2), the tiled
+/// kernel beyond (weights dequantised once per 32 rows).
 pub(crate) fn quant_kernel_for(m: usize) -> Option<usize> {
     (m <= quant_kernels::GEMV_MAX_ROWS).then(|| quant_kernels::gemv_row_tile(m))
 }

@@ -15,9 +15,10 @@
 //! `COLS` rows in turn, so any subgroup size works), its lanes striding
 //! over the row's spans; each span is read and dequantised once and used
 //! for the `MT` rows of x of the workgroup's row tile, then the subgroup
-//! sums its lanes. Row tiles (grid x) of one slab of weight rows (grid y)
-//! are neighbours in dispatch order, so with several tiles the weights
-//! come from DRAM about once and from L2 after.
+//! sums its lanes. Slabs of weight rows run along grid x (the long axis:
+//! a vocabulary projection has tens of thousands of them), row tiles of x
+//! along grid y (at most 4); a second row tile reads the weights again,
+//! mostly from L2.
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
@@ -304,7 +305,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let ct = k.index(n64(mt));
     let gx = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
-    let mut k = k.launch_config([gx, gy, one], [wg, one, one]);
+    let mut k = k.launch_config([gy, gx, one], [wg, one, one]);
     let a = MatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
     // The launch region's values are not visible in the body.
     let cp = k.index(n64(cols_per));
@@ -314,8 +315,8 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let nsg = k.subgroup_count();
     let lane = k.subgroup_lane_id();
     let sgsize = k.subgroup_size();
-    let tile = k.workgroup_id(Axis::X);
-    let slab = k.workgroup_id(Axis::Y);
+    let slab = k.workgroup_id(Axis::X);
+    let tile = k.workgroup_id(Axis::Y);
     let j0 = k.mul(slab, cp);
     let row0 = k.mul(tile, ct);
     let m1 = k.sub(a.m, c1);

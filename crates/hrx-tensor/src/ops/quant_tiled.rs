@@ -1,14 +1,14 @@
 //! The tiled quantised matmul for many rows of x (prefill), built with
 //! [`hrx_loom::build`]: `out[i, j] = x[i, :] . w[j, :]`.
 //!
-//! A workgroup of 256 work items computes a 64 x 64 tile of out. Per step
-//! along k it stages 32 columns: each work item loads one span (8 values)
-//! of one x row and dequantises one span of one weight row into
+//! A workgroup of 64 work items computes a 32 x 32 tile of out. Per step
+//! along k it stages 32 columns: each work item loads two spans (8 values
+//! each) of x rows and dequantises two spans of weight rows into
 //! workgroup memory (k-major), then computes a 4 x 4 register tile of 4
 //! consecutive rows and columns, reading each k's 4 values of x and of
 //! the weights as one 16-byte load (a subgroup's loads of one k are
 //! consecutive, so they do not conflict). Weights
-//! are read and dequantised once per 64 rows of x. Rows of x and of the
+//! are read and dequantised once per 32 rows of x. Rows of x and of the
 //! weights past the ends are clamped into range and dropped at the store;
 //! spans past a row's end (unblocked formats only) are zeroed.
 
@@ -18,13 +18,19 @@ use super::registry::{Generator, KernelKey, KernelSource};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
-/// Rows of x and of the weights per workgroup tile.
-const TILE: usize = 64;
+/// Rows of x and of the weights per workgroup tile: 32, so the model's
+/// prefill products (n of 192 to 1536, a few hundred rows) give the H200's
+/// 132 SMs enough workgroups (512 x 576 makes 288 of them).
+const TILE: usize = 32;
 /// Columns (k) staged per step: 4 spans.
 const BK: usize = 32;
-/// Work items per side of the workgroup (16 x 16), each a 4 x 4 tile.
-const SIDE: usize = 16;
+/// Work items per side of the workgroup (8 x 8), each a 4 x 4 tile.
+const SIDE: usize = 8;
 const REG: usize = TILE / SIDE;
+/// Work items per workgroup.
+const WG: usize = SIDE * SIDE;
+/// Spans of x (and of the weights) each work item stages per step.
+const PER: usize = TILE * (BK / SPAN) / WG;
 
 /// The tiled kernel for `format`, x read in 16-byte quads (`xvec`), rows
 /// ending in a partial span (`tail`).
@@ -47,7 +53,7 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
     let ct = k.index(n64(TILE));
     let gx = k.div_ceil(wn, ct);
     let gy = k.div_ceil(wm, ct);
-    let wg = k.index(n64(SIDE * SIDE));
+    let wg = k.index(n64(WG));
     let mut k = k.launch_config([gx, gy, one], [wg, one, one]);
     let a = MatmulArgs::declare(&mut k, format, xvec, tail);
     // The launch region's values are not visible in the body.
@@ -79,33 +85,43 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
     let c3 = k.index(3);
     let spans3 = k.add(spans, c3);
     let steps = k.div(spans3, c4);
-    // The row of x and of the weights this work item stages, and its span
-    // of the step.
-    let lr = k.div(t, c4);
-    let lsp = k.rem(t, c4);
-    let xr = k.add(row0, lr);
-    let xr = k.min(xr, m1);
-    let xrow = k.madd(xr, a.x.cols, a.ox);
-    let wr = k.add(col0, lr);
-    let wr = k.min(wr, n1);
-    let wrow = k.madd(wr, a.w.row_words, a.ow);
+    // The rows of x and of the weights this work item stages, and their
+    // spans of the step.
+    let cwg = k.index(n64(WG));
+    let staged: Vec<_> = (0..PER)
+        .map(|p| {
+            let cp = k.index(n64(p));
+            let e = k.madd(cp, cwg, t);
+            let lr = k.div(e, c4);
+            let lsp = k.rem(e, c4);
+            let xr = k.add(row0, lr);
+            let xr = k.min(xr, m1);
+            let xrow = k.madd(xr, a.x.cols, a.ox);
+            let wr = k.add(col0, lr);
+            let wr = k.min(wr, n1);
+            let wrow = k.madd(wr, a.w.row_words, a.ow);
+            (lr, lsp, xrow, wrow)
+        })
+        .collect();
     let zf = k.float(0.0, Scalar::F32);
     let init = vec![zf; REG * REG];
     let acc = k.for_carry(c0, steps, c1, &init, |b, step, acc| {
-        let s = b.madd(step, c4, lsp);
-        let ok = b.cmp(IntPredicate::Ult, s, spans);
-        let sc = b.min(s, spans1);
-        let xv = x_span(b, &a.x, xrow, sc);
-        let wv = span_values(b, &a.w, wrow, sc);
-        let kk0 = b.mul(lsp, c8);
-        for i in 0..SPAN {
-            let ci = b.index(n64(i));
-            let kk = b.add(kk0, ci);
-            let at = b.madd(kk, ctile, lr);
-            let x = b.select(ok, xv[i], zf);
-            let w = b.select(ok, wv[i], zf);
-            b.store(x, xs, &[at]);
-            b.store(w, ws, &[at]);
+        for &(lr, lsp, xrow, wrow) in &staged {
+            let s = b.madd(step, c4, lsp);
+            let ok = b.cmp(IntPredicate::Ult, s, spans);
+            let sc = b.min(s, spans1);
+            let xv = x_span(b, &a.x, xrow, sc);
+            let wv = span_values(b, &a.w, wrow, sc);
+            let kk0 = b.mul(lsp, c8);
+            for i in 0..SPAN {
+                let ci = b.index(n64(i));
+                let kk = b.add(kk0, ci);
+                let at = b.madd(kk, ctile, lr);
+                let x = b.select(ok, xv[i], zf);
+                let w = b.select(ok, wv[i], zf);
+                b.store(x, xs, &[at]);
+                b.store(w, ws, &[at]);
+            }
         }
         b.barrier(Barrier::Workgroup);
         let mut acc = acc.to_vec();
