@@ -29,6 +29,9 @@ mod matmul_splitk;
 mod matmul_tiled;
 mod movement;
 mod operand;
+mod quant;
+mod quant_kernels;
+mod quant_tiled;
 mod reduce;
 mod reduce_kernel;
 mod registry;
@@ -48,6 +51,7 @@ pub use matmul_coop::coop_matmul_source;
 pub use matmul_dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
+pub use quant::{QuantFormat, QuantMatrix};
 pub use reduce::Reduction;
 pub use tuning::{CoopTiling, SplitKShape, Tuning};
 

@@ -1,0 +1,403 @@
+//! Quantised weight matrices: stored packed on the device and dequantised
+//! inside the kernels that read them (matmul and row gather), so a model's
+//! weights take their GGUF size in device memory.
+//!
+//! A [`QuantMatrix`] is `rows` x `cols` (rows = output features, each row
+//! `cols` contiguous inputs, as GGUF stores linear layers), held in a
+//! contiguous U32 tensor of `rows * row_words(cols)` words. The device
+//! layout of one row, per [`QuantFormat`]:
+//!
+//! - `F32`: one word per value, its bits;
+//! - `F16`: two values per word, the lower column in the low half; an odd
+//!   `cols` pads the row's last upper half with zero;
+//! - `Q8_0`: 9 words per block of 32 values: word 0 holds the f16 scale
+//!   `d` in its low half (upper half zero), words 1..=8 the 32 signed
+//!   bytes `q` in order, little-endian (value `j` is byte `j % 4` of word
+//!   `1 + j / 4`); value = `d * q`;
+//! - `Q4_1`: GGML's 20-byte block as 5 words: word 0 = f16 `d` (low half)
+//!   and f16 `m` (high half), words 1..=4 the 16 bytes of nibbles; value
+//!   `j < 16` is the low nibble of byte `j`, value `j + 16` its high
+//!   nibble; value = `d * nibble + m`.
+//!
+//! The kernels (`quant_kernels`, `quant_tiled`) read a row in *spans* of 8
+//! consecutive values: a Q8_0 span is two words, a Q4_1 span the block's
+//! word 0 and two nibble words (low nibbles for the block's first 16
+//! values, high for the rest), an F16 span 4 words, an F32 span 8. Which
+//! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]).
+//!
+//! Contracts: bad input (dtype, shape, domain, a byte count that does not
+//! match) is an error naming the operator and shapes before anything is
+//! recorded; a gathered id outside `0..rows` yields a row of zeros.
+
+use super::{
+    Ops,
+    operand::{check_inputs, check_output, operand, quad_offset},
+    quant_kernels::{self, GemvKey},
+    quant_tiled,
+};
+use crate::{DType, DeviceTensor, TensorDesc};
+use hrx_core::{Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+/// How a weight matrix is stored on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantFormat {
+    /// f32 values, one per word.
+    F32,
+    /// f16 values, two per word.
+    F16,
+    /// GGML Q8_0: blocks of 32 signed bytes and an f16 scale.
+    Q8_0,
+    /// GGML Q4_1: blocks of 32 nibbles, an f16 scale and an f16 minimum.
+    Q4_1,
+}
+
+impl QuantFormat {
+    /// Values per block (32 for Q8_0/Q4_1, 1 for F32/F16).
+    pub fn block_len(self) -> usize {
+        match self {
+            QuantFormat::F32 | QuantFormat::F16 => 1,
+            QuantFormat::Q8_0 | QuantFormat::Q4_1 => 32,
+        }
+    }
+
+    /// Bytes of one GGML block.
+    fn block_bytes(self) -> usize {
+        match self {
+            QuantFormat::F32 => 4,
+            QuantFormat::F16 => 2,
+            QuantFormat::Q8_0 => 34,
+            QuantFormat::Q4_1 => 20,
+        }
+    }
+
+    fn fail(self, rows: usize, cols: usize, why: &str) -> Error {
+        Error::Message(format!("{self:?} matrix of {rows} x {cols}: {why}"))
+    }
+
+    /// Blocks in one row, checked.
+    fn row_blocks(self, rows: usize, cols: usize) -> Result<usize> {
+        if !cols.is_multiple_of(self.block_len()) {
+            return Err(self.fail(
+                rows,
+                cols,
+                &format!("cols must be a multiple of {}", self.block_len()),
+            ));
+        }
+        Ok(cols / self.block_len())
+    }
+
+    /// u32 words of one packed row (the device row stride).
+    pub fn row_words(self, cols: usize) -> Result<usize> {
+        let blocks = self.row_blocks(0, cols)?;
+        Ok(match self {
+            QuantFormat::F32 => cols,
+            QuantFormat::F16 => cols.div_ceil(2),
+            QuantFormat::Q8_0 => blocks
+                .checked_mul(9)
+                .ok_or_else(|| self.fail(0, cols, "too many words"))?,
+            QuantFormat::Q4_1 => blocks
+                .checked_mul(5)
+                .ok_or_else(|| self.fail(0, cols, "too many words"))?,
+        })
+    }
+
+    /// Repack a row-major matrix of `rows` rows of `cols` values, given in
+    /// GGML's byte layout (GGUF tensor data), into the device layout the
+    /// module documentation describes. Errors (never panics) when `cols`
+    /// is not a multiple of [`block_len`](Self::block_len), the byte
+    /// length is not exactly `rows * cols / block_len * block_bytes`, or a
+    /// count overflows.
+    pub fn pack(self, rows: usize, cols: usize, ggml: &[u8]) -> Result<Vec<u32>> {
+        let blocks = self.row_blocks(rows, cols)?;
+        let row_words = self.row_words(cols)?;
+        let overflow = || self.fail(rows, cols, "the size overflows");
+        let row_bytes = blocks
+            .checked_mul(self.block_bytes())
+            .ok_or_else(overflow)?;
+        let bytes = rows.checked_mul(row_bytes).ok_or_else(overflow)?;
+        let words = rows.checked_mul(row_words).ok_or_else(overflow)?;
+        if ggml.len() != bytes {
+            return Err(self.fail(
+                rows,
+                cols,
+                &format!("{} bytes given, {bytes} expected", ggml.len()),
+            ));
+        }
+        let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let half = |b: &[u8]| u32::from(u16::from_le_bytes([b[0], b[1]]));
+        let mut out = Vec::with_capacity(words);
+        if row_bytes == 0 {
+            return Ok(out);
+        }
+        for row in ggml.chunks_exact(row_bytes) {
+            match self {
+                QuantFormat::F32 | QuantFormat::Q4_1 => out.extend(row.chunks_exact(4).map(le)),
+                QuantFormat::F16 => out.extend(row.chunks(4).map(|p| {
+                    let hi = if p.len() == 4 { half(&p[2..]) } else { 0 };
+                    half(p) | hi << 16
+                })),
+                QuantFormat::Q8_0 => {
+                    for block in row.chunks_exact(34) {
+                        out.push(half(block));
+                        out.extend(block[2..].chunks_exact(4).map(le));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A `rows` x `cols` weight matrix (rows = output features, each row
+/// `cols` contiguous inputs, as GGUF stores them) in a device tensor of
+/// packed u32 words (layout in the module documentation).
+#[derive(Clone, Debug)]
+pub struct QuantMatrix {
+    format: QuantFormat,
+    rows: usize,
+    cols: usize,
+    words: DeviceTensor,
+}
+
+impl QuantMatrix {
+    /// Checks `words` is a contiguous U32 tensor of exactly
+    /// `rows * format.row_words(cols)` elements.
+    pub fn new(format: QuantFormat, rows: usize, cols: usize, words: DeviceTensor) -> Result<Self> {
+        let row_words = format.row_words(cols)?;
+        let want = rows
+            .checked_mul(row_words)
+            .ok_or_else(|| format.fail(rows, cols, "the size overflows"))?;
+        let desc = words.desc();
+        if desc.dtype() != DType::U32 || !desc.is_contiguous() || desc.elements() != want {
+            return Err(format.fail(
+                rows,
+                cols,
+                &format!("the words {desc} must be a contiguous u32 tensor of {want} elements"),
+            ));
+        }
+        Ok(QuantMatrix {
+            format,
+            rows,
+            cols,
+            words,
+        })
+    }
+
+    /// The storage format.
+    pub fn format(&self) -> QuantFormat {
+        self.format
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The packed words.
+    pub fn words(&self) -> &DeviceTensor {
+        &self.words
+    }
+
+    fn label(&self) -> String {
+        format!("{:?} [{}, {}]", self.format, self.rows, self.cols)
+    }
+}
+
+/// Which kernel computes `m` rows of x: the matrix-vector kernel for up to
+/// [`quant_kernels::GEMV_MAX_ROWS`] rows (weights streamed once per row
+/// tile of up to 16 rows; the tiles share them through L2), the tiled
+/// kernel beyond (weights dequantised once per 32 rows).
+pub(crate) fn quant_kernel_for(m: usize) -> Option<usize> {
+    (m <= quant_kernels::GEMV_MAX_ROWS).then(|| quant_kernels::gemv_row_tile(m))
+}
+
+impl Ops {
+    /// Record `out[m, rows] = x[m, cols] @ w^T`, f32 in and out,
+    /// dequantising `w` on the fly. `x` and `out` are f32 and contiguous
+    /// (`x` may be a row range of a larger tensor, with an element offset).
+    pub fn record_quant_matmul(
+        &self,
+        graph: &mut Graph,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("quant_matmul of {} by {}", x.desc(), w.label());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[x, w.words()])?;
+        let m = self.quant_matmul_rows(operation, x, w)?;
+        check_output(runtime, operation, out, DType::F32, &[m, w.rows])?;
+        if m == 0 || w.rows == 0 {
+            return Ok(());
+        }
+        if w.cols == 0 {
+            return Err(Error::Unsupported(format!(
+                "{operation}: a matrix without columns is not multiplied"
+            )));
+        }
+        let target = self.registry.target()?;
+        if !target.subgroup_ops.arithmetic {
+            return Err(Error::Unsupported(format!(
+                "{operation}: the device has no subgroup reductions"
+            )));
+        }
+        let (kx, kw, ko) = (
+            operand(x, &target, operation)?,
+            operand(w.words(), &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let row_words = w.format.row_words(w.cols)?;
+        let index = |v: usize| ScalarValue::Index(v as u64);
+        let scalars: Vec<ScalarValue> = [index(m), index(w.rows), index(w.cols)]
+            .into_iter()
+            .chain([index(row_words)])
+            .chain(kx.scalars())
+            .chain(kw.scalars())
+            .chain(ko.scalars())
+            .collect();
+        let views = [kx.view.clone(), kw.view.clone(), ko.view.clone()];
+        let workload = [m as u64, w.rows as u64];
+        // Quads of x where its binding and every row start align.
+        let tail = !w.cols.is_multiple_of(8);
+        let xvec = quad_offset(&kx).is_some() && !tail;
+        match quant_kernel_for(m) {
+            Some(mt) => {
+                let key = GemvKey {
+                    format: w.format,
+                    mt,
+                    xvec,
+                    tail,
+                    subgroup: target.subgroup_size_min as usize,
+                };
+                let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
+                kernel.record(graph, operation, &views, &scalars, &workload)
+            }
+            None => {
+                let kernel = self
+                    .registry
+                    .kernel(quant_tiled::tiled_key(w.format, xvec, tail))?;
+                kernel.record(graph, operation, &views, &scalars, &workload)
+            }
+        }
+    }
+
+    /// The rows of x, after checking it against `w`.
+    fn quant_matmul_rows(
+        &self,
+        operation: &str,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+    ) -> Result<usize> {
+        let d = x.desc();
+        if d.dtype() != DType::F32 || d.rank() != 2 || d.shape()[1] != w.cols || !d.is_contiguous()
+        {
+            return Err(Error::Message(format!(
+                "{operation}: x must be a contiguous f32 [m, {}]",
+                w.cols
+            )));
+        }
+        Ok(d.shape()[0])
+    }
+
+    /// `x @ w^T` (see [`Ops::record_quant_matmul`]), run eagerly.
+    pub fn quant_matmul(&self, x: &DeviceTensor, w: &QuantMatrix) -> Result<DeviceTensor> {
+        let operation = format!("quant_matmul of {} by {}", x.desc(), w.label());
+        let m = self.quant_matmul_rows(&operation, x, w)?;
+        let desc = TensorDesc::new(DType::F32, vec![m, w.rows])?;
+        self.eager(&[x, w.words()], desc, |g, out| {
+            self.record_quant_matmul(g, x, w, out)
+        })
+    }
+
+    /// Record `out[i, :] = ` dequantised row `ids[i]` of `w` (an embedding
+    /// lookup): `ids` a contiguous i32 `[m]`, `out` a contiguous f32
+    /// `[m, cols]`. An id outside `0..rows` gives a row of zeros and reads
+    /// nothing.
+    pub fn record_quant_gather(
+        &self,
+        graph: &mut Graph,
+        w: &QuantMatrix,
+        ids: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("quant_gather of {} by {}", w.label(), ids.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[w.words(), ids])?;
+        let m = Self::quant_gather_rows(operation, ids)?;
+        check_output(runtime, operation, out, DType::F32, &[m, w.cols])?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let target = self.registry.target()?;
+        let (ki, ko) = (
+            operand(ids, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        // A matrix without rows binds zeros that are never read.
+        let (wview, wscalars) = if w.rows == 0 {
+            let view = self.registry.zeros()?;
+            let len = view.len() as u64 / 4;
+            (view, [ScalarValue::Index(0), ScalarValue::Index(len)])
+        } else {
+            let kw = operand(w.words(), &target, operation)?;
+            let s = kw.scalars();
+            (kw.view, s)
+        };
+        let spans = w.cols.div_ceil(8);
+        let items = m
+            .checked_mul(spans)
+            .filter(|n| u32::try_from(*n).is_ok())
+            .ok_or_else(|| Error::Unsupported(format!("{operation}: too many values")))?;
+        let index = |v: usize| ScalarValue::Index(v as u64);
+        let row_words = w.format.row_words(w.cols)?;
+        let scalars: Vec<ScalarValue> = [index(items), index(w.rows), index(w.cols)]
+            .into_iter()
+            .chain([index(row_words)])
+            .chain(wscalars)
+            .chain(ki.scalars())
+            .chain(ko.scalars())
+            .collect();
+        let kernel = self.registry.kernel(quant_kernels::gather_key(
+            w.format,
+            !w.cols.is_multiple_of(8),
+            self.grid_config("quant_gather.wg", "quant_gather.max_groups")?,
+        ))?;
+        kernel.record(
+            graph,
+            operation,
+            &[wview, ki.view, ko.view],
+            &scalars,
+            &[items as u64],
+        )
+    }
+
+    fn quant_gather_rows(operation: &str, ids: &DeviceTensor) -> Result<usize> {
+        let d = ids.desc();
+        if d.dtype() != DType::I32 || d.rank() != 1 || !d.is_contiguous() {
+            return Err(Error::Message(format!(
+                "{operation}: the ids must be a contiguous i32 [m]"
+            )));
+        }
+        Ok(d.shape()[0])
+    }
+
+    /// Dequantised rows of `w` picked by `ids` (see
+    /// [`Ops::record_quant_gather`]), run eagerly.
+    pub fn quant_gather(&self, w: &QuantMatrix, ids: &DeviceTensor) -> Result<DeviceTensor> {
+        let operation = format!("quant_gather of {} by {}", w.label(), ids.desc());
+        let m = Self::quant_gather_rows(&operation, ids)?;
+        let desc = TensorDesc::new(DType::F32, vec![m, w.cols])?;
+        self.eager(&[w.words(), ids], desc, |g, out| {
+            self.record_quant_gather(g, w, ids, out)
+        })
+    }
+}
