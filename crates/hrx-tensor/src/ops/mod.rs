@@ -13,6 +13,8 @@
 //! was (nothing is recorded before every check has passed).
 
 mod activation;
+mod attention;
+mod attention_kernels;
 mod cast;
 mod cast_kernel;
 mod copy_kernels;
@@ -35,6 +37,7 @@ mod registry;
 mod rotation;
 mod rows;
 mod rows_kernels;
+mod token_kernels;
 mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};
