@@ -89,15 +89,15 @@ fn rope_ref(
     let [rows, heads, hd] = shape;
     let mut out = x.to_vec();
     let mut bound = vec![0.0; x.len()];
-    for r in 0..rows {
-        if pos[r] < 0 {
+    for (r, &p) in pos.iter().enumerate().take(rows) {
+        if p < 0 {
             continue;
         }
         for h in 0..heads {
             let row = (r * heads + h) * hd;
             for i in 0..rope_dims / 2 {
                 let expo = 2.0 * i as f64 / rope_dims as f64;
-                let angle = f64::from(pos[r]) * base.powf(-expo);
+                let angle = f64::from(p) * base.powf(-expo);
                 let (x0, x1) = (x[row + 2 * i], x[row + 2 * i + 1]);
                 out[row + 2 * i] = x0 * angle.cos() - x1 * angle.sin();
                 out[row + 2 * i + 1] = x0 * angle.sin() + x1 * angle.cos();
