@@ -37,9 +37,10 @@ use hrx_runtime::Graph;
 /// The largest head size the attention kernel is built for.
 const MAX_HEAD_DIM: usize = 256;
 
-/// Work items per attention workgroup on a GPU: a chunk of 128 positions
-/// per pass, four subgroups of 32.
-const GPU_ATTENTION_WG: usize = 128;
+/// Work items per attention workgroup on a GPU: eight subgroups of 32,
+/// each taking every eighth chunk of 32 positions, so a 2k context is 8
+/// chunks deep per subgroup.
+const GPU_ATTENTION_WG: usize = 256;
 
 /// Work items per attention workgroup on a CPU device, where every
 /// barrier switches all of a workgroup's coroutines (see rows.rs).
@@ -300,7 +301,13 @@ impl Ops {
             (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
         let sg_min = (target.subgroup_size_min as usize).max(1);
         let wg = base.max(target.subgroup_size_max as usize).min(most);
-        Ok(AttentionShape { hd, w, wg, sg_min })
+        Ok(AttentionShape {
+            hd,
+            w,
+            wg,
+            sg_min,
+            sg_fixed: target.subgroup_size_max as usize == sg_min,
+        })
     }
 
     /// Record causal attention over the cache: for row `r` and query head

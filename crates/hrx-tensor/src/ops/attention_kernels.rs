@@ -23,6 +23,12 @@
 //!    across the lanes). The dimension slots per lane are a static count,
 //!    `ceil(hd / sg_min)` for the device's smallest subgroup size.
 //!
+//! Where the subgroup size is fixed (32 on NVIDIA) the value loop is
+//! unrolled over the whole chunk, so all its loads are in flight at once:
+//! the lanes past the chunk's end carry weight 0 and read the row's last
+//! position (written, finite) instead of their own. The score loop is
+//! unrolled over the head (at most 64 vector loads).
+//!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
@@ -33,14 +39,15 @@ use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
 const F32: Scalar = Scalar::F32;
 
 /// The shape of one instantiation: head size, vector width of the score
-/// loads (1 or 4, which divides `hd`), work items per workgroup and the
-/// device's smallest subgroup size.
+/// loads (1 or 4, which divides `hd`), work items per workgroup, the
+/// device's smallest subgroup size, and whether that is its only size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttentionShape {
     pub(crate) hd: usize,
     pub(crate) w: usize,
     pub(crate) wg: usize,
     pub(crate) sg_min: usize,
+    pub(crate) sg_fixed: bool,
 }
 
 impl AttentionShape {
@@ -139,7 +146,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let sl = shared(&mut k, max_sg);
     let sacc = shared(&mut k, max_sg * hd);
 
-    let [c0, c1, wgs, hdc, wc, last_d] = [0, 1, wg, hd, w, hd - 1].map(|v| k.index(v as u64));
+    let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
     let t = k.workitem_id(Axis::X);
     let h = k.workgroup_id(Axis::X);
     let r = k.workgroup_id(Axis::Y);
@@ -211,12 +218,14 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             |b| {
                 let row = b.add(kvrow, p);
                 let kbase = b.madd(row, hdc, ok);
-                let dot = b.for_carry(c0, hdc, wc, &[zdot], |b, e, d| {
-                    let at = b.add(kbase, e);
+                let mut dot = zdot;
+                for e in (0..hd).step_by(w) {
+                    let ec = b.index(e as u64);
+                    let at = b.add(kbase, ec);
                     let kx = load_w(b, w, kv, at);
-                    let qx = load_w(b, w, sq, e);
-                    vec![b.fmaf(kx, qx, d[0])]
-                })[0];
+                    let qx = load_w(b, w, sq, ec);
+                    dot = b.fmaf(kx, qx, dot);
+                }
                 vec![lanes_sum(b, w, dot)]
             },
             |_| vec![lowest],
@@ -232,23 +241,38 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         let l_new = b.fmaf(l, alpha, csum);
         let scaled: Vec<Value<Num>> = acc[2..].iter().map(|&a| b.mulf(a, alpha)).collect();
         // 3. The chunk's weighted values.
-        let left = b.sub(n, c);
-        let count = b.min(sgsize, left);
-        let dims = dims.clone();
-        let accs = b.for_carry(c0, count, c1, &scaled, |b, j, x| {
-            let wj = b.subgroup_shuffle(ShuffleMode::Index, weight, j);
-            let pc = b.add(c, j);
-            let row = b.add(kvrow, pc);
-            let vb = b.madd(row, hdc, ov);
-            dims.iter()
-                .zip(x)
-                .map(|(&(_, dl), &a)| {
-                    let at = b.add(vb, dl);
-                    let v = b.load(vv, &[at]);
-                    b.fmaf(wj, v, a)
-                })
-                .collect()
-        });
+        let add_position =
+            |b: &mut Builder, j: Value<Index>, pc: Value<Index>, x: &[Value<Num>]| {
+                let wj = b.subgroup_shuffle(ShuffleMode::Index, weight, j);
+                let row = b.add(kvrow, pc);
+                let vb = b.madd(row, hdc, ov);
+                dims.iter()
+                    .zip(x)
+                    .map(|(&(_, dl), &a)| {
+                        let at = b.add(vb, dl);
+                        let v = b.load(vv, &[at]);
+                        b.fmaf(wj, v, a)
+                    })
+                    .collect::<Vec<_>>()
+            };
+        let accs = if shape.sg_fixed {
+            let last = b.sub(n, c1);
+            let mut x = scaled;
+            for j in 0..shape.sg_min {
+                let jc = b.index(j as u64);
+                let pj = b.add(c, jc);
+                let pc = b.min(pj, last);
+                x = add_position(b, jc, pc, &x);
+            }
+            x
+        } else {
+            let left = b.sub(n, c);
+            let count = b.min(sgsize, left);
+            b.for_carry(c0, count, c1, &scaled, |b, j, x| {
+                let pc = b.add(c, j);
+                add_position(b, j, pc, x)
+            })
+        };
         let mut next = vec![m_new, l_new];
         next.extend(accs);
         next
@@ -314,20 +338,27 @@ mod tests {
         for target in [hrx_core::Target::lavapipe(), hrx_core::Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             let sg_min = target.subgroup_size_min as usize;
-            for (hd, w, wg) in [
-                (64, 4, 128),
-                (64, 4, 16),
-                (6, 1, 16),
-                (80, 4, 128),
-                (256, 4, 128),
-            ] {
-                let built = cached_attention(AttentionShape { hd, w, wg, sg_min });
+            let shapes = [
+                (64, 4, 128, true),
+                (64, 4, 16, false),
+                (6, 1, 16, true),
+                (80, 4, 256, false),
+                (256, 4, 128, true),
+            ];
+            for (hd, w, wg, sg_fixed) in shapes {
+                let built = cached_attention(AttentionShape {
+                    hd,
+                    w,
+                    wg,
+                    sg_min,
+                    sg_fixed,
+                });
                 compiler
                     .built(&built)
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
                     })
-                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg}: {e}"));
+                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg} {sg_fixed}: {e}"));
             }
         }
     }
