@@ -37,10 +37,13 @@ use hrx_runtime::Graph;
 /// The largest head size the attention kernel is built for.
 const MAX_HEAD_DIM: usize = 256;
 
-/// Work items per attention workgroup on a GPU: eight subgroups of 32,
-/// each taking every eighth chunk of 32 positions, so a 2k context is 8
-/// chunks deep per subgroup.
-const GPU_ATTENTION_WG: usize = 256;
+/// Work items per attention workgroup on a GPU, by the number of
+/// workgroups (rows x heads): a workgroup's subgroups split its positions
+/// (chunks of 32), so few workgroups (batch-1 decode: 9) take 1024 work
+/// items, 32 subgroups, and a 2k context is 2 chunks deep per subgroup;
+/// many (batched decode, prefill) take 256 and fill the device with
+/// workgroups instead. `(most workgroups, work items)`, first match.
+const GPU_ATTENTION_WG: [(usize, usize); 3] = [(128, 1024), (512, 512), (usize::MAX, 256)];
 
 /// Work items per attention workgroup on a CPU device, where every
 /// barrier switches all of a workgroup's coroutines (see rows.rs).
@@ -273,11 +276,14 @@ impl Ops {
         Ok(())
     }
 
-    /// The attention kernel's shape for head size `hd` over these
-    /// operands. The kernel shuffles weights across lanes.
+    /// The attention kernel's shape for head size `hd`, `workgroups`
+    /// (row, head) pairs, over these operands. The kernel shuffles weights
+    /// across lanes; its workgroup memory grows with the subgroup count,
+    /// so the workgroup shrinks until that fits.
     fn attention_shape(
         &self,
         hd: usize,
+        workgroups: usize,
         operands: &[&Operand],
         operation: &str,
     ) -> Result<AttentionShape> {
@@ -296,17 +302,35 @@ impl Ops {
             CPU_ATTENTION_WG
         } else {
             GPU_ATTENTION_WG
+                .iter()
+                .find(|(most, _)| workgroups <= *most)
+                .map_or(256, |&(_, wg)| wg)
         };
         let most =
             (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
         let sg_min = (target.subgroup_size_min as usize).max(1);
-        let wg = base.max(target.subgroup_size_max as usize).min(most);
+        let sg_max = (target.subgroup_size_max as usize).max(sg_min);
+        // A power of two, so every subgroup is whole.
+        let mut wg = base.max(sg_max).min(most);
+        wg = 1 << wg.ilog2();
+        let memory = |wg: usize| {
+            let subgroups = (wg / sg_min).max(1);
+            4 * (hd + 2 * subgroups + subgroups * hd)
+        };
+        while wg > sg_max && memory(wg) > target.workgroup_memory_bytes as usize {
+            wg /= 2;
+        }
+        if memory(wg) > target.workgroup_memory_bytes as usize {
+            return Err(Error::Unsupported(format!(
+                "{operation}: head_dim {hd} needs more workgroup memory than the device has"
+            )));
+        }
         Ok(AttentionShape {
             hd,
             w,
             wg,
             sg_min,
-            sg_fixed: target.subgroup_size_max as usize == sg_min,
+            sg_fixed: sg_max == sg_min,
         })
     }
 
@@ -409,7 +433,7 @@ impl Ops {
         for input in [&kq, &kk, &kv, &ks, &kp] {
             no_alias(operation, &ko, input)?;
         }
-        let shape = self.attention_shape(hd, &[&kk], operation)?;
+        let shape = self.attention_shape(hd, rows * heads, &[&kk], operation)?;
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cached_attention {shape:?}"),
