@@ -6,7 +6,7 @@
 //! attention reads it (ordering by declared accesses), and the errors of
 //! bad operands.
 
-use hrx_runtime::{Graph, Runtime, RuntimeOptions};
+use hrx_runtime::{Edge, Graph, Hazard, Runtime, RuntimeOptions};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 /// The operator library on a runtime opened as the environment says
@@ -355,7 +355,28 @@ fn cached_attention_prefill_is_causal() -> Result<()> {
     ops.record_kv_store(&mut graph, &knt, &st, &pt, &kt)?;
     ops.record_kv_store(&mut graph, &vnt, &st, &pt, &vt)?;
     ops.record_cached_attention(&mut graph, &qt, &kt, &vt, &st, &pt, scale as f32, &out)?;
-    run(graph, &[&kt, &vt, &qt, &knt, &vnt, &st, &pt])?;
+    assert_eq!(graph.len(), 3);
+    let prepared = graph.prepare()?;
+    // The attention (operation 2) waits for both stores: the caches are
+    // declared written by the stores and read by the attention.
+    let edges: Vec<Edge> = prepared
+        .barriers()
+        .iter()
+        .flat_map(|b| b.edges().to_vec())
+        .collect();
+    for from in [0, 1] {
+        let edge = Edge {
+            from,
+            to: 2,
+            hazard: Hazard::ReadAfterWrite,
+        };
+        assert!(edges.contains(&edge), "{edge:?} missing from {edges:?}");
+    }
+    let deps: Vec<_> = [&kt, &vt, &qt, &knt, &vnt, &st, &pt]
+        .iter()
+        .map(|t| t.completion().clone())
+        .collect();
+    prepared.submit_after(&deps)?.wait()?;
     // Full causal attention over the new rows, as a one-slot cache.
     let reference = Attention {
         k: &kn,
