@@ -1,6 +1,7 @@
-//! The attention-side operators of a decoder engine: rotary position
-//! embedding, the key/value cache store, causal attention over the cache
-//! and the SwiGLU gate.
+//! The attention-side operators of a decoder engine: the key/value cache
+//! store and causal attention over the cache, here; rotary position
+//! embedding (rope.rs) and the SwiGLU gate (swiglu.rs) share this
+//! module's conventions and checks.
 //!
 //! A token row is one token of one sequence. Every row carries its
 //! sequence slot `sequence[r]` and its position `position[r]` (i32, one
@@ -49,12 +50,12 @@ const GPU_ATTENTION_WG: [(usize, usize); 3] = [(128, 1024), (512, 512), (usize::
 /// barrier switches all of a workgroup's coroutines (see rows.rs).
 const CPU_ATTENTION_WG: usize = 16;
 
-fn index(v: usize) -> ScalarValue {
+pub(super) fn index(v: usize) -> ScalarValue {
     ScalarValue::Index(v as u64)
 }
 
 /// Check that `t` is an f32 tensor of rank `rank`.
-fn f32_rank(operation: &str, what: &str, t: &DeviceTensor, rank: usize) -> Result<()> {
+pub(super) fn f32_rank(operation: &str, what: &str, t: &DeviceTensor, rank: usize) -> Result<()> {
     if t.desc().dtype() != DType::F32 || t.desc().rank() != rank {
         return Err(Error::Message(format!(
             "{operation}: {what} {} must be an f32 tensor of rank {rank}",
@@ -65,7 +66,7 @@ fn f32_rank(operation: &str, what: &str, t: &DeviceTensor, rank: usize) -> Resul
 }
 
 /// Check a per-row i32 tensor (slots or positions) of shape `[rows]`.
-fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usize) -> Result<()> {
+pub(super) fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usize) -> Result<()> {
     let desc = t.desc();
     if desc.dtype() != DType::I32 || desc.shape() != [rows] || !desc.is_contiguous() {
         return Err(Error::Message(format!(
@@ -96,7 +97,7 @@ fn cache_shape(
 }
 
 /// Refuse an output that shares storage with an input.
-fn no_alias(operation: &str, out: &Operand, input: &Operand) -> Result<()> {
+pub(super) fn no_alias(operation: &str, out: &Operand, input: &Operand) -> Result<()> {
     if out.view.overlaps(&input.view) {
         return Err(Error::Message(format!(
             "{operation}: the output must not overlap the input"
@@ -106,95 +107,6 @@ fn no_alias(operation: &str, out: &Operand, input: &Operand) -> Result<()> {
 }
 
 impl Ops {
-    /// Record rotary position embedding on adjacent pairs (GGUF's layout
-    /// for llama's Q and K): for row `r`, head `h` and `i < rope_dims / 2`,
-    /// `(x[2i], x[2i+1])` turns by the angle `position[r] *
-    /// base^(-2i/rope_dims)`: `out0 = x0 cos - x1 sin`, `out1 = x0 sin + x1
-    /// cos`. Elements at `rope_dims` and beyond are copied, as is every
-    /// element of a row at a negative position. `x: [rows, heads,
-    /// head_dim]` f32 (may be strided), `position`: i32 `[rows]`, `out`:
-    /// contiguous like `x`, not overlapping it. `rope_dims` is even, in
-    /// `2..=head_dim`; `base` finite and positive.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_rope(
-        &self,
-        graph: &mut Graph,
-        x: &DeviceTensor,
-        position: &DeviceTensor,
-        rope_dims: usize,
-        base: f32,
-        out: &DeviceTensor,
-    ) -> Result<()> {
-        let operation = format!("rope of {} at {}", x.desc(), position.desc());
-        let operation = operation.as_str();
-        let runtime = self.runtime();
-        check_inputs(runtime, operation, &[x, position])?;
-        f32_rank(operation, "x", x, 3)?;
-        let [rows, heads, hd] = [0, 1, 2].map(|i| x.desc().shape()[i]);
-        row_data(operation, "position", position, rows)?;
-        if rope_dims < 2 || rope_dims > hd || !rope_dims.is_multiple_of(2) {
-            return Err(Error::Message(format!(
-                "{operation}: rope_dims {rope_dims} must be even and in 2..={hd}"
-            )));
-        }
-        if !(base.is_finite() && base > 0.0) {
-            return Err(Error::Message(format!(
-                "{operation}: base {base} must be finite and positive"
-            )));
-        }
-        check_output(runtime, operation, out, DType::F32, x.desc().shape())?;
-        if out.desc().is_empty() {
-            return Ok(());
-        }
-        let target = self.registry.target()?;
-        let (kx, kp, ko) = (
-            operand(x, &target, operation)?,
-            operand(position, &target, operation)?,
-            operand(out, &target, operation)?,
-        );
-        no_alias(operation, &ko, &kx)?;
-        let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new("rope".into(), token_kernels::rope)),
-            symbol: "rope",
-            config: self.grid_config("rope.wg", "rope.max_groups")?,
-        })?;
-        // The frequency exponent per pair, from f64: pair i turns by
-        // position * exp(-i * c).
-        let c = (2.0 * f64::from(base).ln() / rope_dims as f64) as f32;
-        let n = out.desc().elements();
-        let s = x.desc().strides();
-        let scalars: Vec<ScalarValue> = [n, heads, hd, rope_dims]
-            .map(index)
-            .into_iter()
-            .chain([ScalarValue::F32(c)])
-            .chain([s[0], s[1], s[2]].map(index))
-            .chain(kx.scalars())
-            .chain(kp.scalars())
-            .chain(ko.scalars())
-            .collect();
-        kernel.record(
-            graph,
-            operation,
-            &[kx.view, kp.view, ko.view],
-            &scalars,
-            &[n as u64],
-        )
-    }
-
-    /// Rotary position embedding (see [`Ops::record_rope`]), run eagerly.
-    pub fn rope(
-        &self,
-        x: &DeviceTensor,
-        position: &DeviceTensor,
-        rope_dims: usize,
-        base: f32,
-    ) -> Result<DeviceTensor> {
-        let desc = TensorDesc::new(DType::F32, x.desc().shape().to_vec())?;
-        self.eager(&[x, position], desc, |g, out| {
-            self.record_rope(g, x, position, rope_dims, base, out)
-        })
-    }
-
     /// Record the key/value cache store: `cache[sequence[r], h,
     /// position[r], :] = new[r, h, :]` for every active row (`0 <=
     /// sequence < slots`, `0 <= position < capacity`); other rows write
@@ -483,71 +395,5 @@ impl Ops {
                 self.record_cached_attention(g, q, k_cache, v_cache, sequence, position, scale, out)
             },
         )
-    }
-
-    /// Record `out = silu(gate) * up = gate / (1 + exp(-gate)) * up`,
-    /// elementwise over `[rows, width]`: f32, `gate` and `up` may be
-    /// strided (e.g. halves of a fused projection), `out` contiguous.
-    pub fn record_swiglu(
-        &self,
-        graph: &mut Graph,
-        gate: &DeviceTensor,
-        up: &DeviceTensor,
-        out: &DeviceTensor,
-    ) -> Result<()> {
-        let operation = format!("swiglu of {} and {}", gate.desc(), up.desc());
-        let operation = operation.as_str();
-        let runtime = self.runtime();
-        check_inputs(runtime, operation, &[gate, up])?;
-        f32_rank(operation, "gate", gate, 2)?;
-        f32_rank(operation, "up", up, 2)?;
-        if gate.desc().shape() != up.desc().shape() {
-            return Err(Error::Message(format!(
-                "{operation}: gate and up must have one shape"
-            )));
-        }
-        check_output(runtime, operation, out, DType::F32, gate.desc().shape())?;
-        if out.desc().is_empty() {
-            return Ok(());
-        }
-        let target = self.registry.target()?;
-        let (kg, ku, ko) = (
-            operand(gate, &target, operation)?,
-            operand(up, &target, operation)?,
-            operand(out, &target, operation)?,
-        );
-        no_alias(operation, &ko, &kg)?;
-        no_alias(operation, &ko, &ku)?;
-        let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new("swiglu".into(), token_kernels::swiglu)),
-            symbol: "swiglu",
-            config: self.grid_config("swiglu.wg", "swiglu.max_groups")?,
-        })?;
-        let n = out.desc().elements();
-        let width = gate.desc().shape()[1];
-        let (sg, su) = (gate.desc().strides(), up.desc().strides());
-        let scalars: Vec<ScalarValue> = [n, width, sg[0], sg[1]]
-            .map(index)
-            .into_iter()
-            .chain(kg.scalars())
-            .chain([su[0], su[1]].map(index))
-            .chain(ku.scalars())
-            .chain(ko.scalars())
-            .collect();
-        kernel.record(
-            graph,
-            operation,
-            &[kg.view, ku.view, ko.view],
-            &scalars,
-            &[n as u64],
-        )
-    }
-
-    /// `silu(gate) * up` (see [`Ops::record_swiglu`]), run eagerly.
-    pub fn swiglu(&self, gate: &DeviceTensor, up: &DeviceTensor) -> Result<DeviceTensor> {
-        let desc = TensorDesc::new(DType::F32, gate.desc().shape().to_vec())?;
-        self.eager(&[gate, up], desc, |g, out| {
-            self.record_swiglu(g, gate, up, out)
-        })
     }
 }

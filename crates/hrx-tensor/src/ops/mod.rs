@@ -34,9 +34,11 @@ mod operand;
 mod reduce;
 mod reduce_kernel;
 mod registry;
+mod rope;
 mod rotation;
 mod rows;
 mod rows_kernels;
+mod swiglu;
 mod token_kernels;
 mod tuning;
 
