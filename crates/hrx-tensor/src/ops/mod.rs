@@ -13,6 +13,8 @@
 //! was (nothing is recorded before every check has passed).
 
 mod activation;
+mod attention;
+mod attention_kernels;
 mod cast;
 mod cast_kernel;
 mod copy_kernels;
@@ -35,9 +37,12 @@ mod quant_tiled;
 mod reduce;
 mod reduce_kernel;
 mod registry;
+mod rope;
 mod rotation;
 mod rows;
 mod rows_kernels;
+mod swiglu;
+mod token_kernels;
 mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};

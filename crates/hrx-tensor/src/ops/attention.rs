@@ -1,0 +1,399 @@
+//! The attention-side operators of a decoder engine: the key/value cache
+//! store and causal attention over the cache, here; rotary position
+//! embedding (rope.rs) and the SwiGLU gate (swiglu.rs) share this
+//! module's conventions and checks.
+//!
+//! A token row is one token of one sequence. Every row carries its
+//! sequence slot `sequence[r]` and its position `position[r]` (i32, one
+//! each per row) as device data, so one prepared graph serves prefill
+//! (many rows of one sequence at consecutive positions) and decode (one
+//! row per active sequence) and is replayed with new data. A row whose
+//! slot or position is out of range (negatives included) is inactive: it
+//! writes nothing to a cache and its attention output is zeros (RoPE,
+//! which reads no slot, copies a row at a negative position).
+//!
+//! The key/value cache of a layer is one contiguous tensor `[slots,
+//! kv_heads, capacity, head_dim]`. The store declares the whole cache
+//! written and attention declares it read, so a store then an attention
+//! in one graph are ordered by the runtime's hazard tracking.
+//!
+//! Checks: f32 activations and caches, i32 contiguous `[rows]` slot and
+//! position tensors, matching head counts and sizes, contiguous outputs
+//! (activations may be strided views, e.g. slices of a fused projection);
+//! every failure names the operator and the shapes before anything is
+//! recorded.
+
+use super::{
+    Ops, attention_kernels,
+    attention_kernels::AttentionShape,
+    operand::{Operand, check_inputs, check_output, operand, quad_offset},
+    registry::{Generator, KernelKey, KernelSource},
+    token_kernels,
+};
+use crate::{DType, DeviceTensor, TensorDesc};
+use hrx_core::{DeviceKind, Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+/// The largest head size the attention kernel is built for.
+const MAX_HEAD_DIM: usize = 256;
+
+/// Work items per attention workgroup on a GPU, by the number of
+/// workgroups (rows x heads): a workgroup's subgroups split its positions
+/// (chunks of 32), so few workgroups (batch-1 decode: 9) take 1024 work
+/// items, 32 subgroups, and a 2k context is 2 chunks deep per subgroup;
+/// many (batched decode, prefill) take 256 and fill the device with
+/// workgroups instead. `(most workgroups, work items)`, first match.
+const GPU_ATTENTION_WG: [(usize, usize); 3] = [(128, 1024), (512, 512), (usize::MAX, 256)];
+
+/// Work items per attention workgroup on a CPU device, where every
+/// barrier switches all of a workgroup's coroutines (see rows.rs).
+const CPU_ATTENTION_WG: usize = 16;
+
+pub(super) fn index(v: usize) -> ScalarValue {
+    ScalarValue::Index(v as u64)
+}
+
+/// Check that `t` is an f32 tensor of rank `rank`.
+pub(super) fn f32_rank(operation: &str, what: &str, t: &DeviceTensor, rank: usize) -> Result<()> {
+    if t.desc().dtype() != DType::F32 || t.desc().rank() != rank {
+        return Err(Error::Message(format!(
+            "{operation}: {what} {} must be an f32 tensor of rank {rank}",
+            t.desc()
+        )));
+    }
+    Ok(())
+}
+
+/// Check a per-row i32 tensor (slots or positions) of shape `[rows]`.
+pub(super) fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usize) -> Result<()> {
+    let desc = t.desc();
+    if desc.dtype() != DType::I32 || desc.shape() != [rows] || !desc.is_contiguous() {
+        return Err(Error::Message(format!(
+            "{operation}: {what} {desc} must be a contiguous i32 tensor of shape [{rows}]"
+        )));
+    }
+    Ok(())
+}
+
+/// Check a cache: contiguous f32 `[slots, kv_heads, capacity, head_dim]`
+/// with the given head count and size. Returns (slots, capacity).
+fn cache_shape(
+    operation: &str,
+    what: &str,
+    cache: &DeviceTensor,
+    kv_heads: usize,
+    head_dim: usize,
+) -> Result<(usize, usize)> {
+    f32_rank(operation, what, cache, 4)?;
+    let s = cache.desc().shape();
+    if s[1] != kv_heads || s[3] != head_dim || !cache.desc().is_contiguous() {
+        return Err(Error::Message(format!(
+            "{operation}: {what} {} must be a contiguous [slots, {kv_heads}, capacity, {head_dim}]",
+            cache.desc()
+        )));
+    }
+    Ok((s[0], s[2]))
+}
+
+/// Refuse an output that shares storage with an input.
+pub(super) fn no_alias(operation: &str, out: &Operand, input: &Operand) -> Result<()> {
+    if out.view.overlaps(&input.view) {
+        return Err(Error::Message(format!(
+            "{operation}: the output must not overlap the input"
+        )));
+    }
+    Ok(())
+}
+
+impl Ops {
+    /// Record the key/value cache store: `cache[sequence[r], h,
+    /// position[r], :] = new[r, h, :]` for every active row (`0 <=
+    /// sequence < slots`, `0 <= position < capacity`); other rows write
+    /// nothing. `new: [rows, kv_heads, head_dim]` f32 (may be strided),
+    /// `sequence`, `position`: i32 `[rows]`, `cache`: contiguous f32
+    /// `[slots, kv_heads, capacity, head_dim]`, declared written as a
+    /// whole. Two active rows naming the same slot and position leave one
+    /// of them.
+    pub fn record_kv_store(
+        &self,
+        graph: &mut Graph,
+        new: &DeviceTensor,
+        sequence: &DeviceTensor,
+        position: &DeviceTensor,
+        cache: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("kv_store of {} into {}", new.desc(), cache.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[new, sequence, position, cache])?;
+        f32_rank(operation, "new", new, 3)?;
+        let [rows, kvh, hd] = [0, 1, 2].map(|i| new.desc().shape()[i]);
+        row_data(operation, "sequence", sequence, rows)?;
+        row_data(operation, "position", position, rows)?;
+        let (slots, cap) = cache_shape(operation, "cache", cache, kvh, hd)?;
+        if new.desc().is_empty() || cache.desc().is_empty() {
+            return Ok(());
+        }
+        let target = self.registry.target()?;
+        let (kn, ks, kp, kc) = (
+            operand(new, &target, operation)?,
+            operand(sequence, &target, operation)?,
+            operand(position, &target, operation)?,
+            operand(cache, &target, operation)?,
+        );
+        no_alias(operation, &kc, &kn)?;
+        let kernel = self.registry.kernel(KernelKey {
+            source: KernelSource::Built(Generator::new("kv_store".into(), token_kernels::kv_store)),
+            symbol: "kv_store",
+            config: self.grid_config("kv_store.wg", "kv_store.max_groups")?,
+        })?;
+        let n = new.desc().elements();
+        let s = new.desc().strides();
+        let scalars: Vec<ScalarValue> = [n, kvh, hd, slots, cap, s[0], s[1], s[2]]
+            .map(index)
+            .into_iter()
+            .chain(kn.scalars())
+            .chain(ks.scalars())
+            .chain(kp.scalars())
+            .chain(kc.scalars())
+            .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[kn.view, ks.view, kp.view, kc.view],
+            &scalars,
+            &[n as u64],
+        )
+    }
+
+    /// The key/value cache store (see [`Ops::record_kv_store`]), run
+    /// eagerly: submitted after every operand's producer, and made the
+    /// cache's producer.
+    pub fn kv_store(
+        &self,
+        new: &DeviceTensor,
+        sequence: &DeviceTensor,
+        position: &DeviceTensor,
+        cache: &mut DeviceTensor,
+    ) -> Result<()> {
+        let mut graph = self.runtime().graph();
+        self.record_kv_store(&mut graph, new, sequence, position, cache)?;
+        let dependencies: Vec<_> = [new, sequence, position, &*cache]
+            .iter()
+            .map(|t| t.completion().clone())
+            .collect();
+        let done = graph.prepare()?.submit_after(&dependencies)?;
+        cache.set_producer(done);
+        Ok(())
+    }
+
+    /// The attention kernel's shape for head size `hd`, `workgroups`
+    /// (row, head) pairs, over these operands. The kernel shuffles weights
+    /// across lanes; its workgroup memory grows with the subgroup count,
+    /// so the workgroup shrinks until that fits.
+    fn attention_shape(
+        &self,
+        hd: usize,
+        workgroups: usize,
+        operands: &[&Operand],
+        operation: &str,
+    ) -> Result<AttentionShape> {
+        let target = self.registry.target()?;
+        if !(target.subgroup_ops.shuffle && target.subgroup_ops.arithmetic) {
+            return Err(Error::Unsupported(format!(
+                "{operation}: the device lacks subgroup shuffles or arithmetic"
+            )));
+        }
+        let w = if hd.is_multiple_of(4) && operands.iter().all(|o| quad_offset(o).is_some()) {
+            4
+        } else {
+            1
+        };
+        let base = if target.kind == DeviceKind::Cpu {
+            CPU_ATTENTION_WG
+        } else {
+            GPU_ATTENTION_WG
+                .iter()
+                .find(|(most, _)| workgroups <= *most)
+                .map_or(256, |&(_, wg)| wg)
+        };
+        let most =
+            (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
+        let sg_min = (target.subgroup_size_min as usize).max(1);
+        let sg_max = (target.subgroup_size_max as usize).max(sg_min);
+        // A power of two, so every subgroup is whole.
+        let mut wg = base.max(sg_max).min(most);
+        wg = 1 << wg.ilog2();
+        let memory = |wg: usize| {
+            let subgroups = (wg / sg_min).max(1);
+            4 * (hd + 2 * subgroups + subgroups * hd)
+        };
+        while wg > sg_max && memory(wg) > target.workgroup_memory_bytes as usize {
+            wg /= 2;
+        }
+        if memory(wg) > target.workgroup_memory_bytes as usize {
+            return Err(Error::Unsupported(format!(
+                "{operation}: head_dim {hd} needs more workgroup memory than the device has"
+            )));
+        }
+        Ok(AttentionShape {
+            hd,
+            w,
+            wg,
+            sg_min,
+            sg_fixed: sg_max == sg_min,
+        })
+    }
+
+    /// Record causal attention over the cache: for row `r` and query head
+    /// `h` (kv head `g = h / (heads / kv_heads)`), `out[r, h, :] =
+    /// sum_{p=0..=position[r]} softmax_p(scale * q[r, h, :] . K[s, g, p,
+    /// :]) V[s, g, p, :]` with `s = sequence[r]`; an inactive row (slot or
+    /// position out of range) gives zeros. `q: [rows, heads, head_dim]` f32
+    /// (may be strided), `k_cache`, `v_cache`: contiguous f32 `[slots,
+    /// kv_heads, capacity, head_dim]`, `heads` a multiple of `kv_heads`,
+    /// `head_dim <= 256`; `sequence`, `position`: i32 `[rows]`; `out`:
+    /// contiguous like `q`. One workgroup per (row, head); see
+    /// `attention_kernels` for the online softmax.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_cached_attention(
+        &self,
+        graph: &mut Graph,
+        q: &DeviceTensor,
+        k_cache: &DeviceTensor,
+        v_cache: &DeviceTensor,
+        sequence: &DeviceTensor,
+        position: &DeviceTensor,
+        scale: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("cached_attention of {} over {}", q.desc(), k_cache.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(
+            runtime,
+            operation,
+            &[q, k_cache, v_cache, sequence, position],
+        )?;
+        f32_rank(operation, "q", q, 3)?;
+        f32_rank(operation, "k_cache", k_cache, 4)?;
+        let [rows, heads, hd] = [0, 1, 2].map(|i| q.desc().shape()[i]);
+        let kvh = k_cache.desc().shape()[1];
+        let (slots, cap) = cache_shape(operation, "k_cache", k_cache, kvh, hd)?;
+        if v_cache.desc().shape() != k_cache.desc().shape() {
+            return Err(Error::Message(format!(
+                "{operation}: v_cache {} must have the shape of k_cache",
+                v_cache.desc()
+            )));
+        }
+        cache_shape(operation, "v_cache", v_cache, kvh, hd)?;
+        if kvh == 0 || !heads.is_multiple_of(kvh) {
+            return Err(Error::Message(format!(
+                "{operation}: {heads} query heads are not a multiple of {kvh} kv heads"
+            )));
+        }
+        if hd > MAX_HEAD_DIM {
+            return Err(Error::Unsupported(format!(
+                "{operation}: head_dim {hd} is over {MAX_HEAD_DIM}"
+            )));
+        }
+        row_data(operation, "sequence", sequence, rows)?;
+        row_data(operation, "position", position, rows)?;
+        if !scale.is_finite() {
+            return Err(Error::Message(format!(
+                "{operation}: scale {scale} must be finite"
+            )));
+        }
+        check_output(runtime, operation, out, DType::F32, q.desc().shape())?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let target = self.registry.target()?;
+        let grid = target.max_workgroup_count;
+        if heads > grid[0] as usize || rows > grid[1] as usize {
+            return Err(Error::Unsupported(format!(
+                "{operation}: {rows} rows x {heads} heads exceed the device's grid {grid:?}"
+            )));
+        }
+        // Empty caches (no slot or no position): every row is inactive,
+        // the kernel reads nothing and writes zeros.
+        let cache_operand = |c: &DeviceTensor| -> Result<Operand> {
+            if c.desc().is_empty() {
+                let view = self.registry.zeros()?;
+                return Ok(Operand {
+                    view,
+                    offset: 0,
+                    len: 4,
+                });
+            }
+            operand(c, &target, operation)
+        };
+        let (slots, cap) = if k_cache.desc().is_empty() {
+            (0, 0)
+        } else {
+            (slots, cap)
+        };
+        let (kq, kk, kv, ks, kp, ko) = (
+            operand(q, &target, operation)?,
+            cache_operand(k_cache)?,
+            cache_operand(v_cache)?,
+            operand(sequence, &target, operation)?,
+            operand(position, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        for input in [&kq, &kk, &kv, &ks, &kp] {
+            no_alias(operation, &ko, input)?;
+        }
+        let shape = self.attention_shape(hd, rows * heads, &[&kk], operation)?;
+        let kernel = self.registry.kernel(KernelKey {
+            source: KernelSource::Built(Generator::new(
+                format!("cached_attention {shape:?}"),
+                move || attention_kernels::cached_attention(shape),
+            )),
+            symbol: "cached_attention",
+            config: Vec::new(),
+        })?;
+        let s = q.desc().strides();
+        let scalars: Vec<ScalarValue> = [heads, heads / kvh, kvh, slots, cap]
+            .map(index)
+            .into_iter()
+            .chain([ScalarValue::F32(scale)])
+            .chain([s[0], s[1], s[2]].map(index))
+            .chain(kq.scalars())
+            .chain(kk.scalars())
+            .chain(kv.scalars())
+            .chain(ko.scalars())
+            .chain(ks.scalars())
+            .chain(kp.scalars())
+            .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[kq.view, kk.view, kv.view, ks.view, kp.view, ko.view],
+            &scalars,
+            &[heads as u64, rows as u64],
+        )
+    }
+
+    /// Causal attention over the cache (see
+    /// [`Ops::record_cached_attention`]), run eagerly.
+    pub fn cached_attention(
+        &self,
+        q: &DeviceTensor,
+        k_cache: &DeviceTensor,
+        v_cache: &DeviceTensor,
+        sequence: &DeviceTensor,
+        position: &DeviceTensor,
+        scale: f32,
+    ) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(DType::F32, q.desc().shape().to_vec())?;
+        self.eager(
+            &[q, k_cache, v_cache, sequence, position],
+            desc,
+            |g, out| {
+                self.record_cached_attention(g, q, k_cache, v_cache, sequence, position, scale, out)
+            },
+        )
+    }
+}

@@ -1,0 +1,365 @@
+//! The cached attention kernel, built: one workgroup of `wg` work items
+//! per (token row, query head), reading its kv head's cache rows of its
+//! sequence slot, positions `0..=position`.
+//!
+//! The row's position is device data, so the number of positions is not
+//! workgroup-uniform to the verifier: no barrier may sit in a loop over
+//! them. Each subgroup therefore runs its own online softmax (running
+//! maximum `m`, running sum `l`, the output accumulator rescaled by
+//! `exp(m_old - m_new)` whenever the maximum grows) over chunks of one
+//! position per lane, subgroup `s` taking chunks `s, s + subgroups, ..`,
+//! with subgroup reductions only; the subgroups' states meet once at the
+//! end through workgroup memory. A short context costs one chunk.
+//!
+//! Per chunk:
+//! 1. scores: lane `l` takes position `c + l` and computes `q . K[p]` over
+//!    the head (q, pre-scaled, in workgroup memory; K read in `w`-wide
+//!    vectors, `w` = 4 where the head and cache allow);
+//! 2. the chunk's maximum and the weights `exp(s - m_new)` and their sum,
+//!    by subgroup reductions;
+//! 3. values: for each position of the chunk, its weight is shuffled from
+//!    its lane to all, and lane `l` adds `weight * V[p, d]` for its
+//!    dimensions `d = l, l + sg, ..` (reads of a V row are contiguous
+//!    across the lanes). The dimension slots per lane are a static count,
+//!    `ceil(hd / sg_min)` for the device's smallest subgroup size.
+//!
+//! Where the subgroup size is fixed (32 on NVIDIA) the value loop is
+//! unrolled over the whole chunk, so all its loads are in flight at once:
+//! the lanes past the chunk's end carry weight 0 and read the row's last
+//! position (written, finite) instead of their own. The score loop is
+//! unrolled over the head (at most 64 vector loads).
+//!
+//! An inactive row (slot or position out of range) runs no chunk and
+//! writes zeros. The head size is a static extent of the generator (loops
+//! of known length).
+
+use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
+use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
+
+const F32: Scalar = Scalar::F32;
+
+/// The shape of one instantiation: head size, vector width of the score
+/// loads (1 or 4, which divides `hd`), work items per workgroup, the
+/// device's smallest subgroup size, and whether that is its only size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttentionShape {
+    pub(crate) hd: usize,
+    pub(crate) w: usize,
+    pub(crate) wg: usize,
+    pub(crate) sg_min: usize,
+    pub(crate) sg_fixed: bool,
+}
+
+impl AttentionShape {
+    /// Dimensions each lane accumulates.
+    fn slots(&self) -> usize {
+        self.hd.div_ceil(self.sg_min)
+    }
+
+    /// The most subgroups a workgroup can have.
+    fn max_subgroups(&self) -> usize {
+        (self.wg / self.sg_min).max(1)
+    }
+}
+
+/// Workgroup memory of `elems` f32 slots.
+fn shared(k: &mut Builder, elems: usize) -> Value<View> {
+    let zero = k.offset(0);
+    let bytes = k.offset(elems as u64 * 4);
+    let buffer = k.alloca_workgroup(bytes, 16);
+    k.buffer_view(buffer, zero, [Extent::from(elems)], F32)
+}
+
+/// A `w`-wide load (a scalar where `w` is 1).
+fn load_w(b: &mut Builder, w: usize, view: Value<View>, at: Value<Index>) -> Value<Num> {
+    if w == 1 {
+        b.load(view, &[at])
+    } else {
+        b.vector_load(view, &[at], w as u8)
+    }
+}
+
+/// The sum of a vector's lanes (the value itself where `w` is 1).
+fn lanes_sum(b: &mut Builder, w: usize, v: Value<Num>) -> Value<Num> {
+    if w == 1 {
+        return v;
+    }
+    let mut sum = None;
+    for lane in 0..w {
+        let i = b.index(lane as u64);
+        let x = b.extract(v, i);
+        sum = Some(match sum {
+            None => x,
+            Some(s) => b.addf(s, x),
+        });
+    }
+    sum.unwrap_or(v)
+}
+
+/// `out[r, h, :] = softmax(scale * q[r, h, :] . K[s, g, 0..=p, :]) V[s, g,
+/// 0..=p, :]` with `s = seq[r]`, `p = pos[r]`, `g = h / group`; `q`
+/// strided, caches and `out` contiguous.
+pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
+    let AttentionShape { hd, w, wg, .. } = shape;
+    let (slots_n, max_sg) = (shape.slots(), shape.max_subgroups());
+    let mut kb = KernelBuilder::new("cached_attention");
+    let heads_n = kb.workload("heads");
+    let rows_n = kb.workload("rows");
+    let one = kb.index(1);
+    let wgc = kb.index(wg as u64);
+    let mut k = kb.launch_config([heads_n, rows_n, one], [wgc, one, one]);
+    let [heads, group, kvh, slots, cap] =
+        ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
+    let scale = k.arg_scalar("scale", F32);
+    let [
+        qs0,
+        qs1,
+        qs2,
+        oq,
+        lq,
+        ok,
+        lk,
+        ov,
+        lv,
+        oo,
+        lo,
+        os,
+        ls,
+        op,
+        lp,
+    ] = [
+        "qs0", "qs1", "qs2", "oq", "lq", "ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp",
+    ]
+    .map(|x| k.arg_index(x));
+    let [q, kc, vc, sequence, position] =
+        ["q", "k_cache", "v_cache", "sequence", "position"].map(|x| k.arg_buffer(x, true));
+    let out = k.arg_buffer("out", false);
+    let zero = k.offset(0);
+    let qv = k.buffer_view(q, zero, [lq.into()], F32);
+    let kv = k.buffer_view(kc, zero, [lk.into()], F32);
+    let vv = k.buffer_view(vc, zero, [lv.into()], F32);
+    let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
+    let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
+    let outv = k.buffer_view(out, zero, [lo.into()], F32);
+    let sq = shared(&mut k, hd);
+    let sm = shared(&mut k, max_sg);
+    let sl = shared(&mut k, max_sg);
+    let sacc = shared(&mut k, max_sg * hd);
+
+    let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
+    let t = k.workitem_id(Axis::X);
+    let h = k.workgroup_id(Axis::X);
+    let r = k.workgroup_id(Axis::Y);
+    let lane = k.subgroup_lane_id();
+    let sg = k.subgroup_id();
+    let nsg = k.subgroup_count();
+    let sgsize = k.subgroup_size();
+    let g = k.div(h, group);
+
+    // The row's slot and position; `n` positions to attend (0: inactive),
+    // made subgroup-uniform by a broadcast so chunk loops may reduce.
+    let ps = k.add(os, r);
+    let pp = k.add(op, r);
+    let seq = k.load(sv, &[ps]);
+    let pos = k.load(pv, &[pp]);
+    let sequ = k.bitcast(seq, Scalar::U32);
+    let posu = k.bitcast(pos, Scalar::U32);
+    let slotsu = k.index_cast(slots, Scalar::U32);
+    let capu = k.index_cast(cap, Scalar::U32);
+    let in_slots = k.cmpi(IntPredicate::Ult, sequ, slotsu);
+    let in_cap = k.cmpi(IntPredicate::Ult, posu, capu);
+    let active = k.and(in_slots, in_cap);
+    let si = k.to_index(sequ);
+    let pi = k.to_index(posu);
+    let seqi = k.select(active, si, c0);
+    let next = k.add(pi, c1);
+    let n_lane = k.select(active, next, c0);
+    let n_u = k.index_cast(n_lane, Scalar::U32);
+    let n_b = k.subgroup_broadcast(n_u, c0);
+    let n = k.to_index(n_b);
+    let head_row = k.madd(seqi, kvh, g);
+    let kvrow = k.mul(head_row, cap);
+
+    // q, scaled, into workgroup memory.
+    let q0 = k.madd(r, qs0, oq);
+    let qbase = k.madd(h, qs1, q0);
+    k.for_each(t, hdc, wgs, |b, d| {
+        let at = b.madd(d, qs2, qbase);
+        let x = b.load(qv, &[at]);
+        let y = b.mulf(x, scale);
+        b.store(y, sq, &[d]);
+    });
+    k.barrier(Barrier::Workgroup);
+
+    let lowest = k.float(f64::from(f32::MIN), F32);
+    let zf = k.float(0.0, F32);
+    let zdot = if w == 1 { zf } else { k.splat(zf, w as u8) };
+    // This lane's dimensions `lane + i * sgsize`, clamped for the loads
+    // (a slot past the head accumulates garbage that is never stored).
+    let dims: Vec<(Value<Index>, Value<Index>)> = (0..slots_n)
+        .map(|i| {
+            let ic = k.index(i as u64);
+            let d = k.madd(ic, sgsize, lane);
+            let dl = k.min(d, last_d);
+            (d, dl)
+        })
+        .collect();
+    let first_chunk = k.mul(sg, sgsize);
+    let stride = k.mul(nsg, sgsize);
+    let mut init = vec![lowest, zf];
+    init.extend(std::iter::repeat_n(zf, slots_n));
+    let state = k.for_carry(first_chunk, n, stride, &init, |b, c, acc| {
+        let (m, l) = (acc[0], acc[1]);
+        // 1. The score of position c + lane.
+        let p = b.add(c, lane);
+        let valid = b.cmp(IntPredicate::Ult, p, n);
+        let s = b.if_else(
+            valid,
+            |b| {
+                let row = b.add(kvrow, p);
+                let kbase = b.madd(row, hdc, ok);
+                let mut dot = zdot;
+                for e in (0..hd).step_by(w) {
+                    let ec = b.index(e as u64);
+                    let at = b.add(kbase, ec);
+                    let kx = load_w(b, w, kv, at);
+                    let qx = load_w(b, w, sq, ec);
+                    dot = b.fmaf(kx, qx, dot);
+                }
+                vec![lanes_sum(b, w, dot)]
+            },
+            |_| vec![lowest],
+        )[0];
+        // 2. The chunk's maximum, the weights and their sum.
+        let cmax = b.subgroup_reduce(ReduceOp::MaxNumF, s);
+        let m_new = b.maxnumf(m, cmax);
+        let ds = b.subf(s, m_new);
+        let weight = b.expf(ds);
+        let csum = b.subgroup_reduce(ReduceOp::AddF, weight);
+        let dm = b.subf(m, m_new);
+        let alpha = b.expf(dm);
+        let l_new = b.fmaf(l, alpha, csum);
+        let scaled: Vec<Value<Num>> = acc[2..].iter().map(|&a| b.mulf(a, alpha)).collect();
+        // 3. The chunk's weighted values.
+        let add_position =
+            |b: &mut Builder, j: Value<Index>, pc: Value<Index>, x: &[Value<Num>]| {
+                let wj = b.subgroup_shuffle(ShuffleMode::Index, weight, j);
+                let row = b.add(kvrow, pc);
+                let vb = b.madd(row, hdc, ov);
+                dims.iter()
+                    .zip(x)
+                    .map(|(&(_, dl), &a)| {
+                        let at = b.add(vb, dl);
+                        let v = b.load(vv, &[at]);
+                        b.fmaf(wj, v, a)
+                    })
+                    .collect::<Vec<_>>()
+            };
+        let accs = if shape.sg_fixed {
+            let last = b.sub(n, c1);
+            let mut x = scaled;
+            for j in 0..shape.sg_min {
+                let jc = b.index(j as u64);
+                let pj = b.add(c, jc);
+                let pc = b.min(pj, last);
+                x = add_position(b, jc, pc, &x);
+            }
+            x
+        } else {
+            let left = b.sub(n, c);
+            let count = b.min(sgsize, left);
+            b.for_carry(c0, count, c1, &scaled, |b, j, x| {
+                let pc = b.add(c, j);
+                add_position(b, j, pc, x)
+            })
+        };
+        let mut next = vec![m_new, l_new];
+        next.extend(accs);
+        next
+    });
+
+    // The subgroups' states meet: maxima, sums and accumulators.
+    let first = k.cmp(IntPredicate::Eq, lane, c0);
+    let (m, l) = (state[0], state[1]);
+    k.if_(first, |b| {
+        b.store(m, sm, &[sg]);
+        b.store(l, sl, &[sg]);
+    });
+    let sbase = k.mul(sg, hdc);
+    for (&(d, _), &a) in dims.iter().zip(&state[2..]) {
+        let inside = k.cmp(IntPredicate::Ult, d, hdc);
+        k.if_(inside, |b| {
+            let at = b.add(sbase, d);
+            b.store(a, sacc, &[at]);
+        });
+    }
+    k.barrier(Barrier::Workgroup);
+    let mmax = k.for_carry(c0, nsg, c1, &[lowest], |b, i, x| {
+        let v = b.load(sm, &[i]);
+        vec![b.maxnumf(x[0], v)]
+    })[0];
+    let total = k.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
+        let mi = b.load(sm, &[i]);
+        let li = b.load(sl, &[i]);
+        let dmi = b.subf(mi, mmax);
+        let f = b.expf(dmi);
+        vec![b.fmaf(li, f, x[0])]
+    })[0];
+    let onef = k.float(1.0, F32);
+    let inv0 = k.divf(onef, total);
+    let some = k.cmpf(hrx_loom::ir::FloatPredicate::Ogt, total, zf);
+    let inv = k.select(some, inv0, zf);
+    let orow = k.madd(r, heads, h);
+    let obase = k.madd(orow, hdc, oo);
+    k.for_each(t, hdc, wgs, |b, d| {
+        let o = b.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
+            let mi = b.load(sm, &[i]);
+            let dmi = b.subf(mi, mmax);
+            let f = b.expf(dmi);
+            let at = b.madd(i, hdc, d);
+            let a = b.load(sacc, &[at]);
+            vec![b.fmaf(a, f, x[0])]
+        })[0];
+        let y = b.mulf(o, inv);
+        let at = b.add(obase, d);
+        b.store(y, outv, &[at]);
+    });
+    Built::kernel(k.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Head sizes with and without vectors, workgroups with idle work
+    /// items, compile on a CPU and a GPU target.
+    #[test]
+    fn every_shape_compiles() {
+        for target in [hrx_core::Target::lavapipe(), hrx_core::Target::hopper()] {
+            let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
+            let sg_min = target.subgroup_size_min as usize;
+            let shapes = [
+                (64, 4, 128, true),
+                (64, 4, 16, false),
+                (6, 1, 16, true),
+                (80, 4, 256, false),
+                (256, 4, 128, true),
+            ];
+            for (hd, w, wg, sg_fixed) in shapes {
+                let built = cached_attention(AttentionShape {
+                    hd,
+                    w,
+                    wg,
+                    sg_min,
+                    sg_fixed,
+                });
+                compiler
+                    .built(&built)
+                    .and_then(|m| {
+                        m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
+                    })
+                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg} {sg_fixed}: {e}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The SwiGLU gate of a feed-forward block, `silu(gate) * up`, over
+//! `[rows, width]`; the kernel is in token_kernels.rs.
+
+use super::{
+    Ops,
+    attention::{f32_rank, index, no_alias},
+    operand::{check_inputs, check_output, operand},
+    registry::{Generator, KernelKey, KernelSource},
+    token_kernels,
+};
+use crate::{DType, DeviceTensor, TensorDesc};
+use hrx_core::{Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+impl Ops {
+    /// Record `out = silu(gate) * up = gate / (1 + exp(-gate)) * up`,
+    /// elementwise over `[rows, width]`: f32, `gate` and `up` may be
+    /// strided (e.g. halves of a fused projection), `out` contiguous.
+    pub fn record_swiglu(
+        &self,
+        graph: &mut Graph,
+        gate: &DeviceTensor,
+        up: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("swiglu of {} and {}", gate.desc(), up.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[gate, up])?;
+        f32_rank(operation, "gate", gate, 2)?;
+        f32_rank(operation, "up", up, 2)?;
+        if gate.desc().shape() != up.desc().shape() {
+            return Err(Error::Message(format!(
+                "{operation}: gate and up must have one shape"
+            )));
+        }
+        check_output(runtime, operation, out, DType::F32, gate.desc().shape())?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let target = self.registry.target()?;
+        let (kg, ku, ko) = (
+            operand(gate, &target, operation)?,
+            operand(up, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        no_alias(operation, &ko, &kg)?;
+        no_alias(operation, &ko, &ku)?;
+        let kernel = self.registry.kernel(KernelKey {
+            source: KernelSource::Built(Generator::new("swiglu".into(), token_kernels::swiglu)),
+            symbol: "swiglu",
+            config: self.grid_config("swiglu.wg", "swiglu.max_groups")?,
+        })?;
+        let n = out.desc().elements();
+        let width = gate.desc().shape()[1];
+        let (sg, su) = (gate.desc().strides(), up.desc().strides());
+        let scalars: Vec<ScalarValue> = [n, width, sg[0], sg[1]]
+            .map(index)
+            .into_iter()
+            .chain(kg.scalars())
+            .chain([su[0], su[1]].map(index))
+            .chain(ku.scalars())
+            .chain(ko.scalars())
+            .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[kg.view, ku.view, ko.view],
+            &scalars,
+            &[n as u64],
+        )
+    }
+
+    /// `silu(gate) * up` (see [`Ops::record_swiglu`]), run eagerly.
+    pub fn swiglu(&self, gate: &DeviceTensor, up: &DeviceTensor) -> Result<DeviceTensor> {
+        let desc = TensorDesc::new(DType::F32, gate.desc().shape().to_vec())?;
+        self.eager(&[gate, up], desc, |g, out| {
+            self.record_swiglu(g, gate, up, out)
+        })
+    }
+}
