@@ -323,6 +323,13 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let n1 = k.sub(a.n, c1);
     let cols7 = k.add(a.x.cols, c7);
     let spans = k.div(cols7, c8);
+    let spans1 = k.sub(spans, c1);
+    // Spans per lane per trip: two for few rows (twice the weight bytes in
+    // flight, which the DRAM-bound vocabulary projection needs), one for
+    // many (their loads of x already keep a lane busy).
+    let unroll = if mt <= 4 { 2 } else { 1 };
+    let cu = k.index(n64(unroll));
+    let stride = k.mul(sgsize, cu);
     let zf = k.float(0.0, Scalar::F32);
     // Rows of the tile, clamped into x (dropped at the store).
     let rows: Vec<(Value<Index>, Value<Index>)> = (0..mt)
@@ -339,22 +346,43 @@ fn gemv_kernel(key: GemvKey) -> Built {
         let jc = b.min(j, n1);
         let wrow = b.madd(jc, a.w.row_words, a.ow);
         let init = vec![zf; mt];
-        let acc = b.for_carry(lane, spans, sgsize, &init, |b, s, acc| {
-            let wv = span_values(b, &a.w, wrow, s);
-            let mut acc = acc.to_vec();
-            for (r, &(_, xrow)) in rows.iter().enumerate() {
-                let xs = x_span(b, &a.x, xrow, s);
-                // Two chains per row, so the adds overlap.
-                let mut even = acc[r];
-                let mut odd = zf;
-                for (i, (&xv, &wi)) in xs.iter().zip(&wv).enumerate() {
-                    if i % 2 == 0 {
-                        even = b.fmaf(xv, wi, even);
-                    } else {
-                        odd = b.fmaf(xv, wi, odd);
+        let acc = b.for_carry(lane, spans, stride, &init, |b, s, acc| {
+            // Every span of the trip loads before any is used, so each
+            // lane has `unroll` spans of weights in flight; a span past the
+            // row's end rereads the last one and adds nothing.
+            let spans_of_trip: Vec<_> = (0..unroll)
+                .map(|u| {
+                    if u == 0 {
+                        return (None, span_values(b, &a.w, wrow, s));
                     }
+                    let du = b.index(n64(u));
+                    let su = b.madd(sgsize, du, s);
+                    let ok = b.cmp(IntPredicate::Ult, su, spans);
+                    let sc = b.min(su, spans1);
+                    (Some((ok, sc)), span_values(b, &a.w, wrow, sc))
+                })
+                .collect();
+            let mut acc = acc.to_vec();
+            for (guard, wv) in &spans_of_trip {
+                let at = guard.map_or(s, |(_, sc)| sc);
+                for (r, &(_, xrow)) in rows.iter().enumerate() {
+                    let xs = x_span(b, &a.x, xrow, at);
+                    // Two chains per row, so the adds overlap.
+                    let mut even = zf;
+                    let mut odd = zf;
+                    for (i, (&xv, &wi)) in xs.iter().zip(wv).enumerate() {
+                        if i % 2 == 0 {
+                            even = b.fmaf(xv, wi, even);
+                        } else {
+                            odd = b.fmaf(xv, wi, odd);
+                        }
+                    }
+                    let mut part = b.addf(even, odd);
+                    if let Some((ok, _)) = guard {
+                        part = b.select(*ok, part, zf);
+                    }
+                    acc[r] = b.addf(acc[r], part);
                 }
-                acc[r] = b.addf(even, odd);
             }
             acc
         });
