@@ -33,6 +33,7 @@ mod movement;
 mod operand;
 mod quant;
 mod quant_kernels;
+mod quant_spans;
 mod quant_tiled;
 mod reduce;
 mod reduce_kernel;

@@ -1,14 +1,6 @@
 //! The quantised-weight kernels for few rows of x, built with
 //! [`hrx_loom::build`]: the matrix-vector kernel (decode) and the row
-//! gather, and the span readers every quantised kernel shares.
-//!
-//! A *span* is 8 consecutive values of one weight row (layouts in
-//! `quant`): [`span_values`] loads and dequantises one, [`x_span`] loads
-//! the matching 8 values of a row of x (two 16-byte loads where x's
-//! binding and rows align, else element loads). A row of an unblocked
-//! format whose length is not a multiple of 8 has a partial last span:
-//! the kernels built with `tail` clamp its reads into the row and zero
-//! the values past its end, so no read leaves the bound ranges.
+//! gather, reading weights and x in spans of 8 values (`quant_spans`).
 //!
 //! The matrix-vector kernel computes `out[i, j] = x[i, :] . w[j, :]`:
 //! one subgroup per weight row `j` (a workgroup's subgroups take its
@@ -22,12 +14,10 @@
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
+use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
-use hrx_loom::build::{Builder, Built, Index, KernelBuilder, Num, Value, View};
+use hrx_loom::build::{Built, Index, KernelBuilder, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
-
-/// Values per span.
-pub(crate) const SPAN: usize = 8;
 
 /// The largest m the matrix-vector kernel is chosen for; the tiled kernel
 /// takes larger ones.
@@ -47,169 +37,6 @@ const WG: usize = 64;
 /// one row does no wasted multiply-adds and rows of a tile share a kernel.
 pub(crate) fn gemv_row_tile(m: usize) -> usize {
     m.clamp(1, MAX_TILE).next_power_of_two()
-}
-
-/// Reads one weight row's spans: the word view and the row's length.
-pub(crate) struct Weights {
-    pub(crate) format: QuantFormat,
-    pub(crate) view: Value<View>,
-    /// Words per row.
-    pub(crate) row_words: Value<Index>,
-    /// Whether the last span may be partial (guarded).
-    pub(crate) tail: bool,
-}
-
-/// The 8 dequantised f32 values of span `s` of the row whose first word
-/// is `row` (an index into the word view).
-pub(crate) fn span_values(
-    b: &mut Builder,
-    w: &Weights,
-    row: Value<Index>,
-    s: Value<Index>,
-) -> Vec<Value<Num>> {
-    let [c0, c1, c2, c4] = [0, 1, 2, 4].map(|v| b.index(v));
-    let load = |b: &mut Builder, i: Value<Index>| b.load(w.view, &[i]);
-    match w.format {
-        QuantFormat::Q4_1 | QuantFormat::Q8_0 => {
-            let q4 = w.format == QuantFormat::Q4_1;
-            let block_words = b.index(if q4 { 5 } else { 9 });
-            let blk = b.div(s, c4);
-            let sp = b.rem(s, c4);
-            let bw = b.madd(blk, block_words, row);
-            let head = load(b, bw);
-            let dm = b.unpackf16(head);
-            let d = b.extract(dm, c0);
-            let mn = q4.then(|| b.extract(dm, c1));
-            // Q4_1: the pair of nibble words (first or second half of the
-            // block's 16 bytes), low or high nibbles. Q8_0: the pair of
-            // byte words.
-            let (pair, shift) = if let Some(mn) = mn {
-                let half = b.rem(sp, c2);
-                let hi = b.div(sp, c2);
-                let sh = b.mul(hi, c4);
-                (half, Some((b.index_cast(sh, Scalar::U32), mn)))
-            } else {
-                (sp, None)
-            };
-            let w1 = b.add(bw, c1);
-            let wa = b.madd(pair, c2, w1);
-            let wb = b.add(wa, c1);
-            let words = [load(b, wa), load(b, wb)];
-            let mut out = Vec::with_capacity(SPAN);
-            for word in words {
-                if let Some((sh, mn)) = shift {
-                    let t = b.shrui(word, sh);
-                    let mask = b.int(15, Scalar::U32);
-                    for j in 0..4 {
-                        let bits = b.int(8 * j, Scalar::U32);
-                        let n = b.shrui(t, bits);
-                        let nib = b.andi(n, mask);
-                        let f = b.uitofp(nib, Scalar::F32);
-                        out.push(b.fmaf(d, f, mn));
-                    }
-                } else {
-                    let t = b.bitcast(word, Scalar::I32);
-                    let c24 = b.int(24, Scalar::I32);
-                    for j in 0..4 {
-                        let up = b.int(24 - 8 * j, Scalar::I32);
-                        let hi = b.shli(t, up);
-                        let q = b.shrsi(hi, c24);
-                        let f = b.sitofp(q, Scalar::F32);
-                        out.push(b.mulf(d, f));
-                    }
-                }
-            }
-            out
-        }
-        QuantFormat::F16 | QuantFormat::F32 => {
-            let f16 = w.format == QuantFormat::F16;
-            // Words of the span, and the row's words to clamp them to.
-            let per = if f16 { SPAN / 2 } else { SPAN };
-            let cper = b.index(per as u64);
-            let first = b.mul(s, cper);
-            let last = b.sub(w.row_words, c1);
-            let zu = b.int(0, Scalar::U32);
-            let mut out = Vec::with_capacity(SPAN);
-            for i in 0..per {
-                let ci = b.index(i as u64);
-                let wi = b.add(first, ci);
-                let word = if w.tail {
-                    let ok = b.cmp(IntPredicate::Ult, wi, w.row_words);
-                    let wc = b.min(wi, last);
-                    let p = b.add(row, wc);
-                    let x = load(b, p);
-                    b.select(ok, x, zu)
-                } else {
-                    let p = b.add(row, wi);
-                    load(b, p)
-                };
-                if f16 {
-                    let pair = b.unpackf16(word);
-                    out.push(b.extract(pair, c0));
-                    out.push(b.extract(pair, c1));
-                } else {
-                    out.push(b.bitcast(word, Scalar::F32));
-                }
-            }
-            out
-        }
-    }
-}
-
-/// How a kernel reads spans of x rows.
-pub(crate) struct XRows {
-    pub(crate) view: Value<View>,
-    /// Row length (the weights' cols).
-    pub(crate) cols: Value<Index>,
-    /// 16-byte loads (binding 16-byte aligned, offset and cols multiples
-    /// of 4).
-    pub(crate) quads: bool,
-    /// Whether the last span may be partial (guarded).
-    pub(crate) tail: bool,
-}
-
-/// The 8 values of x at span `s` of the row starting at element `row`.
-pub(crate) fn x_span(
-    b: &mut Builder,
-    x: &XRows,
-    row: Value<Index>,
-    s: Value<Index>,
-) -> Vec<Value<Num>> {
-    let c8 = b.index(SPAN as u64);
-    let first = b.madd(s, c8, row);
-    if x.quads {
-        let c4 = b.index(4);
-        let second = b.add(first, c4);
-        let mut out = Vec::with_capacity(SPAN);
-        for at in [first, second] {
-            let q = b.vector_load(x.view, &[at], 4);
-            for lane in 0..4 {
-                let l = b.index(lane);
-                out.push(b.extract(q, l));
-            }
-        }
-        return out;
-    }
-    let zf = b.float(0.0, Scalar::F32);
-    let c1 = b.index(1);
-    let col0 = b.mul(s, c8);
-    let last = b.sub(x.cols, c1);
-    (0..SPAN as u64)
-        .map(|i| {
-            let ci = b.index(i);
-            if x.tail {
-                let col = b.add(col0, ci);
-                let ok = b.cmp(IntPredicate::Ult, col, x.cols);
-                let cc = b.min(col, last);
-                let p = b.add(row, cc);
-                let v = b.load(x.view, &[p]);
-                b.select(ok, v, zf)
-            } else {
-                let p = b.add(first, ci);
-                b.load(x.view, &[p])
-            }
-        })
-        .collect()
 }
 
 /// What one matrix-vector kernel is specialised for.
@@ -238,59 +65,6 @@ pub(crate) fn gemv_key(key: GemvKey) -> KernelKey {
     }
 }
 
-/// The launch arguments shared by the matmul kernels, in the order
-/// `Ops::record_quant_matmul` pushes them, then the buffers.
-pub(crate) struct MatmulArgs {
-    pub(crate) m: Value<Index>,
-    pub(crate) n: Value<Index>,
-    pub(crate) x: XRows,
-    pub(crate) w: Weights,
-    /// Element offsets of x, the words and out in their bindings.
-    pub(crate) ox: Value<Index>,
-    pub(crate) ow: Value<Index>,
-    pub(crate) oo: Value<Index>,
-    pub(crate) out: Value<View>,
-}
-
-impl MatmulArgs {
-    pub(crate) fn declare(
-        k: &mut hrx_loom::build::Body,
-        format: QuantFormat,
-        xvec: bool,
-        tail: bool,
-    ) -> MatmulArgs {
-        let [m, n, cols, rw, ox, lx, ow, lw, oo, lo] =
-            ["m", "n", "cols", "rw", "ox", "lx", "ow", "lw", "oo", "lo"].map(|a| k.arg_index(a));
-        let x = k.arg_buffer("x", true);
-        let w = k.arg_buffer("w", true);
-        let out = k.arg_buffer("out", false);
-        let zero = k.offset(0);
-        let xv = k.buffer_view(x, zero, [lx.into()], Scalar::F32);
-        let wv = k.buffer_view(w, zero, [lw.into()], Scalar::U32);
-        let ov = k.buffer_view(out, zero, [lo.into()], Scalar::F32);
-        MatmulArgs {
-            m,
-            n,
-            x: XRows {
-                view: xv,
-                cols,
-                quads: xvec,
-                tail,
-            },
-            w: Weights {
-                format,
-                view: wv,
-                row_words: rw,
-                tail,
-            },
-            ox,
-            ow,
-            oo,
-            out: ov,
-        }
-    }
-}
-
 /// The matrix-vector kernel: the layout the module documentation
 /// describes.
 fn gemv_kernel(key: GemvKey) -> Built {
@@ -306,7 +80,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let gx = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gy, gx, one], [wg, one, one]);
-    let a = MatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
+    let a = QuantMatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
     // The launch region's values are not visible in the body.
     let cp = k.index(n64(cols_per));
     let ct = k.index(n64(mt));
@@ -323,6 +97,13 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let n1 = k.sub(a.n, c1);
     let cols7 = k.add(a.x.cols, c7);
     let spans = k.div(cols7, c8);
+    let spans1 = k.sub(spans, c1);
+    // Spans per lane per trip: two for few rows (twice the weight bytes in
+    // flight, which the DRAM-bound vocabulary projection needs), one for
+    // many (their loads of x already keep a lane busy).
+    let unroll = if mt <= 4 { 2 } else { 1 };
+    let cu = k.index(n64(unroll));
+    let stride = k.mul(sgsize, cu);
     let zf = k.float(0.0, Scalar::F32);
     // Rows of the tile, clamped into x (dropped at the store).
     let rows: Vec<(Value<Index>, Value<Index>)> = (0..mt)
@@ -339,22 +120,43 @@ fn gemv_kernel(key: GemvKey) -> Built {
         let jc = b.min(j, n1);
         let wrow = b.madd(jc, a.w.row_words, a.ow);
         let init = vec![zf; mt];
-        let acc = b.for_carry(lane, spans, sgsize, &init, |b, s, acc| {
-            let wv = span_values(b, &a.w, wrow, s);
-            let mut acc = acc.to_vec();
-            for (r, &(_, xrow)) in rows.iter().enumerate() {
-                let xs = x_span(b, &a.x, xrow, s);
-                // Two chains per row, so the adds overlap.
-                let mut even = acc[r];
-                let mut odd = zf;
-                for (i, (&xv, &wi)) in xs.iter().zip(&wv).enumerate() {
-                    if i % 2 == 0 {
-                        even = b.fmaf(xv, wi, even);
-                    } else {
-                        odd = b.fmaf(xv, wi, odd);
+        let acc = b.for_carry(lane, spans, stride, &init, |b, s, acc| {
+            // Every span of the trip loads before any is used, so each
+            // lane has `unroll` spans of weights in flight; a span past the
+            // row's end rereads the last one and adds nothing.
+            let spans_of_trip: Vec<_> = (0..unroll)
+                .map(|u| {
+                    if u == 0 {
+                        return (None, span_values(b, &a.w, wrow, s));
                     }
+                    let du = b.index(n64(u));
+                    let su = b.madd(sgsize, du, s);
+                    let ok = b.cmp(IntPredicate::Ult, su, spans);
+                    let sc = b.min(su, spans1);
+                    (Some((ok, sc)), span_values(b, &a.w, wrow, sc))
+                })
+                .collect();
+            let mut acc = acc.to_vec();
+            for (guard, wv) in &spans_of_trip {
+                let at = guard.map_or(s, |(_, sc)| sc);
+                for (r, &(_, xrow)) in rows.iter().enumerate() {
+                    let xs = x_span(b, &a.x, xrow, at);
+                    // Two chains per row, so the adds overlap.
+                    let mut even = zf;
+                    let mut odd = zf;
+                    for (i, (&xv, &wi)) in xs.iter().zip(wv).enumerate() {
+                        if i % 2 == 0 {
+                            even = b.fmaf(xv, wi, even);
+                        } else {
+                            odd = b.fmaf(xv, wi, odd);
+                        }
+                    }
+                    let mut part = b.addf(even, odd);
+                    if let Some((ok, _)) = guard {
+                        part = b.select(*ok, part, zf);
+                    }
+                    acc[r] = b.addf(acc[r], part);
                 }
-                acc[r] = b.addf(even, odd);
             }
             acc
         });

@@ -13,7 +13,7 @@
 //! spans past a row's end (unblocked formats only) are zeroed.
 
 use super::QuantFormat;
-use super::quant_kernels::{MatmulArgs, SPAN, span_values, x_span};
+use super::quant_spans::{QuantMatmulArgs, SPAN, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
@@ -55,7 +55,7 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool) -> Built {
     let gy = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gx, gy, one], [wg, one, one]);
-    let a = MatmulArgs::declare(&mut k, format, xvec, tail);
+    let a = QuantMatmulArgs::declare(&mut k, format, xvec, tail);
     // The launch region's values are not visible in the body.
     let ct = k.index(n64(TILE));
     let zero = k.offset(0);
