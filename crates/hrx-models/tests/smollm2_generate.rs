@@ -104,6 +104,7 @@ fn greedy_generation_matches_the_reference_alone_and_batched() {
     let generator = generator(options());
     let n = reference.new_tokens;
     let mut alone = Vec::new();
+    let started = std::time::Instant::now();
     for prompt in &reference.prompts {
         assert_eq!(
             generator.encode(&prompt.text),
@@ -127,6 +128,8 @@ fn greedy_generation_matches_the_reference_alone_and_batched() {
         );
         alone.push(generation.ids);
     }
+    eprintln!("alone: {:?}, {:?}", started.elapsed(), generator.stats());
+    let started = std::time::Instant::now();
     // All at once: four run, the rest join as slots free up, each at a
     // different step.
     let streams: Vec<_> = reference
@@ -145,6 +148,7 @@ fn greedy_generation_matches_the_reference_alone_and_batched() {
             &prompt.margins,
         );
     }
+    eprintln!("batched: {:?}, {:?}", started.elapsed(), generator.stats());
     assert_eq!(generator.stats().active, 0);
     assert!(generator.stats().generated_tokens >= (2 * n * reference.prompts.len()) as u64);
 }

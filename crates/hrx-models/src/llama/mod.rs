@@ -9,9 +9,11 @@
 //!   ([`LlamaConfig`]), so other llama-family files work too.
 //! - **One graph, data for positions.** A step is a prepared graph over a
 //!   fixed number of token rows; each row's token, cache slot and
-//!   position are data written before the replay. Two graphs exist: one
-//!   row per cache slot (decode) and [`GeneratorOptions::prefill_rows`]
-//!   rows (prompts). Nothing is recorded after loading.
+//!   position are data written before the replay. Decode graphs come in
+//!   tiers of 1, 2, 4, ... rows up to one row per cache slot, plus one of
+//!   [`GeneratorOptions::prefill_rows`] rows for prompts; a step runs on
+//!   the smallest that holds its rows, so one sequence does not pay for
+//!   sixty-four. Nothing is recorded after loading.
 //! - **Sequences keep their slot.** A generation holds one slot of the
 //!   key/value cache (`[slots, kv_heads, context, head_dim]` per layer)
 //!   from its first prompt row to its last token; the slot then returns to
@@ -160,30 +162,16 @@ impl Generator {
         };
         let weights = LlamaWeights::upload(context, file, &config)?;
         let cache = KvCache::new(context, &config, options.sequences, options.context)?;
-        let small = StepGraph::new(
-            context,
-            &config,
-            &weights,
-            &cache,
-            options.sequences,
-            options.sequences,
-        )?;
-        let large = if options.prefill_rows > options.sequences {
-            Some(StepGraph::new(
-                context,
-                &config,
-                &weights,
-                &cache,
-                options.prefill_rows,
-                options.sequences,
-            )?)
-        } else {
-            None
-        };
+        let graphs = scheduler::tiers(options.sequences, options.prefill_rows)
+            .into_iter()
+            .map(|rows| {
+                let outputs = rows.min(options.sequences);
+                StepGraph::new(context, &config, &weights, &cache, rows, outputs)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let device_bytes = weights.bytes + cache.bytes();
         let steps = Steps {
-            small,
-            large,
+            graphs,
             slots: options.sequences,
             eos: tokenizer.eos_id(),
         };

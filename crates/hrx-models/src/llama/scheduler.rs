@@ -48,26 +48,40 @@ pub(crate) struct Counters {
     pub generated_tokens: AtomicU64,
 }
 
-/// The step graphs: `small` has one row per cache slot, `large` the
-/// prefill rows; both pick up to one output per slot.
+/// The step graphs, by ascending rows: decode tiers of 1, 2, 4, ... rows
+/// up to one row per cache slot, then the prefill rows; a step runs on the
+/// smallest that holds its rows.
 pub(crate) struct Steps {
-    pub small: StepGraph,
-    pub large: Option<StepGraph>,
+    pub graphs: Vec<StepGraph>,
     pub slots: usize,
     pub eos: Option<u32>,
 }
 
 impl Steps {
     fn max_rows(&self) -> usize {
-        self.large.as_ref().map_or(self.small.rows, |l| l.rows)
+        self.graphs.last().map_or(0, |g| g.rows)
     }
 
     fn for_rows(&self, rows: usize) -> &StepGraph {
-        match &self.large {
-            Some(large) if rows > self.small.rows => large,
-            _ => &self.small,
-        }
+        self.graphs
+            .iter()
+            .find(|g| g.rows >= rows)
+            .unwrap_or_else(|| self.graphs.last().expect("at least one step graph"))
     }
+}
+
+/// Row counts of the step graphs for `slots` cache slots and
+/// `prefill_rows` prompt rows: powers of two below `slots`, `slots`, then
+/// `prefill_rows` when larger.
+pub(crate) fn tiers(slots: usize, prefill_rows: usize) -> Vec<usize> {
+    let mut rows: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
+        .take_while(|&n| n < slots)
+        .collect();
+    rows.push(slots);
+    if prefill_rows > slots {
+        rows.push(prefill_rows);
+    }
+    rows
 }
 
 /// One sequence holding a cache slot.
@@ -355,5 +369,17 @@ pub(crate) fn run(
             }
             !done
         });
+        counters.active.store(active.len(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tiers_double_up_to_the_slots_then_take_the_prompt_rows() {
+        assert_eq!(super::tiers(1, 1), [1]);
+        assert_eq!(super::tiers(4, 32), [1, 2, 4, 32]);
+        assert_eq!(super::tiers(6, 4), [1, 2, 4, 6]);
+        assert_eq!(super::tiers(64, 512), [1, 2, 4, 8, 16, 32, 64, 512]);
     }
 }

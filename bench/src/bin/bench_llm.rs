@@ -1,0 +1,330 @@
+//! The text-generation benchmark: SmolLM2-135M-Instruct (Q4_1 GGUF) on
+//! hrx's generator against PyTorch on the same machine (a llama of the
+//! same shapes, f16 weights, static KV cache, CUDA graphs for decode;
+//! `bench/pytorch/llm.py`, read through `--torch PATH` or
+//! `HRX_BENCH_TORCH`), with the goals of the text-generation work beside.
+//!
+//! Figures:
+//! - **decode, batch 1**: one sequence generating 256 tokens after a
+//!   16-token prompt: tokens/s between its first and last token;
+//! - **decode, batch 64**: 64 sequences at once, tokens/s over the steps
+//!   where all 64 decode;
+//! - **prefill, 512 tokens**: time to the first token of a 512-token
+//!   prompt alone, p50;
+//! - **time to first token under load**: a 128-token prompt joining 63
+//!   decoding sequences, p50.
+//!
+//! `--model FILE.gguf` runs a real file. `--shapes HEADER` runs seeded
+//! weights of a file's shapes and types: HEADER is the file's first bytes
+//! up to its tensor data followed by the whole file's length as 8
+//! little-endian bytes (`cargo xtask gpu-bench` writes it), so a machine
+//! without the model measures the same work (speed does not depend on
+//! the values). Writes `target/bench/llm.json` (or `HRX_BENCH_OUT`).
+
+use hrx_bench::report::{self, Better, Entry, percentile};
+use hrx_core::{Error, Result};
+use hrx_inference::ModelContext;
+use hrx_models::gguf::{GgufFile, TensorType};
+use hrx_models::llama::{GenerateRequest, GenerationEvent, Generator, GeneratorOptions};
+use hrx_runtime::{DeviceKind, RuntimeOptions};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+/// Sequences of the batched figures (and cache slots).
+const BATCH: usize = 64;
+
+struct Settings {
+    model: Option<PathBuf>,
+    shapes: Option<PathBuf>,
+    torch: Option<PathBuf>,
+    quick: bool,
+}
+
+fn settings() -> Settings {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(PathBuf::from)
+    };
+    Settings {
+        model: value("--model"),
+        shapes: value("--shapes"),
+        torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
+        quick: args.iter().any(|a| a == "--quick"),
+    }
+}
+
+/// A deterministic stream of numbers (SplitMix64).
+struct Seeded(u64);
+
+impl Seeded {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// The GGUF at `header`'s shapes with seeded values: valid blocks with
+/// small scales, norms near 1.
+fn seeded_file(header: &PathBuf) -> Result<GgufFile> {
+    let bytes =
+        std::fs::read(header).map_err(|e| Error::msg(format!("{}: {e}", header.display())))?;
+    let (head, length) = bytes
+        .split_at_checked(bytes.len().saturating_sub(8))
+        .ok_or_else(|| Error::msg("the shapes file is too short"))?;
+    let length = u64::from_le_bytes(length.try_into().expect("8 bytes")) as usize;
+    let mut data = head.to_vec();
+    data.resize(length, 0);
+    // Zeros are valid blocks: parse once for the tensors' places.
+    let file = GgufFile::from_bytes(data)?;
+    let mut data = file.bytes().to_vec();
+    let mut rng = Seeded(7);
+    let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for info in file.tensors() {
+        let start = (file.data_offset() + info.data_offset()) as usize;
+        let region = &mut data[start..start + info.byte_len() as usize];
+        match info.tensor_type() {
+            TensorType::F32 => {
+                for value in region.chunks_exact_mut(4) {
+                    value.copy_from_slice(&(0.9 + 0.2 * rng.unit()).to_le_bytes());
+                }
+            }
+            TensorType::Q4_1 => {
+                for block in region.chunks_exact_mut(20) {
+                    block[0..2].copy_from_slice(&half(0.004 + 0.004 * rng.unit()));
+                    block[2..4].copy_from_slice(&half(-0.03 * rng.unit()));
+                    for b in &mut block[4..] {
+                        *b = rng.next() as u8;
+                    }
+                }
+            }
+            TensorType::Q8_0 => {
+                for block in region.chunks_exact_mut(34) {
+                    block[0..2].copy_from_slice(&half(0.0005 + 0.0005 * rng.unit()));
+                    for b in &mut block[2..] {
+                        *b = rng.next() as u8;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(GgufFile::from_bytes(data)?)
+}
+
+/// A prompt of `n` tokens (ordinary ids, no special tokens).
+fn prompt(n: usize, salt: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| (1000 + (i * 37 + salt * 101) % 40_000) as u32)
+        .collect()
+}
+
+fn request(prompt: Vec<u32>, new: usize) -> GenerateRequest {
+    GenerateRequest {
+        stop_at_eos: false,
+        ..GenerateRequest::greedy(prompt, new)
+    }
+}
+
+/// The times at which each token of a generation arrived.
+fn token_times(generator: &Generator, request: GenerateRequest) -> Result<Vec<Instant>> {
+    let mut stream = generator.generate(request)?;
+    let mut times = Vec::new();
+    while let Some(event) = stream.blocking_next() {
+        match event? {
+            GenerationEvent::Token { .. } => times.push(Instant::now()),
+            GenerationEvent::Finished { .. } => break,
+        }
+    }
+    Ok(times)
+}
+
+fn rate(times: &[Instant]) -> f64 {
+    let span = times[times.len() - 1] - times[0];
+    (times.len() - 1) as f64 / span.as_secs_f64()
+}
+
+/// Tokens/s of one sequence.
+fn decode_alone(generator: &Generator, new: usize) -> Result<f64> {
+    token_times(generator, request(prompt(16, 0), 8))?;
+    Ok(rate(&token_times(generator, request(prompt(16, 1), new))?))
+}
+
+/// Aggregate tokens/s while `BATCH` sequences decode together.
+fn decode_batched(generator: &Generator, new: usize) -> Result<f64> {
+    let times: Vec<Vec<Instant>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..BATCH)
+            .map(|i| scope.spawn(move || token_times(generator, request(prompt(16, i), new))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a benchmark thread"))
+            .collect::<Result<_>>()
+    })?;
+    // The window where every sequence was decoding.
+    let start = times.iter().map(|t| t[0]).max().expect("sequences");
+    let end = times
+        .iter()
+        .map(|t| t[t.len() - 1])
+        .min()
+        .expect("sequences");
+    let inside = times
+        .iter()
+        .flatten()
+        .filter(|&&t| t > start && t <= end)
+        .count();
+    Ok(inside as f64 / (end - start).as_secs_f64())
+}
+
+/// Milliseconds to the first token of a `tokens`-token prompt, p50.
+fn first_token_ms(generator: &Generator, tokens: usize, runs: usize) -> Result<f64> {
+    let mut samples = Vec::new();
+    for run in 0..runs + 1 {
+        let start = Instant::now();
+        token_times(generator, request(prompt(tokens, run), 1))?;
+        if run > 0 {
+            samples.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(percentile(&mut samples, 50.0))
+}
+
+/// Milliseconds to the first token of a 128-token prompt while
+/// `BATCH - 1` sequences decode, p50.
+fn first_token_under_load(generator: &Generator, runs: usize) -> Result<f64> {
+    std::thread::scope(|scope| {
+        let background: Vec<_> = (0..BATCH - 1)
+            .map(|i| {
+                scope.spawn(move || {
+                    token_times(
+                        generator,
+                        request(prompt(16, i), 10_000.min(generator.options().context - 16)),
+                    )
+                })
+            })
+            .collect();
+        while generator.stats().active < BATCH - 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let result = first_token_ms(generator, 128, runs);
+        drop(background);
+        result
+    })
+}
+
+fn main() -> std::result::Result<(), String> {
+    let s = settings();
+    let e = |e: Error| e.to_string();
+    let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?).map_err(e)?;
+    let target = context.runtime().gpu().map_err(e)?.target().clone();
+    let cpu = target.kind == DeviceKind::Cpu;
+    let file = match (&s.shapes, &s.model) {
+        (Some(shapes), _) => seeded_file(shapes).map_err(e)?,
+        (None, model) => {
+            let path = model.clone().unwrap_or_else(|| {
+                PathBuf::from("target/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
+            });
+            GgufFile::open(&path).map_err(|e| e.to_string())?
+        }
+    };
+    let quick = s.quick || cpu;
+    let options = GeneratorOptions {
+        sequences: if quick { 4 } else { BATCH },
+        context: 1024,
+        prefill_rows: if quick { 64 } else { 512 },
+        queue: 4 * BATCH,
+    };
+    let loaded = Instant::now();
+    let generator = Generator::load(&context, &file, options).map_err(e)?;
+    eprintln!(
+        "bench_llm: loaded in {:.1} s",
+        loaded.elapsed().as_secs_f64()
+    );
+    let new = if quick { 16 } else { 256 };
+    let torch = match &s.torch {
+        Some(path) => Some(report::read_torch(path)?),
+        None => None,
+    };
+    let baseline = |key: &str| torch.as_ref().and_then(|t| t.results.get(key).copied());
+    let baseline_name = torch.as_ref().map_or("none".to_string(), |t| {
+        format!("PyTorch {} ({}), f16, CUDA graphs", t.version, t.library)
+    });
+    let mut entries = Vec::new();
+    let mut add = |name: &str, unit: &'static str, hrx: f64, key: &str, better| {
+        eprintln!("bench_llm: {name}: {hrx:.2} {unit}");
+        entries.push(Entry {
+            name: name.into(),
+            unit,
+            hrx,
+            baseline: baseline(key).unwrap_or(f64::NAN),
+            baseline_name: baseline_name.clone(),
+            better,
+        });
+    };
+    add(
+        "decode, batch 1",
+        "tokens/s",
+        decode_alone(&generator, new).map_err(e)?,
+        "decode_1",
+        Better::Higher,
+    );
+    if !quick {
+        add(
+            "decode, batch 64",
+            "tokens/s",
+            decode_batched(&generator, new).map_err(e)?,
+            "decode_64",
+            Better::Higher,
+        );
+        add(
+            "prefill, 512 tokens",
+            "ms",
+            first_token_ms(&generator, 512, 5).map_err(e)?,
+            "prefill_512",
+            Better::Lower,
+        );
+        add(
+            "first token, 128-token prompt, 63 decoding",
+            "ms",
+            first_token_under_load(&generator, 5).map_err(e)?,
+            "ttft_load",
+            Better::Lower,
+        );
+    } else {
+        add(
+            "prefill, 64 tokens",
+            "ms",
+            first_token_ms(&generator, 64, 2).map_err(e)?,
+            "prefill_64",
+            Better::Lower,
+        );
+    }
+    let device = target.name.clone();
+    let mut records = report::records(&entries, &device);
+    let goals = [
+        ("decode, batch 1", "goal: at least 1,000 tokens/s"),
+        ("decode, batch 64", "goal: at least 16,400 tokens/s"),
+        ("prefill, 512 tokens", "goal: at most 10 ms"),
+    ];
+    for record in &mut records {
+        record.note = goals
+            .iter()
+            .find(|(name, _)| *name == record.name)
+            .map(|(_, goal)| goal.to_string());
+    }
+    report::write(&report::output_path("llm.json"), &report::to_json(&records))?;
+    println!("{}", report::table(&entries, &device, &baseline_name));
+    drop(generator);
+    Ok(())
+}
