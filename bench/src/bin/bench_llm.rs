@@ -20,13 +20,18 @@
 //! little-endian bytes (`cargo xtask gpu-bench` writes it), so a machine
 //! without the model measures the same work (speed does not depend on
 //! the values). Writes `target/bench/llm.json` (or `HRX_BENCH_OUT`).
+//!
+//! `--profile ROWS POSITION` instead prints the device time of each
+//! kernel of the step graph for that many rows.
 
 use hrx_bench::report::{self, Better, Entry, percentile};
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_models::gguf::{GgufFile, TensorType};
-use hrx_models::llama::{GenerateRequest, GenerationEvent, Generator, GeneratorOptions};
-use hrx_runtime::{DeviceKind, RuntimeOptions};
+use hrx_models::llama::{
+    GenerateRequest, GenerationEvent, Generator, GeneratorOptions, record_step,
+};
+use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
@@ -40,6 +45,7 @@ struct Settings {
     shapes: Option<PathBuf>,
     torch: Option<PathBuf>,
     quick: bool,
+    profile: Option<(usize, usize)>,
 }
 
 fn settings() -> Settings {
@@ -55,6 +61,10 @@ fn settings() -> Settings {
         shapes: value("--shapes"),
         torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
         quick: args.iter().any(|a| a == "--quick"),
+        profile: args.iter().position(|a| a == "--profile").and_then(|i| {
+            let number = |k: usize| args.get(i + k)?.parse::<usize>().ok();
+            Some((number(1)?, number(2)?))
+        }),
     }
 }
 
@@ -223,6 +233,64 @@ fn first_token_under_load(generator: &Generator, runs: usize) -> Result<f64> {
     })
 }
 
+/// `--profile ROWS POSITION`: the device time of each dispatch of the
+/// step graph for `ROWS` rows (each at `POSITION`), each recorded alone and
+/// repeated in one submission, summed per kernel.
+fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize) -> Result<()> {
+    const REPS: u32 = 20;
+    let options = GeneratorOptions {
+        sequences: rows.min(BATCH),
+        context: 1024,
+        prefill_rows: rows,
+        queue: 1,
+    };
+    let graph = record_step(context, file, options, rows, position)?;
+    let mut by_kernel: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+    let mut dispatches = 0;
+    for op in graph.operations() {
+        let Operation::Dispatch {
+            kernel,
+            views,
+            constants,
+            workgroups,
+        } = op
+        else {
+            continue;
+        };
+        dispatches += 1;
+        let mut timed = context.runtime().graph();
+        for _ in 0..REPS {
+            timed.dispatch(kernel, views, constants, workgroups)?;
+        }
+        let timed = timed.prepare()?;
+        timed.submit()?.wait()?;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            timed.submit()?.wait()?;
+            best = best.min(start.elapsed().as_secs_f64() * 1e6 / f64::from(REPS));
+        }
+        let entry = by_kernel
+            .entry(kernel.contract().entry_point.clone())
+            .or_default();
+        entry.0 += best;
+        entry.1 += 1;
+    }
+    let total: f64 = by_kernel.values().map(|(us, _)| us).sum();
+    println!("{rows} rows at position {position}: {total:.0} us over {dispatches} dispatches");
+    let mut sorted: Vec<_> = by_kernel.into_iter().collect();
+    sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("| kernel | dispatches | us | us each | share |\n|---|---:|---:|---:|---:|");
+    for (name, (us, n)) in sorted {
+        println!(
+            "| {name} | {n} | {us:.1} | {:.2} | {:.1}% |",
+            us / n as f64,
+            100.0 * us / total
+        );
+    }
+    Ok(())
+}
+
 fn main() -> std::result::Result<(), String> {
     let s = settings();
     let e = |e: Error| e.to_string();
@@ -238,6 +306,9 @@ fn main() -> std::result::Result<(), String> {
             GgufFile::open(&path).map_err(|e| e.to_string())?
         }
     };
+    if let Some((rows, position)) = s.profile {
+        return profile(&context, &file, rows, position).map_err(e);
+    }
     let quick = s.quick || cpu;
     let options = GeneratorOptions {
         sequences: if quick { 4 } else { BATCH },

@@ -308,6 +308,45 @@ impl Generator {
     }
 }
 
+/// The step graph of `rows` token rows for `file`'s model, recorded but
+/// not prepared, with its inputs written: row `r` is token 0 of cache
+/// slot `r` at `position` when `rows` fits the slots (decode), else
+/// positions `0..rows` of slot 0 (a prompt). For profiling: each operation
+/// of [`Graph::operations`](hrx_runtime::Graph) can be timed alone (with
+/// the runtime's `inspect` feature). The weights and caches stay alive as
+/// long as the graph.
+pub fn record_step(
+    context: &ModelContext,
+    file: &GgufFile,
+    options: GeneratorOptions,
+    rows: usize,
+    position: usize,
+) -> Result<hrx_runtime::Graph> {
+    let config = LlamaConfig::from_gguf(file)?;
+    check_options(&options, &config)?;
+    let weights = LlamaWeights::upload(context, file, &config)?;
+    let cache = KvCache::new(context, &config, options.sequences, options.context)?;
+    let outputs = rows.min(options.sequences);
+    let (graph, step) = StepGraph::record(context, &config, &weights, &cache, rows, outputs)?;
+    let rows: Vec<step::Row> = (0..rows)
+        .map(|r| match rows <= options.sequences {
+            true => step::Row {
+                token: 0,
+                slot: r,
+                position: position.min(options.context - 1),
+            },
+            false => step::Row {
+                token: 0,
+                slot: 0,
+                position: r.min(options.context - 1),
+            },
+        })
+        .collect();
+    let picks: Vec<usize> = (0..outputs).collect();
+    step.write_inputs(&rows, &picks)?;
+    Ok(graph)
+}
+
 fn check_options(options: &GeneratorOptions, config: &LlamaConfig) -> Result<()> {
     let within = |value: usize, limit: usize, what: &str| {
         if (1..=limit).contains(&value) {

@@ -21,7 +21,7 @@ use super::weights::LlamaWeights;
 use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
-use hrx_runtime::{Completion, ExecutableGraph, MemoryPlacement};
+use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
 use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::BinaryOp};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
@@ -73,7 +73,7 @@ pub(crate) struct StepGraph {
     picks: DeviceTensor,
     next: DeviceTensor,
     logits: DeviceTensor,
-    graph: ExecutableGraph,
+    graph: Option<ExecutableGraph>,
     context: ModelContext,
 }
 
@@ -98,15 +98,15 @@ struct Scratch {
 
 impl StepGraph {
     /// Records the forward pass of `rows` rows, `outputs` of them picked
-    /// for the output projection.
-    pub fn new(
+    /// for the output projection, without preparing it.
+    pub fn record(
         context: &ModelContext,
         config: &LlamaConfig,
         weights: &LlamaWeights,
         cache: &KvCache,
         rows: usize,
         outputs: usize,
-    ) -> Result<Self> {
+    ) -> Result<(Graph, Self)> {
         let c = config;
         let ops = context.ops();
         let host = |shape: Vec<usize>, dtype: DType| {
@@ -198,29 +198,39 @@ impl StepGraph {
         ops.record_rms_norm(&mut g, &s.picked, Some(out_norm), None, eps, &s.picked_norm)?;
         ops.record_quant_matmul(&mut g, &s.picked_norm, &weights.output, &logits)?;
         ops.record_argmax(&mut g, &logits, &next)?;
-        Ok(StepGraph {
-            rows,
-            outputs,
-            tokens,
-            sequence,
-            position,
-            picks,
-            next,
-            logits,
-            graph: g.prepare()?,
-            context: context.clone(),
-        })
+        Ok((
+            g,
+            StepGraph {
+                rows,
+                outputs,
+                tokens,
+                sequence,
+                position,
+                picks,
+                next,
+                logits,
+                graph: None,
+                context: context.clone(),
+            },
+        ))
     }
 
-    /// Writes `rows` (at most [`rows`](Self::rows); the rest inactive) and
-    /// `picks` (indices into `rows`, at most [`outputs`](Self::outputs);
-    /// the rest repeat row 0) and submits the step after `after`.
-    pub fn submit(
-        &self,
-        rows: &[Row],
-        picks: &[usize],
-        after: &[Completion],
-    ) -> Result<Completion> {
+    /// Records and prepares the step.
+    pub fn new(
+        context: &ModelContext,
+        config: &LlamaConfig,
+        weights: &LlamaWeights,
+        cache: &KvCache,
+        rows: usize,
+        outputs: usize,
+    ) -> Result<Self> {
+        let (graph, mut step) = Self::record(context, config, weights, cache, rows, outputs)?;
+        step.graph = Some(graph.prepare()?);
+        Ok(step)
+    }
+
+    /// Writes the inputs of `rows` and `picks` (see [`submit`](Self::submit)).
+    pub fn write_inputs(&self, rows: &[Row], picks: &[usize]) -> Result<()> {
         if rows.len() > self.rows || picks.len() > self.outputs {
             return Err(Error::Message(format!(
                 "a step of {} rows and {} picks exceeds its graph ({} rows, {} picks)",
@@ -241,8 +251,19 @@ impl StepGraph {
         let picked: Vec<i32> = (0..self.outputs)
             .map(|i| picks.get(i).map_or(0, |&p| p as i32))
             .collect();
-        write_i32(&self.picks, &picked)?;
-        self.graph.submit_after(after)
+        write_i32(&self.picks, &picked)
+    }
+
+    /// Writes `rows` (at most [`rows`](Self::rows); the rest inactive) and
+    /// `picks` (indices into `rows`, at most [`outputs`](Self::outputs);
+    /// the rest repeat row 0) and submits the step after `after`.
+    pub fn submit(&self, rows: &[Row], picks: &[usize], after: &[Completion]) -> Result<Completion> {
+        let graph = self
+            .graph
+            .as_ref()
+            .ok_or_else(|| Error::Message("the step graph was not prepared".into()))?;
+        self.write_inputs(rows, picks)?;
+        graph.submit_after(after)
     }
 
     /// The argmax token of each pick, after the step completed.
