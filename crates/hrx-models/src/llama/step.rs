@@ -17,7 +17,7 @@
 //! `[outputs, vocab]`, device-local, read back only for sampled
 //! sequences).
 
-use super::weights::LlamaWeights;
+use super::weights::{LlamaWeights, Stacked};
 use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
@@ -82,15 +82,15 @@ struct Scratch {
     x: DeviceTensor,
     h: DeviceTensor,
     norm: DeviceTensor,
-    q: DeviceTensor,
-    k: DeviceTensor,
-    v: DeviceTensor,
+    /// Query, key and value by row: stacked `[rows, width + 2 kv]`, or one
+    /// tensor each.
+    qkv: Outputs,
     q_rot: DeviceTensor,
     k_rot: DeviceTensor,
     attended: DeviceTensor,
     proj: DeviceTensor,
-    gate: DeviceTensor,
-    up: DeviceTensor,
+    /// Gate and up by row, stacked or each.
+    gate_up: Outputs,
     act: DeviceTensor,
     picked: DeviceTensor,
     picked_norm: DeviceTensor,
@@ -124,15 +124,12 @@ impl StepGraph {
             x: f32s(vec![rows, w])?,
             h: f32s(vec![rows, w])?,
             norm: f32s(vec![rows, w])?,
-            q: f32s(vec![rows, w])?,
-            k: f32s(vec![rows, kv])?,
-            v: f32s(vec![rows, kv])?,
+            qkv: Outputs::new(context, rows, &[w, kv, kv])?,
             q_rot: f32s(vec![rows, c.heads, c.head_dim])?,
             k_rot: f32s(vec![rows, c.kv_heads, c.head_dim])?,
             attended: f32s(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
-            gate: f32s(vec![rows, c.ffn_width])?,
-            up: f32s(vec![rows, c.ffn_width])?,
+            gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width])?,
             act: f32s(vec![rows, c.ffn_width])?,
             picked: f32s(vec![outputs, w])?,
             picked_norm: f32s(vec![outputs, w])?,
@@ -140,39 +137,26 @@ impl StepGraph {
         let eps = c.rms_eps as f32;
         let base = c.rope_base as f32;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
-        let heads = |t: &DeviceTensor, n: usize| t.reshape(vec![rows, n, c.head_dim]);
+        let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         let mut g = context.runtime().graph();
         ops.record_quant_gather(&mut g, &weights.embedding, &tokens, &s.x)?;
         for (layer, b) in weights.blocks.iter().enumerate() {
             ops.record_rms_norm(&mut g, &s.x, Some(&b.attn_norm), None, eps, &s.norm)?;
-            ops.record_quant_matmul(&mut g, &s.norm, &b.q, &s.q)?;
-            ops.record_quant_matmul(&mut g, &s.norm, &b.k, &s.k)?;
-            ops.record_quant_matmul(&mut g, &s.norm, &b.v, &s.v)?;
-            ops.record_rope(
-                &mut g,
-                &heads(&s.q, c.heads)?,
-                &position,
-                c.rope_dims,
-                base,
-                &s.q_rot,
-            )?;
-            ops.record_rope(
-                &mut g,
-                &heads(&s.k, c.kv_heads)?,
-                &position,
-                c.rope_dims,
-                base,
-                &s.k_rot,
-            )?;
+            let [q, k, v] = &s.qkv.project(ops, &mut g, &s.norm, &b.qkv)?[..] else {
+                return Err(Error::Message(
+                    "query, key and value are three projections".into(),
+                ));
+            };
+            let (q, k, v) = (
+                heads(q, c.heads)?,
+                heads(k, c.kv_heads)?,
+                heads(v, c.kv_heads)?,
+            );
+            ops.record_rope(&mut g, &q, &position, c.rope_dims, base, &s.q_rot)?;
+            ops.record_rope(&mut g, &k, &position, c.rope_dims, base, &s.k_rot)?;
             let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
             ops.record_kv_store(&mut g, &s.k_rot, &sequence, &position, keys)?;
-            ops.record_kv_store(
-                &mut g,
-                &heads(&s.v, c.kv_heads)?,
-                &sequence,
-                &position,
-                values,
-            )?;
+            ops.record_kv_store(&mut g, &v, &sequence, &position, values)?;
             ops.record_cached_attention(
                 &mut g,
                 &s.q_rot,
@@ -187,9 +171,10 @@ impl StepGraph {
             ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
             ops.record_binary(&mut g, BinaryOp::Add, &s.x, &s.proj, &s.h)?;
             ops.record_rms_norm(&mut g, &s.h, Some(&b.ffn_norm), None, eps, &s.norm)?;
-            ops.record_quant_matmul(&mut g, &s.norm, &b.gate, &s.gate)?;
-            ops.record_quant_matmul(&mut g, &s.norm, &b.up, &s.up)?;
-            ops.record_swiglu(&mut g, &s.gate, &s.up, &s.act)?;
+            let [gate, up] = &s.gate_up.project(ops, &mut g, &s.norm, &b.gate_up)?[..] else {
+                return Err(Error::Message("gate and up are two projections".into()));
+            };
+            ops.record_swiglu(&mut g, gate, up, &s.act)?;
             ops.record_quant_matmul(&mut g, &s.act, &b.down, &s.proj)?;
             ops.record_binary(&mut g, BinaryOp::Add, &s.h, &s.proj, &s.x)?;
         }
@@ -257,7 +242,12 @@ impl StepGraph {
     /// Writes `rows` (at most [`rows`](Self::rows); the rest inactive) and
     /// `picks` (indices into `rows`, at most [`outputs`](Self::outputs);
     /// the rest repeat row 0) and submits the step after `after`.
-    pub fn submit(&self, rows: &[Row], picks: &[usize], after: &[Completion]) -> Result<Completion> {
+    pub fn submit(
+        &self,
+        rows: &[Row],
+        picks: &[usize],
+        after: &[Completion],
+    ) -> Result<Completion> {
         let graph = self
             .graph
             .as_ref()
@@ -287,6 +277,81 @@ impl StepGraph {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect())
     }
+}
+
+/// The outputs of projections that read the same input: one tensor of
+/// their columns side by side for a stacked matrix, and one tensor each
+/// for separate ones.
+struct Outputs {
+    widths: Vec<usize>,
+    stacked: DeviceTensor,
+    each: Vec<DeviceTensor>,
+}
+
+impl Outputs {
+    fn new(context: &ModelContext, rows: usize, widths: &[usize]) -> Result<Self> {
+        let f32s = |shape: Vec<usize>| context.allocate(TensorDesc::new(DType::F32, shape)?);
+        Ok(Outputs {
+            widths: widths.to_vec(),
+            stacked: f32s(vec![rows, widths.iter().sum()])?,
+            each: widths
+                .iter()
+                .map(|&w| f32s(vec![rows, w]))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Records `matrices` applied to `x`; each projection's `[rows, width]`
+    /// output (a column view of the stacked output, or its own tensor).
+    fn project(
+        &self,
+        ops: &hrx_tensor::Ops,
+        g: &mut Graph,
+        x: &DeviceTensor,
+        matrices: &Stacked,
+    ) -> Result<Vec<DeviceTensor>> {
+        match matrices {
+            Stacked::One(matrix) => {
+                ops.record_quant_matmul(g, x, matrix, &self.stacked)?;
+                let rows = self.stacked.desc().shape()[0];
+                let total: usize = self.widths.iter().sum();
+                let mut start = 0;
+                self.widths
+                    .iter()
+                    .map(|&width| {
+                        let desc =
+                            TensorDesc::strided(DType::F32, vec![rows, width], vec![total, 1])?;
+                        let view = self.stacked.view(start * 4, desc);
+                        start += width;
+                        view
+                    })
+                    .collect()
+            }
+            Stacked::Each(matrices) => {
+                for (matrix, out) in matrices.iter().zip(&self.each) {
+                    ops.record_quant_matmul(g, x, matrix, out)?;
+                }
+                Ok(self.each.clone())
+            }
+        }
+    }
+}
+
+/// `t` (`[rows, heads * head_dim]`, possibly a column view) as
+/// `[rows, heads, head_dim]`.
+fn split_heads(
+    t: &DeviceTensor,
+    rows: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Result<DeviceTensor> {
+    let row_stride = t.desc().strides()[0];
+    let desc = TensorDesc::strided(
+        DType::F32,
+        vec![rows, heads, head_dim],
+        vec![row_stride, head_dim, 1],
+    )?;
+    t.view(0, desc)
 }
 
 fn empty() -> Error {

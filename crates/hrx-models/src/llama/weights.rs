@@ -1,5 +1,7 @@
 //! A llama model's weights on the device: matrices in their own quantised
 //! format (packed once into the kernels' word layout), norms as f32.
+//! Projections of the same input that share a format are stacked into one
+//! matrix (query, key and value; gate and up), so each is one matmul.
 
 use crate::gguf::{GgufFile, LlamaConfig, TensorInfo, TensorType};
 use hrx_core::{Error, Result};
@@ -9,16 +11,23 @@ use hrx_tensor::{
     ops::{QuantFormat, QuantMatrix},
 };
 
+/// Projections that read the same input: one matrix of their rows stacked
+/// (one matmul, its output read through column views) when they share a
+/// format, else one matrix each.
+pub(crate) enum Stacked {
+    One(QuantMatrix),
+    Each(Vec<QuantMatrix>),
+}
+
 /// One transformer block's weights.
 pub(crate) struct Block {
     pub attn_norm: DeviceTensor,
-    pub q: QuantMatrix,
-    pub k: QuantMatrix,
-    pub v: QuantMatrix,
+    /// Query, key and value.
+    pub qkv: Stacked,
     pub output: QuantMatrix,
     pub ffn_norm: DeviceTensor,
-    pub gate: QuantMatrix,
-    pub up: QuantMatrix,
+    /// Gate and up.
+    pub gate_up: Stacked,
     pub down: QuantMatrix,
 }
 
@@ -58,12 +67,44 @@ struct Uploader<'a> {
 impl Uploader<'_> {
     /// The matrix `name` as stored, packed for the device.
     fn matrix(&mut self, name: &str) -> Result<QuantMatrix> {
-        let info = self.file.tensor(name)?;
-        let format = format_of(info)?;
-        let (cols, rows) = (info.row_len() as usize, info.rows() as usize);
-        let words = format
-            .pack(rows, cols, self.file.tensor_data(info))
-            .map_err(|e| Error::Message(format!("tensor {name}: {e}")))?;
+        self.stacked(&[name]).map(|s| match s {
+            Stacked::One(m) => m,
+            Stacked::Each(mut m) => m.remove(0),
+        })
+    }
+
+    /// The matrices `names` (of equal row length) stacked into one when
+    /// they share a format, else each alone.
+    fn stacked(&mut self, names: &[&str]) -> Result<Stacked> {
+        let infos = names
+            .iter()
+            .map(|&n| self.file.tensor(n))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let formats = infos
+            .iter()
+            .map(|&i| format_of(i))
+            .collect::<Result<Vec<_>>>()?;
+        if formats.windows(2).any(|w| w[0] != w[1]) {
+            return names
+                .iter()
+                .map(|n| self.matrix(n))
+                .collect::<Result<_>>()
+                .map(Stacked::Each);
+        }
+        let format = formats[0];
+        let cols = infos[0].row_len() as usize;
+        let mut words = Vec::new();
+        let mut rows = 0;
+        for (info, name) in infos.iter().zip(names) {
+            let n = info.rows() as usize;
+            words.extend(
+                format
+                    .pack(n, cols, self.file.tensor_data(info))
+                    .map_err(|e| Error::Message(format!("tensor {name}: {e}")))?,
+            );
+            rows += n;
+        }
+        let name = names.join(" + ");
         let desc = TensorDesc::new(DType::U32, vec![words.len()])?;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let tensor = self
@@ -72,7 +113,7 @@ impl Uploader<'_> {
             .map_err(|e| Error::Message(format!("uploading tensor {name}: {e}")))?;
         self.bytes += words.len() * 4;
         self.pending.push(tensor.clone());
-        QuantMatrix::new(format, rows, cols, tensor)
+        QuantMatrix::new(format, rows, cols, tensor).map(Stacked::One)
     }
 
     /// The vector `name` as f32.
@@ -107,13 +148,10 @@ impl LlamaWeights {
             let name = |n: &str| format!("blk.{i}.{n}.weight");
             blocks.push(Block {
                 attn_norm: up.vector(&name("attn_norm"))?,
-                q: up.matrix(&name("attn_q"))?,
-                k: up.matrix(&name("attn_k"))?,
-                v: up.matrix(&name("attn_v"))?,
+                qkv: up.stacked(&[&name("attn_q"), &name("attn_k"), &name("attn_v")])?,
                 output: up.matrix(&name("attn_output"))?,
                 ffn_norm: up.vector(&name("ffn_norm"))?,
-                gate: up.matrix(&name("ffn_gate"))?,
-                up: up.matrix(&name("ffn_up"))?,
+                gate_up: up.stacked(&[&name("ffn_gate"), &name("ffn_up")])?,
                 down: up.matrix(&name("ffn_down"))?,
             });
         }

@@ -21,7 +21,7 @@ use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 /// The largest m the matrix-vector kernel is chosen for; the tiled kernel
 /// takes larger ones.
-pub(crate) const GEMV_MAX_ROWS: usize = 64;
+pub(crate) const GEMV_MAX_ROWS: usize = 16;
 
 /// Most rows of x one workgroup of the matrix-vector kernel accumulates
 /// (one register each per lane); more rows run as further row tiles.
