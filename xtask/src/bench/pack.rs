@@ -21,10 +21,11 @@ const TIMEOUT: u32 = 90;
 const LONGER: [(&str, u32); 2] = [("serve", 180), ("pytorch/serve", 180)];
 /// PyTorch baselines a suite reads: (suite, script stem); the script's
 /// output reaches the suite's benchmark through `HRX_BENCH_TORCH`.
-const TORCH_FOR: [(&str, &str); 3] = [
+const TORCH_FOR: [(&str, &str); 4] = [
     ("tensor", "tensor_ops"),
     ("models", "minilm"),
     ("serve", "serve"),
+    ("llm", "llm"),
 ];
 /// Arguments a PyTorch script takes there: (script stem, arguments); the
 /// serving baseline serves the staged model folder with the serving
@@ -33,8 +34,9 @@ const TORCH_ARGS: [(&str, &str); 1] = [("serve", " --model minilm --max-batch 64
 /// Arguments a suite takes there: the sentence-embedding suites read the
 /// staged model folder with seeded weights, the serving suite starts the
 /// staged `hrx`.
-const SUITE_ARGS: [(&str, &str); 2] = [
+const SUITE_ARGS: [(&str, &str); 3] = [
     ("models", " --model minilm --seeded"),
+    ("llm", " --shapes smollm2.shapes"),
     (
         "serve",
         " --model minilm --seeded --hrx ./hrx --max-batch 64",
@@ -55,6 +57,24 @@ const MODEL_FILES: [&str; 9] = [
     "modules.json",
     "1_Pooling/config.json",
 ];
+
+/// SmolLM2's header and length into `stage/smollm2.shapes`, written by
+/// the text-generation suite's own GGUF reader.
+fn stage_llm_shapes(root: &Path, stage: &Path, target: &Path) -> Result<(), String> {
+    let gguf =
+        crate::models::ensure(root, crate::models::SMOLLM2)?.join(crate::models::SMOLLM2_FILE);
+    let status = Command::new(target.join("release").join(binary("llm")))
+        .arg("--write-shapes")
+        .arg(&gguf)
+        .arg(stage.join("smollm2.shapes"))
+        .status()
+        .map_err(|e| format!("writing SmolLM2's shapes: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("writing SmolLM2's shapes failed: {status}"))
+    }
+}
 
 /// Copy `binary` into the stage as `name`, stripped (debug info would blow
 /// the pack's size limit).
@@ -166,6 +186,8 @@ pub(crate) fn gpu_bench(root: &Path) -> Result<(), String> {
     cargo(root, &build, &[])?;
     stage_binary(&stage, &target.join("release/hrx"), "hrx")?;
     packed.push("hrx".into());
+    stage_llm_shapes(root, &stage, &target)?;
+    packed.push("smollm2.shapes".into());
     for (suite, name) in SUITES.into_iter().zip(names) {
         stage_binary(&stage, &target.join("release").join(&name), &name)?;
         // Only a file the script did write: without one the suite reports
