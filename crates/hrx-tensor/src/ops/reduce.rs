@@ -1,7 +1,14 @@
 //! Reductions over one axis (sum, max, mean) and argmax over the last axis.
+//!
+//! Argmax takes one of two kernels: rows shorter than `LONG_ROW` (256; or
+//! a device without subgroup arithmetic) the serial one, a work item per
+//! row; longer rows the row-parallel one, a workgroup per row (see
+//! `argmax_kernel`). Both give the first index
+//! of the largest value, NaN never winning.
 
 use super::{
     Ops,
+    argmax_kernel::ArgmaxShape,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
     reduce_kernel,
@@ -257,12 +264,31 @@ impl Ops {
     }
 
     /// The argmax kernel's launch for a non-empty `a` and `out`; `a`'s
-    /// axes before the last merge.
+    /// axes before the last merge. The row-parallel kernel for long rows
+    /// (its shape from the target), else the serial one with `config`.
     fn argmax_dispatch(
         &self,
         a: &DeviceTensor,
         out: &DeviceTensor,
         config: Vec<(&'static str, u64)>,
+        operation: &str,
+    ) -> Result<Dispatch> {
+        let target = self.registry.target()?;
+        let cols = a.desc().shape()[a.desc().rank() - 1];
+        let key = match ArgmaxShape::for_rows(&target, cols) {
+            Some(shape) => shape.key(),
+            None => argmax_key(config),
+        };
+        self.argmax_launch(a, out, key, operation)
+    }
+
+    /// The launch of either argmax kernel (they share their arguments:
+    /// `rows, cols, srow, scol`, then the operands).
+    fn argmax_launch(
+        &self,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+        key: KernelKey,
         operation: &str,
     ) -> Result<Dispatch> {
         let [(rows, srow), (cols, scol), _] = split(a.desc(), a.desc().rank() - 1, operation)?;
@@ -271,7 +297,7 @@ impl Ops {
             operand(a, &target, operation)?,
             operand(out, &target, operation)?,
         );
-        let kernel = self.registry.kernel(argmax_key(config))?;
+        let kernel = self.registry.kernel(key)?;
         Ok(Dispatch::new(
             kernel,
             ka,
