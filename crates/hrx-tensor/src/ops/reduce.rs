@@ -446,4 +446,50 @@ mod tests {
         let wrong = first_wrong(&rt, &a, out, &d, &want);
         assert_eq!(wrong, None, "argmax: (index, got)");
     }
+
+    /// The row-parallel argmax with its grid capped at 4 workgroups: each
+    /// reaches several of the 11 rows through the grid-stride loop, with
+    /// the workgroup memory reused row after row. Rows of 300 (a partial
+    /// last trip), the maximum repeated (the first wins), NaNs skipped, one
+    /// row all -inf (index 0).
+    #[test]
+    fn a_capped_grid_reaches_every_long_row() {
+        let rt = Runtime::from_env().unwrap();
+        let ops = Ops::new(&rt);
+        let (rows, cols) = (11, 300);
+        let mut v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37) % 101) as f32 - 50.0)
+            .collect();
+        for (r, row) in v.chunks_mut(cols).enumerate() {
+            row[(r * 53) % cols] = 60.0 + r as f32;
+            row[(r * 53 + 17) % cols] = 60.0 + r as f32;
+            row[(r * 31) % cols] = f32::NAN;
+        }
+        v[4 * cols..5 * cols].fill(f32::NEG_INFINITY);
+        let values: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        let a = DeviceTensor::from_values(&rt, DType::F32, vec![rows, cols], &values).unwrap();
+        let out = ops
+            .output(TensorDesc::new(DType::I32, vec![rows]).unwrap())
+            .unwrap();
+        let shape = ArgmaxShape {
+            wg: 16,
+            max_groups: 4,
+        };
+        let d = ops.argmax_launch(&a, &out, shape.key(), "test").unwrap();
+        assert_eq!(d.kernel.artifact.workgroup_size(), [16, 1, 1]);
+        assert_eq!(d.kernel.artifact.launch(&[rows as u64]).unwrap(), [4, 1, 1]);
+        assert_eq!(d.kernel.artifact.launch(&[2]).unwrap(), [2, 1, 1]);
+        let want: Vec<f64> = v
+            .chunks(cols)
+            .map(|row| {
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                match max {
+                    f32::NEG_INFINITY => 0.0,
+                    _ => row.iter().position(|&x| x == max).unwrap() as f64,
+                }
+            })
+            .collect();
+        let wrong = first_wrong(&rt, &a, out, &d, &want);
+        assert_eq!(wrong, None, "argmax_rows: (index, got)");
+    }
 }
