@@ -350,3 +350,86 @@ fn more_outputs_than_one_grid_covers() {
         );
     }
 }
+
+/// The first index of the largest value, NaN ignored, 0 where nothing is
+/// above -inf: what argmax promises, written without its running compare.
+fn argmax_reference(row: &[f64]) -> f64 {
+    let max = row
+        .iter()
+        .filter(|x| !x.is_nan())
+        .fold(f64::NEG_INFINITY, |m, &x| m.max(x));
+    if max == f64::NEG_INFINITY {
+        return 0.0;
+    }
+    row.iter().position(|&x| x == max).unwrap() as f64
+}
+
+/// Long rows (a language model's logits and shorter), which take the
+/// row-parallel kernel from 256 columns on, next to rows just below that:
+/// 1, 3 and 64 rows of 49,152, 1,000, 257, 256 and 255 seeded values, each
+/// placement (the transposed one reads columns strided by the row count).
+/// Rows in turn: plain; the maximum repeated over a run and at scattered
+/// places (the first wins), in one row then beaten at the last column; NaNs scattered, one at column 0;
+/// all -inf and all NaN (index 0); -inf and NaN with one finite value.
+#[test]
+fn long_rows_argmax_matches_reference() {
+    let mut rng = Gen::new(0xA4_6A_A7);
+    for cols in [49_152, 1000, 257, 256, 255] {
+        for rows in [1, 3, 64] {
+            let mut v: Vec<f64> = values(&mut rng, rows * cols, -3.0, 3.0)
+                .iter()
+                .map(|x| (*x as f32) as f64)
+                .collect();
+            for (r, row) in v.chunks_mut(cols).enumerate() {
+                match (r + rows) % 7 {
+                    1 | 4 => {
+                        // A run of ties (several per work item and
+                        // subgroup) and scattered ones, some before it.
+                        let top = 3.5 + r as f64;
+                        let start = rng.below(cols / 2);
+                        row[start..start + cols / 3].fill(top);
+                        for _ in 0..4 {
+                            row[rng.below(cols)] = top;
+                        }
+                        if (r + rows) % 7 == 4 {
+                            row[cols - 1] = top + 1.0;
+                        }
+                    }
+                    2 => {
+                        row[0] = f64::NAN;
+                        for _ in 0..cols / 8 {
+                            row[rng.below(cols)] = f64::NAN;
+                        }
+                        row[rng.below(cols)] = 5.0;
+                        row[rng.below(cols)] = 5.0;
+                    }
+                    3 => row.fill(f64::NEG_INFINITY),
+                    5 => row.fill(f64::NAN),
+                    6 => {
+                        for (i, x) in row.iter_mut().enumerate() {
+                            *x = if i % 3 == 0 {
+                                f64::NAN
+                            } else {
+                                f64::NEG_INFINITY
+                            };
+                        }
+                        row[cols - 2] = -1e30;
+                    }
+                    _ => {}
+                }
+            }
+            let want: Vec<f64> = v.chunks(cols).map(argmax_reference).collect();
+            for placement in PLACEMENTS {
+                let a = input(DType::F32, &[rows, cols], &v, placement);
+                let got = run(
+                    &[&a],
+                    TensorDesc::new(DType::I32, vec![rows]).unwrap(),
+                    |g, out| ops().record_argmax(g, &a, out),
+                )
+                .unwrap();
+                let what = format!("argmax [{rows}, {cols}] {placement:?}");
+                assert_close(&got, &want, 0.0, 0.0, &what);
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! was (nothing is recorded before every check has passed).
 
 mod activation;
+mod argmax_kernel;
 mod attention;
 mod attention_kernels;
 mod cast;

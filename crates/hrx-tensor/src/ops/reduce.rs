@@ -1,7 +1,14 @@
 //! Reductions over one axis (sum, max, mean) and argmax over the last axis.
+//!
+//! Argmax takes one of two kernels: rows shorter than `LONG_ROW` (256; or
+//! a device without subgroup arithmetic) the serial one, a work item per
+//! row; longer rows the row-parallel one, a workgroup per row (see
+//! `argmax_kernel`). Both give the first index
+//! of the largest value, NaN never winning.
 
 use super::{
     Ops,
+    argmax_kernel::ArgmaxShape,
     indexing::coalesce,
     operand::{Operand, check_inputs, check_output, operand},
     reduce_kernel,
@@ -257,12 +264,31 @@ impl Ops {
     }
 
     /// The argmax kernel's launch for a non-empty `a` and `out`; `a`'s
-    /// axes before the last merge.
+    /// axes before the last merge. The row-parallel kernel for long rows
+    /// (its shape from the target), else the serial one with `config`.
     fn argmax_dispatch(
         &self,
         a: &DeviceTensor,
         out: &DeviceTensor,
         config: Vec<(&'static str, u64)>,
+        operation: &str,
+    ) -> Result<Dispatch> {
+        let target = self.registry.target()?;
+        let cols = a.desc().shape()[a.desc().rank() - 1];
+        let key = match ArgmaxShape::for_rows(&target, cols) {
+            Some(shape) => shape.key(),
+            None => argmax_key(config),
+        };
+        self.argmax_launch(a, out, key, operation)
+    }
+
+    /// The launch of either argmax kernel (they share their arguments:
+    /// `rows, cols, srow, scol`, then the operands).
+    fn argmax_launch(
+        &self,
+        a: &DeviceTensor,
+        out: &DeviceTensor,
+        key: KernelKey,
         operation: &str,
     ) -> Result<Dispatch> {
         let [(rows, srow), (cols, scol), _] = split(a.desc(), a.desc().rank() - 1, operation)?;
@@ -271,7 +297,7 @@ impl Ops {
             operand(a, &target, operation)?,
             operand(out, &target, operation)?,
         );
-        let kernel = self.registry.kernel(argmax_key(config))?;
+        let kernel = self.registry.kernel(key)?;
         Ok(Dispatch::new(
             kernel,
             ka,
@@ -419,5 +445,51 @@ mod tests {
             .collect();
         let wrong = first_wrong(&rt, &a, out, &d, &want);
         assert_eq!(wrong, None, "argmax: (index, got)");
+    }
+
+    /// The row-parallel argmax with its grid capped at 4 workgroups: each
+    /// reaches several of the 11 rows through the grid-stride loop, with
+    /// the workgroup memory reused row after row. Rows of 300 (a partial
+    /// last trip), the maximum repeated (the first wins), NaNs skipped, one
+    /// row all -inf (index 0).
+    #[test]
+    fn a_capped_grid_reaches_every_long_row() {
+        let rt = Runtime::from_env().unwrap();
+        let ops = Ops::new(&rt);
+        let (rows, cols) = (11, 300);
+        let mut v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37) % 101) as f32 - 50.0)
+            .collect();
+        for (r, row) in v.chunks_mut(cols).enumerate() {
+            row[(r * 53) % cols] = 60.0 + r as f32;
+            row[(r * 53 + 17) % cols] = 60.0 + r as f32;
+            row[(r * 31) % cols] = f32::NAN;
+        }
+        v[4 * cols..5 * cols].fill(f32::NEG_INFINITY);
+        let values: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        let a = DeviceTensor::from_values(&rt, DType::F32, vec![rows, cols], &values).unwrap();
+        let out = ops
+            .output(TensorDesc::new(DType::I32, vec![rows]).unwrap())
+            .unwrap();
+        let shape = ArgmaxShape {
+            wg: 16,
+            max_groups: 4,
+        };
+        let d = ops.argmax_launch(&a, &out, shape.key(), "test").unwrap();
+        assert_eq!(d.kernel.artifact.workgroup_size(), [16, 1, 1]);
+        assert_eq!(d.kernel.artifact.launch(&[rows as u64]).unwrap(), [4, 1, 1]);
+        assert_eq!(d.kernel.artifact.launch(&[2]).unwrap(), [2, 1, 1]);
+        let want: Vec<f64> = v
+            .chunks(cols)
+            .map(|row| {
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                match max {
+                    f32::NEG_INFINITY => 0.0,
+                    _ => row.iter().position(|&x| x == max).unwrap() as f64,
+                }
+            })
+            .collect();
+        let wrong = first_wrong(&rt, &a, out, &d, &want);
+        assert_eq!(wrong, None, "argmax_rows: (index, got)");
     }
 }
