@@ -1,6 +1,6 @@
 //! hrx-models: real models on the hrx runtime: model files (safetensors,
 //! GGUF), tokenizers, chat templates, BERT-style sentence encoders,
-//! batching, and the toy models.
+//! batching, llama-family text generation, and the toy models.
 //!
 //! Design choices and contracts:
 //!
@@ -34,6 +34,12 @@
 //!   their weight and padding rows have no pooling weight. Matrices are
 //!   f32, or f16 where the device has it ([`bert::Precision`]); norms,
 //!   softmax and accumulation stay f32.
+//! - **Text generation keeps sequences in slots.** [`llama`] runs a
+//!   llama-family GGUF file with its matrices quantised on the device,
+//!   one prepared step graph per row count with each row's token, cache
+//!   slot and position as data, a key/value cache slot per sequence, and
+//!   continuous batching on one thread (new sequences join between steps,
+//!   finished ones leave); results stream as [`llama::TokenStream`]s.
 //! - **Batching above the pool.** [`embed`] routes each sentence to a
 //!   length bucket, gathers concurrent sentences into one submission of
 //!   the smallest batch tier that holds them, and answers each caller in
