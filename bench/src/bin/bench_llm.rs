@@ -34,7 +34,7 @@ use hrx_models::llama::{
 };
 use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -98,7 +98,7 @@ impl Seeded {
 
 /// The GGUF at `header`'s shapes with seeded values: valid blocks with
 /// small scales, norms near 1.
-fn seeded_file(header: &PathBuf) -> Result<GgufFile> {
+fn seeded_file(header: &Path) -> Result<GgufFile> {
     let bytes =
         std::fs::read(header).map_err(|e| Error::msg(format!("{}: {e}", header.display())))?;
     let (head, length) = bytes
@@ -304,7 +304,7 @@ fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize
 
 /// `--write-shapes FILE.gguf OUT`: FILE's bytes up to its tensor data,
 /// then its length as 8 little-endian bytes (what `--shapes` reads).
-fn write_shapes(file: &PathBuf, out: &PathBuf) -> std::result::Result<(), String> {
+fn write_shapes(file: &Path, out: &Path) -> std::result::Result<(), String> {
     let gguf = GgufFile::open(file).map_err(|e| e.to_string())?;
     let mut bytes = gguf.bytes()[..gguf.data_offset() as usize].to_vec();
     bytes.extend_from_slice(&(gguf.bytes().len() as u64).to_le_bytes());
