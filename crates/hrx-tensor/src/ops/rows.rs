@@ -1,5 +1,8 @@
 //! Row operators over the last axis: softmax, log-softmax, layer norm and
-//! RMS norm. One workgroup per row.
+//! RMS norm, and the residual add fused into an RMS norm
+//! ([`Ops::record_add_rms_norm`]: a decode step is bound by its count of
+//! dependent dispatches, and each layer adds a residual right before a
+//! norm). One workgroup per row.
 
 use super::{
     Ops,
@@ -88,7 +91,23 @@ struct NormCall<'a> {
     bias: Option<&'a DeviceTensor>,
     eps: f32,
     out: &'a DeviceTensor,
+    /// The addend and the sum's output of a fused add: the norm is then of
+    /// `a + addend`, stored to the sum. Both contiguous like `a`.
+    add: Option<(&'a DeviceTensor, &'a DeviceTensor)>,
     operation: &'a str,
+}
+
+/// Refuse a written tensor whose bound range overlaps another operand's
+/// (the fused add reads its inputs in several passes and after other
+/// work items have stored).
+fn disjoint(operation: &str, written: (&str, &Operand), other: (&str, &Operand)) -> Result<()> {
+    if written.1.view.overlaps(&other.1.view) {
+        return Err(Error::Message(format!(
+            "{operation}: {} must not overlap {}",
+            written.0, other.0
+        )));
+    }
+    Ok(())
 }
 
 impl Ops {
@@ -295,6 +314,7 @@ impl Ops {
             bias,
             eps,
             out,
+            add: None,
             operation,
         };
         self.record_after_packing(graph, a, packed.as_ref(), |g, a| {
@@ -311,6 +331,7 @@ impl Ops {
             bias,
             eps,
             out,
+            add,
             operation,
         } = *call;
         let r = rows(a.desc(), operation)?;
@@ -333,6 +354,24 @@ impl Ops {
             operand(out, &target, operation)?,
         );
         let ((kw, sw, hw), (kb, sb, hb)) = (param(weight)?, param(bias)?);
+        // The fused add's addend and sum, laid out like `a` and `out`.
+        let added = match add {
+            Some((c, sum)) => Some((
+                operand(c, &target, operation)?,
+                operand(sum, &target, operation)?,
+            )),
+            None => None,
+        };
+        if let Some((kc, ks)) = &added {
+            let read = [("a", &ka), ("the addend", kc), ("the weight", &kw)];
+            for (name, k) in read.into_iter().chain([("out", &ko)]) {
+                disjoint(operation, ("sum", ks), (name, k))?;
+            }
+            for (name, k) in read {
+                disjoint(operation, ("out", &ko), (name, k))?;
+            }
+        }
+        let fused = added.is_some();
         let quads = r.quads(&ka, &ko).and_then(|(qa, qo)| {
             // Present parameters must be unit-stride and aligned too; the
             // absent ones read quad 0 of the 16-byte dummy.
@@ -341,21 +380,35 @@ impl Ops {
                 _ if stride == 1 => quad_offset(k),
                 _ => None,
             };
-            Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?))
+            let qcs = match &added {
+                Some((kc, ks)) => Some((quad_offset(kc)?, quad_offset(ks)?)),
+                None => None,
+            };
+            Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?, qcs))
         });
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
-        if let Some((qa, qo, qw, qb)) = quads {
+        let mut views = vec![
+            ka.view.clone(),
+            kw.view.clone(),
+            kb.view.clone(),
+            ko.view.clone(),
+        ];
+        if let Some((kc, ks)) = &added {
+            views.extend([kc.view.clone(), ks.view.clone()]);
+        }
+        if let Some((qa, qo, qw, qb, qcs)) = quads {
             let center = kind == Norm::Layer;
+            let symbol = if fused { "add_norm4" } else { "norm4" };
             let kernel = self.registry.kernel(KernelKey {
                 source: KernelSource::Built(Generator::new(
-                    format!("norm4 {wg} {center}"),
-                    move || rows_kernels::norm4(wg, center),
+                    format!("{symbol} {wg} {center}"),
+                    move || rows_kernels::norm4(wg, center, fused),
                 )),
-                symbol: "norm4",
+                symbol,
                 config: Vec::new(),
             })?;
             let q = ScalarValue::Index;
-            let scalars = vec![
+            let mut scalars = vec![
                 index(r.cols / 4),
                 ScalarValue::F32(eps),
                 index(hw),
@@ -372,23 +425,22 @@ impl Ops {
                 q(qo),
                 q(ko.len),
             ];
-            return kernel.record(
-                graph,
-                operation,
-                &[ka.view, kw.view, kb.view, ko.view],
-                &scalars,
-                &[r.rows as u64],
-            );
+            if let (Some((qc, qs)), Some((kc, ks))) = (qcs, &added) {
+                scalars.extend([q(qc), q(kc.len), q(qs), q(ks.len)]);
+            }
+            return kernel.record(graph, operation, &views, &scalars, &[r.rows as u64]);
         }
         let center = kind == Norm::Layer;
+        let symbol = if fused { "add_norm" } else { "norm" };
         let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new(format!("norm {wg} {center}"), move || {
-                rows_kernels::norm(wg, center)
-            })),
-            symbol: "norm",
+            source: KernelSource::Built(Generator::new(
+                format!("{symbol} {wg} {center}"),
+                move || rows_kernels::norm(wg, center, fused),
+            )),
+            symbol,
             config: Vec::new(),
         })?;
-        let scalars: Vec<ScalarValue> =
+        let mut scalars: Vec<ScalarValue> =
             [index(r.cols), ScalarValue::F32(eps), index(hw), index(hb)]
                 .into_iter()
                 .chain([r.row_stride, r.col_stride].map(index))
@@ -399,13 +451,10 @@ impl Ops {
                 .chain(kb.scalars())
                 .chain(ko.scalars())
                 .collect();
-        kernel.record(
-            graph,
-            operation,
-            &[ka.view, kw.view, kb.view, ko.view],
-            &scalars,
-            &[r.rows as u64],
-        )
+        if let Some((kc, ks)) = &added {
+            scalars.extend(kc.scalars().into_iter().chain(ks.scalars()));
+        }
+        kernel.record(graph, operation, &views, &scalars, &[r.rows as u64])
     }
 
     /// Record layer norm over the last axis: `(x - mean) / sqrt(var + eps)
@@ -436,6 +485,82 @@ impl Ops {
         out: &DeviceTensor,
     ) -> Result<()> {
         self.record_norm(graph, Norm::Rms, a, weight, bias, eps, out)
+    }
+
+    /// Record `sum = a + b` and `out = rms_norm(sum) * weight` over the
+    /// last axis in one dispatch: the values of [`Ops::record_binary`]
+    /// (`Add`) followed by [`Ops::record_rms_norm`] with this weight and
+    /// no bias (the same reductions; equal up to the order of f32
+    /// roundings).
+    ///
+    /// `a`, `b`, `sum` and `out` are f32 of one shape, contiguous (they
+    /// may start anywhere in their storage, such as rows of a larger
+    /// tensor); `weight` is f32 `[last]`, possibly strided. `sum` and
+    /// `out` must not overlap each other or any input.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_add_rms_norm(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        weight: &DeviceTensor,
+        eps: f32,
+        sum: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("add_rms_norm of {} and {}", a.desc(), b.desc());
+        let operation = operation.as_str();
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[a, b, weight])?;
+        for t in [a, b, weight] {
+            if t.desc().dtype() != DType::F32 {
+                return Err(Error::Unsupported(format!(
+                    "{operation}: {} is not f32",
+                    t.desc()
+                )));
+            }
+        }
+        let shape = a.desc().shape();
+        if b.desc().shape() != shape {
+            return Err(Error::Message(format!(
+                "{operation}: the inputs must have the same shape"
+            )));
+        }
+        for t in [a, b] {
+            if !t.desc().is_contiguous() {
+                return Err(Error::Unsupported(format!(
+                    "{operation}: input {} must be contiguous",
+                    t.desc()
+                )));
+            }
+        }
+        let cols = shape.last().copied().unwrap_or(1);
+        if weight.desc().shape() != [cols] {
+            return Err(Error::Message(format!(
+                "{operation}: weight must have shape [{cols}], got {}",
+                weight.desc()
+            )));
+        }
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::Message(format!(
+                "{operation}: eps {eps} must be finite and >= 0"
+            )));
+        }
+        check_output(runtime, operation, sum, DType::F32, shape)?;
+        check_output(runtime, operation, out, DType::F32, shape)?;
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        let call = NormCall {
+            kind: Norm::Rms,
+            weight: Some(weight),
+            bias: None,
+            eps,
+            out,
+            add: Some((b, sum)),
+            operation,
+        };
+        self.record_norm_rows(graph, a, &call)
     }
 
     /// Layer norm over the last axis, run eagerly.

@@ -18,6 +18,13 @@
 //!   and its square per lane, `k` the row's first quad (a shift that keeps
 //!   the one-pass variance accurate), and merges the four lanes' partial
 //!   moments exactly.
+//! - add + norm (`add`): the norm of `a + c`, every pass reading both
+//!   inputs and adding them (so each sees the same rounded sums), the first
+//!   pass also storing them to `sum`. Recomputing rather than reading `sum`
+//!   back keeps the passes free of a storage barrier (the 4-wide form's
+//!   shift is the row's first quad, stored by another work item). The
+//!   reductions are the norm's own, so the result equals an add followed
+//!   by the norm kernel of the same form and workgroup size.
 
 use hrx_loom::build::{
     Barrier, Body, Bool, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
@@ -231,17 +238,25 @@ pub(crate) fn softmax4(wg: usize, log: bool) -> Built {
     Built::kernel(k.finish())
 }
 
-/// Layer norm (`center`) or RMS norm of strided rows.
-pub(crate) fn norm(wg: usize, center: bool) -> Built {
-    let mut k = per_row("norm", wg);
+/// Layer norm (`center`) or RMS norm of strided rows; with `add`, of `a +
+/// c` (`c` strided like `a`), the sums stored to the contiguous `sum`.
+pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
+    let mut k = per_row(if add { "add_norm" } else { "norm" }, wg);
     let cols = k.arg_index("cols");
     let eps = k.arg_scalar("eps", F32);
     let [hw, hb, srow, scol, oa, la, sw, ow, lw, sb, ob, lb, oo, lo] = [
         "hw", "hb", "srow", "scol", "oa", "la", "sw", "ow", "lw", "sb", "ob", "lb", "oo", "lo",
     ]
     .map(|n| k.arg_index(n));
+    let extra = add.then(|| ["oc", "lc", "os", "ls"].map(|n| k.arg_index(n)));
     let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
     let zero = k.offset(0);
+    let added = extra.map(|[oc, lc, os, ls]| {
+        let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
+        let cv = k.buffer_view(c, zero, [lc.into()], F32);
+        let sv = k.buffer_view(s, zero, [ls.into()], F32);
+        (cv, oc, sv, os)
+    });
     let av = k.buffer_view(a, zero, [la.into()], F32);
     let wv = k.buffer_view(w, zero, [lw.into()], F32);
     let bv = k.buffer_view(bb, zero, [lb.into()], F32);
@@ -256,6 +271,12 @@ pub(crate) fn norm(wg: usize, center: bool) -> Built {
     let first = k.cmp(IntPredicate::Eq, lane, c0);
     let base = k.madd(r, srow, oa);
     let obase = k.madd(r, cols, oo);
+    // The addend's row base and the sum's view and row base.
+    let added = added.map(|(cv, oc, sv, os)| {
+        let cbase = k.madd(r, srow, oc);
+        let sbase = k.madd(r, cols, os);
+        (cv, cbase, sv, sbase)
+    });
     let zf = k.float(0.0, F32);
     let onef = k.float(1.0, F32);
     let centerc = k.index(u64::from(center));
@@ -272,11 +293,23 @@ pub(crate) fn norm(wg: usize, center: bool) -> Built {
     };
     let element = |b: &mut Builder, j: Value<Index>| {
         let p = b.madd(j, scol, base);
-        b.load(av, &[p])
+        let x = b.load(av, &[p]);
+        match added {
+            Some((cv, cbase, _, _)) => {
+                let pc = b.madd(j, scol, cbase);
+                let y = b.load(cv, &[pc]);
+                b.addf(x, y)
+            }
+            None => x,
+        }
     };
-    // Pass 1: the mean (layer norm only).
+    // Pass 1: the mean (layer norm only), and the sums stored.
     let psum = k.for_carry(lx, cols, wgs, &[zf], |b, j, s| {
         let x = element(b, j);
+        if let Some((_, _, sv, sbase)) = added {
+            let q = b.add(sbase, j);
+            b.store(x, sv, &[q]);
+        }
         vec![b.addf(s[0], x)]
     })[0];
     let sum = slots.sum(&mut k, psum, zf);
@@ -313,17 +346,26 @@ pub(crate) fn norm(wg: usize, center: bool) -> Built {
     Built::kernel(k.finish())
 }
 
-/// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads.
-pub(crate) fn norm4(wg: usize, center: bool) -> Built {
-    let mut k = per_row("norm4", wg);
+/// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
+/// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
+/// contiguous `sum`.
+pub(crate) fn norm4(wg: usize, center: bool, add: bool) -> Built {
+    let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
     let c4 = k.arg_index("c4");
     let eps = k.arg_scalar("eps", F32);
     let [hw, hb, srow4, qa, la, sw, qw, lw, sb, qb, lb, qo, lo] = [
         "hw", "hb", "srow4", "qa", "la", "sw", "qw", "lw", "sb", "qb", "lb", "qo", "lo",
     ]
     .map(|n| k.arg_index(n));
+    let extra = add.then(|| ["qc", "lc", "qs", "ls"].map(|n| k.arg_index(n)));
     let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
     let zero = k.offset(0);
+    let added = extra.map(|[qc, lc, qs, ls]| {
+        let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
+        let cv = k.buffer_view(c, zero, [lc.into()], F32);
+        let sv = k.buffer_view(s, zero, [ls.into()], F32);
+        (cv, qc, sv, qs)
+    });
     let av = k.buffer_view(a, zero, [la.into()], F32);
     let wv = k.buffer_view(w, zero, [lw.into()], F32);
     let bv = k.buffer_view(bb, zero, [lb.into()], F32);
@@ -345,6 +387,12 @@ pub(crate) fn norm4(wg: usize, center: bool) -> Built {
     let slot2 = k.add(slot, four);
     let abase = k.madd(r, srow4, qa);
     let obase = k.madd(r, c4, qo);
+    // The addend's row base and the sum's view and row base, in quads.
+    let added = added.map(|(cv, qc, sv, qs)| {
+        let cbase = k.madd(r, srow4, qc);
+        let sbase = k.madd(r, c4, qs);
+        (cv, cbase, sv, sbase)
+    });
     let zf = k.float(0.0, F32);
     let onef = k.float(1.0, F32);
     let zv = k.splat(zf, 4);
@@ -354,16 +402,29 @@ pub(crate) fn norm4(wg: usize, center: bool) -> Built {
     let n4v = k.splat(n4, 4);
     let centerc = k.index(u64::from(center));
     let centered = k.cmp(IntPredicate::Ne, centerc, c0);
-    let k0 = k.mul(abase, four);
-    let shift = k.vector_load(av, &[k0], 4);
     let quad = |b: &mut Builder, j: Value<Index>| {
         let t = b.add(abase, j);
         let p = b.mul(t, four);
-        b.vector_load(av, &[p], 4)
+        let x = b.vector_load(av, &[p], 4);
+        match added {
+            Some((cv, cbase, _, _)) => {
+                let tc = b.add(cbase, j);
+                let pc = b.mul(tc, four);
+                let y = b.vector_load(cv, &[pc], 4);
+                b.addf(x, y)
+            }
+            None => x,
+        }
     };
-    // Pass 1: shifted sums per lane.
+    let shift = quad(&mut k, c0);
+    // Pass 1: shifted sums per lane, and the sums stored.
     let sums = k.for_carry(lx, c4, wgs, &[zv, zv], |b, j, acc| {
         let x = quad(b, j);
+        if let Some((_, _, sv, sbase)) = added {
+            let ts = b.add(sbase, j);
+            let ps = b.mul(ts, four);
+            b.vector_store(x, sv, &[ps]);
+        }
         let d = b.subf(x, shift);
         let s2 = b.addf(acc[0], d);
         let ss2 = b.fmaf(d, d, acc[1]);
@@ -463,8 +524,10 @@ mod tests {
                     for (symbol, built) in [
                         ("softmax", softmax(wg, flag)),
                         ("softmax4", softmax4(wg, flag)),
-                        ("norm", norm(wg, flag)),
-                        ("norm4", norm4(wg, flag)),
+                        ("norm", norm(wg, flag, false)),
+                        ("norm4", norm4(wg, flag, false)),
+                        ("add_norm", norm(wg, flag, true)),
+                        ("add_norm4", norm4(wg, flag, true)),
                     ] {
                         compiler
                             .built(&built)
