@@ -3,8 +3,9 @@
 //! seeded random data: strided inputs, inactive rows (slots and positions
 //! out of range), grouped-query heads, decode-like rows from several
 //! slots, a prefill whose cache is written in the same graph the
-//! attention reads it (ordering by declared accesses), and the errors of
-//! bad operands.
+//! attention reads it (ordering by declared accesses), the fused RoPE and
+//! cache store bit for bit against the two operators it replaces, and the
+//! errors of bad operands.
 
 use hrx_runtime::{Edge, Graph, Hazard, Runtime, RuntimeOptions};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
@@ -446,6 +447,164 @@ fn swiglu_matches_reference() -> Result<()> {
             want[i].abs() * ((1.0 - sig) * exp_err + 10.0 * U) + 1e-30
         });
     }
+    Ok(())
+}
+
+/// The fused RoPE and cache store against rope then two kv_stores in one
+/// graph: the same bits in both caches (rows of other slots and positions
+/// untouched), and the keys within the f64 reference's bound, on
+/// grouped-query shapes with strided keys and values: decode-like rows of
+/// several slots (inactive ones among them: slot -1, slot = slots,
+/// position = capacity, a negative position) and a prefill of 20 rows of
+/// one slot.
+#[test]
+fn rope_kv_store_equals_rope_then_kv_store() -> Result<()> {
+    let ops = ops();
+    let (slots, kvh, cap, hd) = (3, 3, 32, 64);
+    let decode = vec![
+        (2, 9),
+        (0, 0),
+        (-1, 3),
+        (1, 4),
+        (3, 1),
+        (0, 32),
+        (1, -2),
+        (2, 31),
+    ];
+    let prefill: Vec<(i32, i32)> = (0..20).map(|p| (1, p + 7)).collect();
+    let cases = [
+        (decode.clone(), 64, 1e4),
+        (decode, 32, 1e5),
+        (prefill, 64, 1e4),
+    ];
+    for (case, (rows, rope_dims, base)) in cases.into_iter().enumerate() {
+        let mut rng = Gen::new(70 + case as u64);
+        let n = rows.len();
+        let shape = [n, kvh, hd];
+        let csize = slots * kvh * cap * hd;
+        let (old_k, old_v) = (rng.values(csize, -1.0, 1.0), rng.values(csize, -1.0, 1.0));
+        let (k, v) = (
+            rng.values(n * kvh * hd, -2.0, 2.0),
+            rng.values(n * kvh * hd, -2.0, 2.0),
+        );
+        let kt = strided(&ops, &shape, 1, &k, &mut rng);
+        let vt = strided(&ops, &shape, 2, &v, &mut rng);
+        let seq: Vec<i32> = rows.iter().map(|r| r.0).collect();
+        let pos: Vec<i32> = rows.iter().map(|r| r.1).collect();
+        let (st, pt) = (i32s(&ops, &seq), i32s(&ops, &pos));
+        let cache = |values: &[f64]| f32s(&ops, &[slots, kvh, cap, hd], values);
+        let (kc_sep, vc_sep) = (cache(&old_k), cache(&old_v));
+        let (kc_fused, vc_fused) = (cache(&old_k), cache(&old_v));
+        let rotated = ops.output(TensorDesc::new(DType::F32, shape.to_vec())?)?;
+        let b = base as f32;
+
+        let mut graph = ops.runtime().graph();
+        ops.record_rope(&mut graph, &kt, &pt, rope_dims, b, &rotated)?;
+        ops.record_kv_store(&mut graph, &rotated, &st, &pt, &kc_sep)?;
+        ops.record_kv_store(&mut graph, &vt, &st, &pt, &vc_sep)?;
+        run(graph, &[&kt, &vt, &st, &pt, &kc_sep, &vc_sep, &rotated])?;
+        let mut graph = ops.runtime().graph();
+        ops.record_rope_kv_store(
+            &mut graph, &kt, &vt, &st, &pt, rope_dims, b, &kc_fused, &vc_fused,
+        )?;
+        run(graph, &[&kt, &vt, &st, &pt, &kc_fused, &vc_fused])?;
+
+        let bits = |t: &DeviceTensor| -> Result<Vec<u32>> {
+            Ok(t.to_values()?
+                .iter()
+                .map(|&x| (x as f32).to_bits())
+                .collect())
+        };
+        let what = format!("rope_kv_store case {case}");
+        assert_eq!(bits(&kc_fused)?, bits(&kc_sep)?, "{what}: k_cache bits");
+        assert_eq!(bits(&vc_fused)?, bits(&vc_sep)?, "{what}: v_cache bits");
+
+        let (rk, bound) = rope_ref(&k, shape, &pos, rope_dims, f64::from(b));
+        let (mut want_k, mut want_v) = (old_k.clone(), old_v.clone());
+        let mut want_bound = vec![0.0; csize];
+        for (r, &(s, p)) in rows.iter().enumerate() {
+            if !(0..slots as i32).contains(&s) || !(0..cap as i32).contains(&p) {
+                continue;
+            }
+            for h in 0..kvh {
+                let at = ((s as usize * kvh + h) * cap + p as usize) * hd;
+                let from = (r * kvh + h) * hd;
+                want_k[at..at + hd].copy_from_slice(&rk[from..from + hd]);
+                want_bound[at..at + hd].copy_from_slice(&bound[from..from + hd]);
+                want_v[at..at + hd].copy_from_slice(&v[from..from + hd]);
+            }
+        }
+        check(&format!("{what} k"), &kc_fused.to_values()?, &want_k, |i| {
+            want_bound[i]
+        });
+        check(
+            &format!("{what} v"),
+            &vc_fused.to_values()?,
+            &want_v,
+            |_| 0.0,
+        );
+    }
+    Ok(())
+}
+
+/// The fused operator's checks: those of rope and kv_store, the shapes of
+/// v and the value cache, and caches that overlap.
+#[test]
+fn rope_kv_store_refuses_bad_operands() -> Result<()> {
+    let ops = ops();
+    let f = |shape: &[usize]| ops.output(TensorDesc::new(DType::F32, shape.to_vec()).unwrap());
+    let i = |n: usize| ops.output(TensorDesc::new(DType::I32, vec![n]).unwrap());
+    let (k, v, seq, pos) = (f(&[4, 3, 64])?, f(&[4, 3, 64])?, i(4)?, i(4)?);
+    let (kc, vc) = (f(&[2, 3, 16, 64])?, f(&[2, 3, 16, 64])?);
+    type Case<'a> = (
+        &'a DeviceTensor,
+        &'a DeviceTensor,
+        &'a DeviceTensor,
+        usize,
+        f32,
+    );
+    let fail = |(k, v, s, rope_dims, base): Case,
+                k_cache: &DeviceTensor,
+                v_cache: &DeviceTensor,
+                words: &str| {
+        let mut graph = ops.runtime().graph();
+        let e = ops
+            .record_rope_kv_store(&mut graph, k, v, s, &pos, rope_dims, base, k_cache, v_cache)
+            .expect_err(words)
+            .to_string();
+        assert!(e.contains(words), "{e:?} lacks {words:?}");
+        assert!(e.contains("rope_kv_store"), "{e:?} lacks the operator");
+    };
+    let ok: Case = (&k, &v, &seq, 64, 1e4);
+    fail((&k, &v, &seq, 63, 1e4), &kc, &vc, "rope_dims");
+    fail((&k, &v, &seq, 66, 1e4), &kc, &vc, "rope_dims");
+    fail((&k, &v, &seq, 64, f32::NAN), &kc, &vc, "base");
+    fail(
+        (&k, &f(&[4, 3, 32])?, &seq, 64, 1e4),
+        &kc,
+        &vc,
+        "shape of k",
+    );
+    fail((&k, &v, &f(&[4])?, 64, 1e4), &kc, &vc, "sequence");
+    fail((&k, &v, &i(5)?, 64, 1e4), &kc, &vc, "sequence");
+    fail((&f(&[4, 192])?, &v, &seq, 64, 1e4), &kc, &vc, "rank 3");
+    fail(ok, &f(&[2, 4, 16, 64])?, &vc, "k_cache");
+    fail(ok, &kc, &f(&[2, 3, 8, 64])?, "shape of k_cache");
+    let wide = f(&[2, 3, 16, 128])?;
+    fail(ok, &kc, &wide.slice(3, 0..64)?, "contiguous");
+    fail(ok, &kc, &kc, "overlap");
+    fail(
+        ok,
+        &k.reshape(vec![1, 3, 4, 64])?,
+        &f(&[1, 3, 4, 64])?,
+        "overlap",
+    );
+    fail(
+        ok,
+        &f(&[1, 3, 4, 64])?,
+        &v.reshape(vec![1, 3, 4, 64])?,
+        "overlap",
+    );
     Ok(())
 }
 

@@ -78,7 +78,7 @@ pub(super) fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usiz
 
 /// Check a cache: contiguous f32 `[slots, kv_heads, capacity, head_dim]`
 /// with the given head count and size. Returns (slots, capacity).
-fn cache_shape(
+pub(super) fn cache_shape(
     operation: &str,
     what: &str,
     cache: &DeviceTensor,

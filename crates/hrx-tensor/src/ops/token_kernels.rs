@@ -1,5 +1,7 @@
 //! The per-token kernels of a decoder layer, built: rotary position
-//! embedding, the key/value cache store and the SwiGLU gate. Each is one
+//! embedding, the key/value cache store, both fused (RoPE of the new keys
+//! stored with the new values, one dispatch where a decode step would
+//! take three) and the SwiGLU gate. Each is one
 //! grid-stride loop over the output elements (memory-bound, one dispatch).
 //!
 //! Every token row carries its position (and, for the cache store, its
@@ -15,7 +17,7 @@
 //! and signs them.
 
 use super::elementwise_kernels::grid;
-use hrx_loom::build::{Builder, Built, Num, Value};
+use hrx_loom::build::{Builder, Built, Index, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 use std::f64::consts::FRAC_PI_2;
 
@@ -87,6 +89,57 @@ pub(crate) fn sin_cos(b: &mut Builder, a: Value<Num>) -> (Value<Num>, Value<Num>
     (b.select(neg_s, nsin, sin0), b.select(neg_c, ncos, cos0))
 }
 
+/// Where one RoPE output element reads: the row's elements in `xv` from
+/// `xbase` at stride `xs2`, element `d` (below the rotated width), the
+/// row's position `pos >= 0` (i32) and the frequency exponent `c`.
+#[derive(Clone, Copy)]
+struct Pair {
+    xv: Value<View>,
+    xbase: Value<Index>,
+    xs2: Value<Index>,
+    d: Value<Index>,
+    pos: Value<Num>,
+    c: Value<Num>,
+}
+
+/// Element `d` of a row after its pair `i = d / 2` turns by `pos *
+/// exp(-i * c)`: `out0 = x0 cos - x1 sin`, `out1 = x0 sin + x1 cos`. One
+/// fragment for every kernel that rotates (rope, rope_kv_store), so their
+/// results are bit-identical.
+fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
+    let Pair {
+        xv,
+        xbase,
+        xs2,
+        d,
+        pos,
+        c,
+    } = at;
+    let [c1, c2] = [1, 2].map(|v| b.index(v));
+    let i = b.div(d, c2);
+    let d0 = b.mul(i, c2);
+    let d1 = b.add(d0, c1);
+    let p0 = b.madd(d0, xs2, xbase);
+    let p1 = b.madd(d1, xs2, xbase);
+    let x0 = b.load(xv, &[p0]);
+    let x1 = b.load(xv, &[p1]);
+    let iu = b.index_cast(i, Scalar::U32);
+    let fi = b.uitofp(iu, F32);
+    let nc = b.negf(c);
+    let t = b.mulf(fi, nc);
+    let freq = b.expf(t);
+    let pf = b.sitofp(pos, F32);
+    let angle = b.mulf(pf, freq);
+    let (sin, cos) = sin_cos(b, angle);
+    let odd = b.cmp(IntPredicate::Ne, d, d0);
+    let x1s = b.mulf(x1, sin);
+    let nx1s = b.negf(x1s);
+    let out0 = b.fmaf(x0, cos, nx1s);
+    let x1c = b.mulf(x1, cos);
+    let out1 = b.fmaf(x0, sin, x1c);
+    b.select(odd, out1, out0)
+}
+
 /// RoPE on adjacent pairs of `x: [rows, heads, hd]` (strided), written to
 /// a contiguous `out`: pair `i < rope/2` of a row at position `p >= 0`
 /// turns by `p * exp(-i * c)`, `c = 2 ln(base) / rope`; the rest (and
@@ -108,7 +161,6 @@ pub(crate) fn rope() -> Built {
     let size = k.workgroup_size(Axis::X);
     let count = k.workgroup_count(Axis::X);
     let step = k.mul(size, count);
-    let [c1, c2] = [1, 2].map(|v| k.index(v));
     let izero = k.int(0, Scalar::I32);
     k.for_each(start, n, step, |b, e| {
         let d = b.rem(e, hd);
@@ -125,29 +177,17 @@ pub(crate) fn rope() -> Built {
         let y = b.if_else(
             turn,
             |b| {
-                let i = b.div(d, c2);
-                let d0 = b.mul(i, c2);
-                let d1 = b.add(d0, c1);
-                let p0 = b.madd(d0, xs2, xbase);
-                let p1 = b.madd(d1, xs2, xbase);
-                let x0 = b.load(xv, &[p0]);
-                let x1 = b.load(xv, &[p1]);
-                let iu = b.index_cast(i, Scalar::U32);
-                let fi = b.uitofp(iu, F32);
-                let nc = b.negf(c);
-                let t = b.mulf(fi, nc);
-                let freq = b.expf(t);
-                let pf = b.sitofp(pos, F32);
-                let angle = b.mulf(pf, freq);
-                let (sin, cos) = sin_cos(b, angle);
-                let odd = b.cmp(IntPredicate::Ne, d, d0);
-                // out0 = x0 cos - x1 sin, out1 = x0 sin + x1 cos.
-                let x1s = b.mulf(x1, sin);
-                let nx1s = b.negf(x1s);
-                let out0 = b.fmaf(x0, cos, nx1s);
-                let x1c = b.mulf(x1, cos);
-                let out1 = b.fmaf(x0, sin, x1c);
-                vec![b.select(odd, out1, out0)]
+                vec![rotated(
+                    b,
+                    Pair {
+                        xv,
+                        xbase,
+                        xs2,
+                        d,
+                        pos,
+                        c,
+                    },
+                )]
             },
             |b| {
                 let p = b.madd(d, xs2, xbase);
@@ -219,6 +259,114 @@ pub(crate) fn kv_store() -> Built {
     module.finish()
 }
 
+/// RoPE of the new keys and the cache store of keys and values in one
+/// pass: for `k, v: [rows, kvh, hd]` (strided) and rows with `0 <= seq <
+/// slots` and `0 <= pos < cap`, `k_cache[seq, h, pos, j]` takes element
+/// `j` of `rope`'s output for `k[r, h]` (the same fragment, so the same
+/// bits) and `v_cache[seq, h, pos, j] = v[r, h, j]`; both caches are
+/// contiguous `[slots, kvh, cap, hd]`. Other rows write nothing.
+pub(crate) fn rope_kv_store() -> Built {
+    let (mut module, mut k) = grid("rope_kv_store", "n", None);
+    let [n, kvh, hd, slots, cap, rope] =
+        ["n", "kvh", "hd", "slots", "cap", "rope"].map(|x| k.arg_index(x));
+    let c = k.arg_scalar("c", F32);
+    let [
+        ks0,
+        ks1,
+        ks2,
+        vs0,
+        vs1,
+        vs2,
+        ok,
+        lk,
+        ov,
+        lv,
+        os,
+        ls,
+        op,
+        lp,
+        okc,
+        lkc,
+        ovc,
+        lvc,
+    ] = [
+        "ks0", "ks1", "ks2", "vs0", "vs1", "vs2", "ok", "lk", "ov", "lv", "os", "ls", "op", "lp",
+        "okc", "lkc", "ovc", "lvc",
+    ]
+    .map(|x| k.arg_index(x));
+    let [kb, vb, sequence, position] =
+        ["k", "v", "sequence", "position"].map(|x| k.arg_buffer(x, true));
+    let [kcb, vcb] = ["k_cache", "v_cache"].map(|x| k.arg_buffer(x, false));
+    let zero = k.offset(0);
+    let kv = k.buffer_view(kb, zero, [lk.into()], F32);
+    let vv = k.buffer_view(vb, zero, [lv.into()], F32);
+    let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
+    let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
+    let kcv = k.buffer_view(kcb, zero, [lkc.into()], F32);
+    let vcv = k.buffer_view(vcb, zero, [lvc.into()], F32);
+    let start = k.dispatch_id(Axis::X);
+    let size = k.workgroup_size(Axis::X);
+    let count = k.workgroup_count(Axis::X);
+    let step = k.mul(size, count);
+    let slotsu = k.index_cast(slots, Scalar::U32);
+    let capu = k.index_cast(cap, Scalar::U32);
+    k.for_each(start, n, step, |b, e| {
+        let d = b.rem(e, hd);
+        let t = b.div(e, hd);
+        let h = b.rem(t, kvh);
+        let r = b.div(t, kvh);
+        let ps = b.add(os, r);
+        let pp = b.add(op, r);
+        let seq = b.load(sv, &[ps]);
+        let pos = b.load(pv, &[pp]);
+        let sequ = b.bitcast(seq, Scalar::U32);
+        let posu = b.bitcast(pos, Scalar::U32);
+        let in_slots = b.cmpi(IntPredicate::Ult, sequ, slotsu);
+        let in_cap = b.cmpi(IntPredicate::Ult, posu, capu);
+        let active = b.and(in_slots, in_cap);
+        b.if_(active, |b| {
+            let s = b.to_index(sequ);
+            let p = b.to_index(posu);
+            let k0 = b.madd(r, ks0, ok);
+            let kbase = b.madd(h, ks1, k0);
+            // An active row's position is not negative: only the width
+            // decides whether the element turns.
+            let inside = b.cmp(IntPredicate::Ult, d, rope);
+            let y = b.if_else(
+                inside,
+                |b| {
+                    let at = Pair {
+                        xv: kv,
+                        xbase: kbase,
+                        xs2: ks2,
+                        d,
+                        pos,
+                        c,
+                    };
+                    vec![rotated(b, at)]
+                },
+                |b| {
+                    let pk = b.madd(d, ks2, kbase);
+                    vec![b.load(kv, &[pk])]
+                },
+            )[0];
+            let v0 = b.madd(r, vs0, ov);
+            let v1 = b.madd(h, vs1, v0);
+            let pvv = b.madd(d, vs2, v1);
+            let x = b.load(vv, &[pvv]);
+            let row = b.madd(s, kvh, h);
+            let at = b.madd(row, cap, p);
+            let pc = b.madd(at, hd, d);
+            let pkc = b.add(pc, okc);
+            b.store(y, kcv, &[pkc]);
+            let pvc = b.add(pc, ovc);
+            b.store(x, vcv, &[pvc]);
+        });
+    });
+    module.kernel(k.finish());
+    module.finish()
+}
+
 /// `out = gate / (1 + exp(-gate)) * up` over `[rows, width]` (both inputs
 /// strided, `out` contiguous).
 pub(crate) fn swiglu() -> Built {
@@ -277,6 +425,7 @@ mod tests {
             for (symbol, built) in [
                 ("rope", rope()),
                 ("kv_store", kv_store()),
+                ("rope_kv_store", rope_kv_store()),
                 ("swiglu", swiglu()),
             ] {
                 compiler
