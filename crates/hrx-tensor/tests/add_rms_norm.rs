@@ -81,7 +81,7 @@ fn reference(cols: usize, a: &[f64], b: &[f64], w: &[f64]) -> (Vec<f64>, Vec<f64
         for (j, x) in row.iter().enumerate() {
             let y = x / ve.sqrt() * w[j];
             out.push(y);
-            tol.push(y.abs() * rel + U * 1e-30);
+            tol.push(y.abs() * rel);
         }
     }
     (sum, out, tol)
