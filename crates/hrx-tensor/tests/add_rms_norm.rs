@@ -173,9 +173,9 @@ fn add_rms_norm_errors() {
         &out,
         &format!("{of}sum must not overlap a"),
     );
-    fails(&a, &b, &w, EPS, &b, &out, "sum must not overlap the addend");
+    fails(&a, &b, &w, EPS, &b, &out, "sum must not overlap b");
     fails(&a, &b, &w, EPS, &sum, &sum, "sum must not overlap out");
-    fails(&a, &b, &w, EPS, &sum, &b, "out must not overlap the addend");
+    fails(&a, &b, &w, EPS, &sum, &b, "out must not overlap b");
     let w4 = input(DType::F32, &[4], &[1.0; 4], Placement::Contiguous);
     fails(
         &a,
