@@ -363,7 +363,7 @@ impl Ops {
             None => None,
         };
         if let Some((kc, ks)) = &added {
-            let read = [("a", &ka), ("the addend", kc), ("the weight", &kw)];
+            let read = [("a", &ka), ("b", kc), ("the weight", &kw)];
             for (name, k) in read.into_iter().chain([("out", &ko)]) {
                 disjoint(operation, ("sum", ks), (name, k))?;
             }
