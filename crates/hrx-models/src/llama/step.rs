@@ -22,7 +22,7 @@ use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
-use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::BinaryOp};
+use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
 /// head_dim]` f32 each.
@@ -86,13 +86,11 @@ struct Scratch {
     /// tensor each.
     qkv: Outputs,
     q_rot: DeviceTensor,
-    k_rot: DeviceTensor,
     attended: DeviceTensor,
     proj: DeviceTensor,
     /// Gate and up by row, stacked or each.
     gate_up: Outputs,
     act: DeviceTensor,
-    picked: DeviceTensor,
     picked_norm: DeviceTensor,
 }
 
@@ -126,12 +124,10 @@ impl StepGraph {
             norm: f32s(vec![rows, w])?,
             qkv: Outputs::new(context, rows, &[w, kv, kv])?,
             q_rot: f32s(vec![rows, c.heads, c.head_dim])?,
-            k_rot: f32s(vec![rows, c.kv_heads, c.head_dim])?,
             attended: f32s(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
             gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width])?,
             act: f32s(vec![rows, c.ffn_width])?,
-            picked: f32s(vec![outputs, w])?,
             picked_norm: f32s(vec![outputs, w])?,
         };
         let eps = c.rms_eps as f32;
@@ -140,8 +136,10 @@ impl StepGraph {
         let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         let mut g = context.runtime().graph();
         ops.record_quant_gather(&mut g, &weights.embedding, &tokens, &s.x)?;
+        let first_norm = &weights.blocks[0].attn_norm;
+        ops.record_rms_norm(&mut g, &s.x, Some(first_norm), None, eps, &s.norm)?;
         for (layer, b) in weights.blocks.iter().enumerate() {
-            ops.record_rms_norm(&mut g, &s.x, Some(&b.attn_norm), None, eps, &s.norm)?;
+            // `s.norm` holds this layer's normalised input, `s.x` its input.
             let [q, k, v] = &s.qkv.project(ops, &mut g, &s.norm, &b.qkv)?[..] else {
                 return Err(Error::Message(
                     "query, key and value are three projections".into(),
@@ -153,10 +151,18 @@ impl StepGraph {
                 heads(v, c.kv_heads)?,
             );
             ops.record_rope(&mut g, &q, &position, c.rope_dims, base, &s.q_rot)?;
-            ops.record_rope(&mut g, &k, &position, c.rope_dims, base, &s.k_rot)?;
             let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
-            ops.record_kv_store(&mut g, &s.k_rot, &sequence, &position, keys)?;
-            ops.record_kv_store(&mut g, &v, &sequence, &position, values)?;
+            ops.record_rope_kv_store(
+                &mut g,
+                &k,
+                &v,
+                &sequence,
+                &position,
+                c.rope_dims,
+                base,
+                keys,
+                values,
+            )?;
             ops.record_cached_attention(
                 &mut g,
                 &s.q_rot,
@@ -169,18 +175,23 @@ impl StepGraph {
             )?;
             let attended = s.attended.reshape(vec![rows, w])?;
             ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
-            ops.record_binary(&mut g, BinaryOp::Add, &s.x, &s.proj, &s.h)?;
-            ops.record_rms_norm(&mut g, &s.h, Some(&b.ffn_norm), None, eps, &s.norm)?;
+            // h = x + attention; norm = rms_norm(h): one dispatch.
+            ops.record_add_rms_norm(&mut g, &s.x, &s.proj, &b.ffn_norm, eps, &s.h, &s.norm)?;
             let [gate, up] = &s.gate_up.project(ops, &mut g, &s.norm, &b.gate_up)?[..] else {
                 return Err(Error::Message("gate and up are two projections".into()));
             };
             ops.record_swiglu(&mut g, gate, up, &s.act)?;
             ops.record_quant_matmul(&mut g, &s.act, &b.down, &s.proj)?;
-            ops.record_binary(&mut g, BinaryOp::Add, &s.h, &s.proj, &s.x)?;
+            // x = h + feed-forward, normalised for the next layer (or the
+            // output): one dispatch.
+            let next_norm = weights
+                .blocks
+                .get(layer + 1)
+                .map_or(&weights.output_norm, |next| &next.attn_norm);
+            ops.record_add_rms_norm(&mut g, &s.h, &s.proj, next_norm, eps, &s.x, &s.norm)?;
         }
-        ops.record_gather(&mut g, &s.x, &picks, &s.picked)?;
-        let out_norm = &weights.output_norm;
-        ops.record_rms_norm(&mut g, &s.picked, Some(out_norm), None, eps, &s.picked_norm)?;
+        // The picked rows, already normalised by the output norm.
+        ops.record_gather(&mut g, &s.norm, &picks, &s.picked_norm)?;
         ops.record_quant_matmul(&mut g, &s.picked_norm, &weights.output, &logits)?;
         ops.record_argmax(&mut g, &logits, &next)?;
         Ok((
