@@ -455,8 +455,8 @@ fn swiglu_matches_reference() -> Result<()> {
 /// untouched), and the keys within the f64 reference's bound, on
 /// grouped-query shapes with strided keys and values: decode-like rows of
 /// several slots (inactive ones among them: slot -1, slot = slots,
-/// position = capacity, a negative position) and a prefill of 20 rows of
-/// one slot.
+/// position = capacity, a negative position), a prefill of 20 rows of one
+/// slot, and keys and values as views of one buffer.
 #[test]
 fn rope_kv_store_equals_rope_then_kv_store() -> Result<()> {
     let ops = ops();
@@ -472,12 +472,15 @@ fn rope_kv_store_equals_rope_then_kv_store() -> Result<()> {
         (2, 31),
     ];
     let prefill: Vec<(i32, i32)> = (0..20).map(|p| (1, p + 7)).collect();
+    // The last flag takes k and v as two views of one buffer, as a fused
+    // projection's output gives them.
     let cases = [
-        (decode.clone(), 64, 1e4),
-        (decode, 32, 1e5),
-        (prefill, 64, 1e4),
+        (decode.clone(), 64, 1e4, false),
+        (decode.clone(), 32, 1e5, false),
+        (prefill, 64, 1e4, false),
+        (decode, 64, 1e4, true),
     ];
-    for (case, (rows, rope_dims, base)) in cases.into_iter().enumerate() {
+    for (case, (rows, rope_dims, base, shared)) in cases.into_iter().enumerate() {
         let mut rng = Gen::new(70 + case as u64);
         let n = rows.len();
         let shape = [n, kvh, hd];
@@ -487,8 +490,20 @@ fn rope_kv_store_equals_rope_then_kv_store() -> Result<()> {
             rng.values(n * kvh * hd, -2.0, 2.0),
             rng.values(n * kvh * hd, -2.0, 2.0),
         );
-        let kt = strided(&ops, &shape, 1, &k, &mut rng);
-        let vt = strided(&ops, &shape, 2, &v, &mut rng);
+        let (kt, vt) = if shared {
+            let both: Vec<f64> = k
+                .chunks(hd)
+                .zip(v.chunks(hd))
+                .flat_map(|(a, b)| a.iter().chain(b).copied())
+                .collect();
+            let t = f32s(&ops, &[n, kvh, 2 * hd], &both);
+            (t.slice(2, 0..hd)?, t.slice(2, hd..2 * hd)?)
+        } else {
+            (
+                strided(&ops, &shape, 1, &k, &mut rng),
+                strided(&ops, &shape, 2, &v, &mut rng),
+            )
+        };
         let seq: Vec<i32> = rows.iter().map(|r| r.0).collect();
         let pos: Vec<i32> = rows.iter().map(|r| r.1).collect();
         let (st, pt) = (i32s(&ops, &seq), i32s(&ops, &pos));
