@@ -122,6 +122,10 @@ impl Sequence<'_> {
     /// Takes the new token `id`; whether the sequence is finished.
     fn accept(&mut self, id: u32) -> bool {
         if self.stop_at_eos && Some(id) == self.eos {
+            // Bytes of an unfinished char go out as U+FFFD, as at the end
+            // of any generation.
+            let rest = self.decoder.finish();
+            self.text.push_str(&rest);
             let end = self.text.len();
             self.finish(FinishReason::Stop, end);
             return true;
@@ -138,7 +142,7 @@ impl Sequence<'_> {
             self.text.push_str(&self.decoder.finish());
         }
         // A stop string ends the text where it begins.
-        if let Some(at) = self.stop_at() {
+        if let Some(at) = self.stop_at().map(|at| at.max(self.sent)) {
             let _ = self.events.send(Ok(GenerationEvent::Token {
                 id,
                 text: String::new(),
@@ -193,6 +197,41 @@ impl Sequence<'_> {
     }
 }
 
+/// One step's rows: decode rows first (one per decoding sequence), then
+/// prompt rows up to the budget.
+struct Plan {
+    rows: Vec<Row>,
+    /// (row, sequence): the rows whose next token is wanted.
+    picks: Vec<(usize, usize)>,
+    /// Rows each sequence contributes.
+    taken: Vec<usize>,
+}
+
+fn plan(active: &[Sequence<'_>], budget: usize) -> Plan {
+    let mut rows: Vec<Row> = Vec::with_capacity(budget);
+    let mut picks = Vec::new();
+    let mut taken = vec![0usize; active.len()];
+    for decoding in [true, false] {
+        for (index, seq) in active.iter().enumerate() {
+            let remaining = seq.tokens.len() - seq.cached;
+            if (remaining == 1) != decoding || rows.len() >= budget {
+                continue;
+            }
+            let n = remaining.min(budget - rows.len());
+            rows.extend((seq.cached..seq.cached + n).map(|position| Row {
+                token: seq.tokens[position],
+                slot: seq.slot,
+                position,
+            }));
+            taken[index] = n;
+            if n == remaining {
+                picks.push((rows.len() - 1, index));
+            }
+        }
+    }
+    Plan { rows, picks, taken }
+}
+
 /// The scheduler thread's body: runs until `Shutdown` or until every
 /// generator handle is gone, then cancels what is left.
 pub(crate) fn run(
@@ -223,7 +262,7 @@ pub(crate) fn run(
             }
         }
         if !open {
-            for job in waiting.drain(..).chain(std::iter::empty()) {
+            for job in waiting.drain(..) {
                 let _ = job.events.send(Err(Error::Cancelled));
                 counters.waiting.fetch_sub(1, Ordering::Relaxed);
             }
@@ -242,14 +281,15 @@ pub(crate) fn run(
             keep
         });
         // Admission: a free cache slot for each waiting request.
-        while let (Some(_), Some(job)) = (free.last(), waiting.front()) {
-            let _ = job;
-            let job = waiting.pop_front().expect("front exists");
+        while let Some(&slot) = free.last() {
+            let Some(job) = waiting.pop_front() else {
+                break;
+            };
             counters.waiting.fetch_sub(1, Ordering::Relaxed);
             if job.events.is_closed() {
                 continue;
             }
-            let slot = free.pop().expect("a free slot");
+            free.pop();
             let request = job.request;
             counters
                 .prompt_tokens
@@ -284,32 +324,7 @@ pub(crate) fn run(
         if active.is_empty() {
             continue;
         }
-        // Plan: decode rows first (one per sequence), then prompt rows.
-        let budget = steps.max_rows();
-        let mut rows: Vec<Row> = Vec::with_capacity(budget);
-        let mut picks: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
-        let mut taken = vec![0usize; active.len()];
-        for decoding in [true, false] {
-            for (index, seq) in active.iter().enumerate() {
-                let remaining = seq.tokens.len() - seq.cached;
-                if (remaining == 1) != decoding || rows.len() >= budget {
-                    continue;
-                }
-                let n = remaining.min(budget - rows.len());
-                for i in 0..n {
-                    let position = seq.cached + i;
-                    rows.push(Row {
-                        token: seq.tokens[position],
-                        slot: seq.slot,
-                        position,
-                    });
-                }
-                taken[index] = n;
-                if n == remaining {
-                    picks.push((rows.len() - 1, index));
-                }
-            }
-        }
+        let Plan { rows, picks, taken } = plan(&active, steps.max_rows());
         let graph = steps.for_rows(rows.len());
         let pick_rows: Vec<usize> = picks.iter().map(|&(row, _)| row).collect();
         let after: Vec<Completion> = last.iter().cloned().collect();
