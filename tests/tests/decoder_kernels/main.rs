@@ -1,0 +1,8 @@
+//! The operators a decoder-only language model runs, on the live device
+//! (lavapipe in CI, validation on), each against an f64 reference: one test
+//! binary for the attention side (RoPE, the key/value cache store, cached
+//! attention, SwiGLU) and the quantised weights (packing, fused
+//! dequantising matmul, row gather).
+
+mod attention;
+mod quant;
