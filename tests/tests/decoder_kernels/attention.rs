@@ -4,10 +4,11 @@
 //! out of range), grouped-query heads, decode-like rows from several
 //! slots, a prefill whose cache is written in the same graph the
 //! attention reads it (ordering by declared accesses), the fused RoPE and
-//! cache store bit for bit against the two operators it replaces, and the
-//! errors of bad operands.
+//! cache store and the rotary attention bit for bit against the operators
+//! they replace, and the errors of bad operands.
 
 use hrx_runtime::{Edge, Graph, Hazard, Runtime, RuntimeOptions};
+use hrx_tensor::ops::Rotary;
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 /// The operator library on a runtime opened as the environment says
@@ -558,6 +559,93 @@ fn rope_kv_store_equals_rope_then_kv_store() -> Result<()> {
             &want_v,
             |_| 0.0,
         );
+    }
+    Ok(())
+}
+
+/// Attention that turns q as it reads it equals `rope` then attention, bit
+/// for bit: decode rows of several slots (inactive and negative positions
+/// among them), a prefill, a strided q, partial rotation.
+#[test]
+fn rotary_attention_equals_rope_then_attention() -> Result<()> {
+    let ops = ops();
+    let (heads, kvh, hd, slots, cap) = (9, 3, 64, 3, 40);
+    let decode = vec![(2, 9), (0, 0), (-1, 3), (1, 39), (2, -4), (0, 40)];
+    let prefill: Vec<(i32, i32)> = (0..17).map(|p| (1, p + 3)).collect();
+    for (case, (rows, rope_dims, base)) in [
+        (decode.clone(), 64, 1e5),
+        (prefill, 64, 1e4),
+        (decode, 32, 1e4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Gen::new(90 + case as u64);
+        let n = rows.len();
+        let csize = slots * kvh * cap * hd;
+        let kt = f32s(&ops, &[slots, kvh, cap, hd], &rng.values(csize, -1.0, 1.0));
+        let vt = f32s(&ops, &[slots, kvh, cap, hd], &rng.values(csize, -1.0, 1.0));
+        let q = rng.values(n * heads * hd, -2.0, 2.0);
+        let qt = strided(&ops, &[n, heads, hd], 1, &q, &mut rng);
+        let seq: Vec<i32> = rows.iter().map(|r| r.0).collect();
+        let pos: Vec<i32> = rows.iter().map(|r| r.1).collect();
+        let (st, pt) = (i32s(&ops, &seq), i32s(&ops, &pos));
+        let shape = TensorDesc::new(DType::F32, vec![n, heads, hd])?;
+        let (turned, separate, fused) = (
+            ops.output(shape.clone())?,
+            ops.output(shape.clone())?,
+            ops.output(shape)?,
+        );
+        let scale = 0.125;
+        let mut graph = ops.runtime().graph();
+        ops.record_rope(&mut graph, &qt, &pt, rope_dims, base, &turned)?;
+        ops.record_cached_attention(&mut graph, &turned, &kt, &vt, &st, &pt, scale, &separate)?;
+        run(graph, &[&qt, &kt, &vt, &st, &pt, &turned, &separate])?;
+        let rotary = Rotary {
+            dims: rope_dims,
+            base,
+        };
+        let mut graph = ops.runtime().graph();
+        ops.record_rotary_attention(&mut graph, &qt, rotary, &kt, &vt, &st, &pt, scale, &fused)?;
+        run(graph, &[&qt, &kt, &vt, &st, &pt, &fused])?;
+        let bits = |t: &DeviceTensor| -> Result<Vec<u32>> {
+            Ok(t.to_values()?
+                .iter()
+                .map(|&x| (x as f32).to_bits())
+                .collect())
+        };
+        assert_eq!(
+            bits(&fused)?,
+            bits(&separate)?,
+            "rotary attention case {case}"
+        );
+        // Some row attended (the comparison is not of zeros alone).
+        assert!(separate.to_values()?.iter().any(|&x| x != 0.0));
+    }
+    // Its checks: those of the attention and of rope's parameters.
+    let f = |shape: &[usize]| ops.output(TensorDesc::new(DType::F32, shape.to_vec()).unwrap());
+    let i = |n: usize| ops.output(TensorDesc::new(DType::I32, vec![n]).unwrap());
+    let (q, kc, vc, seq, pos, out) = (
+        f(&[2, 9, 64])?,
+        f(&[2, 3, 16, 64])?,
+        f(&[2, 3, 16, 64])?,
+        i(2)?,
+        i(2)?,
+        f(&[2, 9, 64])?,
+    );
+    for (dims, base, words) in [
+        (63, 1e4, "rope_dims"),
+        (66, 1e4, "rope_dims"),
+        (64, f32::NAN, "base"),
+        (64, -1.0, "base"),
+    ] {
+        let mut graph = ops.runtime().graph();
+        let rotary = Rotary { dims, base };
+        let e = ops
+            .record_rotary_attention(&mut graph, &q, rotary, &kc, &vc, &seq, &pos, 0.1, &out)
+            .expect_err(words)
+            .to_string();
+        assert!(e.contains(words) && e.contains("rotary_attention"), "{e:?}");
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use half::f16;
 use hrx_runtime::{Graph, Runtime, RuntimeOptions};
-use hrx_tensor::ops::{QuantFormat, QuantMatrix};
+use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 const FORMATS: [QuantFormat; 4] = [
@@ -259,6 +259,75 @@ fn quant_matmul_matches_reference_for_every_format_and_m() {
         check_matmul(format, 5, 37, &[1, 2, 20, 70], &mut rng);
         check_matmul(format, 9, 3, &[1, 66], &mut rng);
     }
+}
+
+/// The gated matrix-vector kernel against an f64 reference of `silu(x .
+/// gate) * (x . up)`, and bit for bit against the matmul and SwiGLU
+/// operators it replaces; more rows than it takes, or an odd stacked
+/// matrix, are refused.
+#[test]
+fn quant_swiglu_equals_matmul_then_swiglu() -> Result<()> {
+    let mut rng = Gen::new(6);
+    let ops = ops();
+    for (format, half, cols) in [
+        (QuantFormat::Q4_1, 96, 576),
+        (QuantFormat::Q8_0, 7, 64),
+        (QuantFormat::F16, 5, 37),
+        (QuantFormat::F32, 33, 16),
+    ] {
+        let (w, wv) = matrix(format, 2 * half, cols, &mut rng);
+        for (i, m) in [1, 3, 8, QUANT_GATED_MAX_ROWS].into_iter().enumerate() {
+            let x: Vec<f64> = (0..m * cols)
+                .map(|_| f64::from(rng.uniform(-1.0, 1.0) as f32))
+                .collect();
+            let xt = x_tensor(&x, m, cols, i % 2 == 1);
+            let got = ops.quant_swiglu(&xt, &w)?;
+            assert_eq!(got.desc().shape(), &[m, half]);
+            let both = ops.quant_matmul(&xt, &w)?;
+            let (gate, up) = (both.slice(1, 0..half)?, both.slice(1, half..2 * half)?);
+            let separate = ops.swiglu(&gate, &up)?;
+            let bits = |t: &DeviceTensor| -> Result<Vec<u32>> {
+                Ok(t.to_values()?
+                    .iter()
+                    .map(|&v| (v as f32).to_bits())
+                    .collect())
+            };
+            let what = format!("{format:?} {half}x{cols} m={m}");
+            assert_eq!(bits(&got)?, bits(&separate)?, "{what}: bits");
+            let got = got.to_values()?;
+            for r in 0..m {
+                let xr = &x[r * cols..(r + 1) * cols];
+                let dot = |j: usize| -> (f64, f64) {
+                    let wr = &wv[j * cols..(j + 1) * cols];
+                    let v = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+                    let mag = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
+                    (v, mag)
+                };
+                for j in 0..half {
+                    let ((g, gm), (u, um)) = (dot(j), dot(half + j));
+                    let silu = g / (1.0 + (-g).exp());
+                    let want = silu * u;
+                    // Each dot within 1e-4 of its magnitude; silu's slope
+                    // is at most 1.1.
+                    let bound = 1.1e-4 * gm * u.abs() + 1e-4 * um * silu.abs() + 1e-6;
+                    let g = got[r * half + j];
+                    assert!(
+                        (g - want).abs() <= bound,
+                        "{what}: out[{r}, {j}] = {g}, want {want}"
+                    );
+                }
+            }
+        }
+    }
+    let (w, _) = matrix(QuantFormat::Q8_0, 8, 32, &mut rng);
+    let x = x_tensor(&vec![0.5; 17 * 32], 17, 32, false);
+    let e = ops.quant_swiglu(&x, &w).expect_err("17 rows").to_string();
+    assert!(e.contains("quant_swiglu") && e.contains("17 rows"), "{e:?}");
+    let (odd, _) = matrix(QuantFormat::Q8_0, 7, 32, &mut rng);
+    let x = x_tensor(&vec![0.5; 32], 1, 32, false);
+    let e = ops.quant_swiglu(&x, &odd).expect_err("odd").to_string();
+    assert!(e.contains("even number of rows"), "{e:?}");
+    Ok(())
 }
 
 /// A graph recorded into an output slice of a larger tensor, with x a row

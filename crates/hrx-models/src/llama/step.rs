@@ -9,6 +9,14 @@
 //! Within a step every row's key and value are stored before any row
 //! attends, so a prompt's rows see each other causally.
 //!
+//! Dependent dispatches bound a decode step, so a layer takes few: the
+//! query-key-value projection, the key rotation with the cache store, the
+//! attention (which turns the queries as it reads them), the output
+//! projection, a residual add with the RMS norm, the gate-and-up
+//! projection with SwiGLU (one dispatch up to `QUANT_GATED_MAX_ROWS`
+//! rows; a tiled matmul and a SwiGLU dispatch above), the down projection
+//! and the second residual add and norm: eight at decode.
+//!
 //! Inputs (host-visible, written before each replay): `tokens`,
 //! `sequence`, `position` (i32 `[rows]`) and `picks` (i32 `[outputs]`:
 //! the rows whose next token is wanted). Outputs: `next` (i32
@@ -22,6 +30,7 @@ use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
+use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, Rotary};
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
@@ -85,7 +94,6 @@ struct Scratch {
     /// Query, key and value by row: stacked `[rows, width + 2 kv]`, or one
     /// tensor each.
     qkv: Outputs,
-    q_rot: DeviceTensor,
     attended: DeviceTensor,
     proj: DeviceTensor,
     /// Gate and up by row, stacked or each.
@@ -123,7 +131,6 @@ impl StepGraph {
             h: f32s(vec![rows, w])?,
             norm: f32s(vec![rows, w])?,
             qkv: Outputs::new(context, rows, &[w, kv, kv])?,
-            q_rot: f32s(vec![rows, c.heads, c.head_dim])?,
             attended: f32s(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
             gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width])?,
@@ -131,7 +138,10 @@ impl StepGraph {
             picked_norm: f32s(vec![outputs, w])?,
         };
         let eps = c.rms_eps as f32;
-        let base = c.rope_base as f32;
+        let rotary = Rotary {
+            dims: c.rope_dims,
+            base: c.rope_base as f32,
+        };
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         let mut g = context.runtime().graph();
@@ -150,7 +160,6 @@ impl StepGraph {
                 heads(k, c.kv_heads)?,
                 heads(v, c.kv_heads)?,
             );
-            ops.record_rope(&mut g, &q, &position, c.rope_dims, base, &s.q_rot)?;
             let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
             ops.record_rope_kv_store(
                 &mut g,
@@ -158,14 +167,16 @@ impl StepGraph {
                 &v,
                 &sequence,
                 &position,
-                c.rope_dims,
-                base,
+                rotary.dims,
+                rotary.base,
                 keys,
                 values,
             )?;
-            ops.record_cached_attention(
+            // q turns as the attention reads it.
+            ops.record_rotary_attention(
                 &mut g,
-                &s.q_rot,
+                &q,
+                rotary,
                 keys,
                 values,
                 &sequence,
@@ -177,10 +188,19 @@ impl StepGraph {
             ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
             // h = x + attention; norm = rms_norm(h): one dispatch.
             ops.record_add_rms_norm(&mut g, &s.x, &s.proj, &b.ffn_norm, eps, &s.h, &s.norm)?;
-            let [gate, up] = &s.gate_up.project(ops, &mut g, &s.norm, &b.gate_up)?[..] else {
-                return Err(Error::Message("gate and up are two projections".into()));
-            };
-            ops.record_swiglu(&mut g, gate, up, &s.act)?;
+            match &b.gate_up {
+                // Few rows: the gate inside the projection's dispatch.
+                Stacked::One(matrix) if rows <= QUANT_GATED_MAX_ROWS => {
+                    ops.record_quant_swiglu(&mut g, &s.norm, matrix, &s.act)?;
+                }
+                _ => {
+                    let [gate, up] = &s.gate_up.project(ops, &mut g, &s.norm, &b.gate_up)?[..]
+                    else {
+                        return Err(Error::Message("gate and up are two projections".into()));
+                    };
+                    ops.record_swiglu(&mut g, gate, up, &s.act)?;
+                }
+            }
             ops.record_quant_matmul(&mut g, &s.act, &b.down, &s.proj)?;
             // x = h + feed-forward, normalised for the next layer (or the
             // output): one dispatch.

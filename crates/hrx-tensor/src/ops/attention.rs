@@ -28,6 +28,7 @@ use super::{
     attention_kernels::AttentionShape,
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
+    rope::{Rotary, rotation},
     token_kernels,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -243,6 +244,7 @@ impl Ops {
             wg,
             sg_min,
             sg_fixed: sg_max == sg_min,
+            rotary: false,
         })
     }
 
@@ -269,7 +271,62 @@ impl Ops {
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("cached_attention of {} over {}", q.desc(), k_cache.desc());
-        let operation = operation.as_str();
+        self.record_attention(
+            graph,
+            &operation,
+            q,
+            None,
+            [k_cache, v_cache, sequence, position],
+            scale,
+            out,
+        )
+    }
+
+    /// Record [`Ops::record_cached_attention`] of `q` turned by rotary
+    /// position embedding at each row's position, as [`Ops::record_rope`]
+    /// turns it (the same bits), in the attention's one dispatch: a decode
+    /// step's query rotation costs no dispatch of its own. The keys in the
+    /// cache are expected already turned (see
+    /// [`Ops::record_rope_kv_store`]). Arguments and checks as for
+    /// `record_cached_attention`, and `rotary` as for `record_rope`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_rotary_attention(
+        &self,
+        graph: &mut Graph,
+        q: &DeviceTensor,
+        rotary: Rotary,
+        k_cache: &DeviceTensor,
+        v_cache: &DeviceTensor,
+        sequence: &DeviceTensor,
+        position: &DeviceTensor,
+        scale: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("rotary_attention of {} over {}", q.desc(), k_cache.desc());
+        self.record_attention(
+            graph,
+            &operation,
+            q,
+            Some(rotary),
+            [k_cache, v_cache, sequence, position],
+            scale,
+            out,
+        )
+    }
+
+    /// Cached attention, with q turned on load where `rotary` is given:
+    /// the checks and the recording.
+    #[allow(clippy::too_many_arguments)]
+    fn record_attention(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        q: &DeviceTensor,
+        rotary: Option<Rotary>,
+        [k_cache, v_cache, sequence, position]: [&DeviceTensor; 4],
+        scale: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
         let runtime = self.runtime();
         check_inputs(
             runtime,
@@ -279,6 +336,9 @@ impl Ops {
         f32_rank(operation, "q", q, 3)?;
         f32_rank(operation, "k_cache", k_cache, 4)?;
         let [rows, heads, hd] = [0, 1, 2].map(|i| q.desc().shape()[i]);
+        let turn = rotary
+            .map(|r| Ok::<_, Error>((r.dims, rotation(operation, r.dims, r.base, hd)?)))
+            .transpose()?;
         let kvh = k_cache.desc().shape()[1];
         let (slots, cap) = cache_shape(operation, "k_cache", k_cache, kvh, hd)?;
         if v_cache.desc().shape() != k_cache.desc().shape() {
@@ -345,7 +405,8 @@ impl Ops {
         for input in [&kq, &kk, &kv, &ks, &kp] {
             no_alias(operation, &ko, input)?;
         }
-        let shape = self.attention_shape(hd, rows * heads, &[&kk], operation)?;
+        let mut shape = self.attention_shape(hd, rows * heads, &[&kk], operation)?;
+        shape.rotary = turn.is_some();
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cached_attention {shape:?}"),
@@ -359,6 +420,10 @@ impl Ops {
             .map(index)
             .into_iter()
             .chain([ScalarValue::F32(scale)])
+            .chain(
+                turn.into_iter()
+                    .flat_map(|(dims, c)| [index(dims), ScalarValue::F32(c)]),
+            )
             .chain([s[0], s[1], s[2]].map(index))
             .chain(kq.scalars())
             .chain(kk.scalars())

@@ -29,10 +29,15 @@
 //! position (written, finite) instead of their own. The score loop is
 //! unrolled over the head (at most 64 vector loads).
 //!
+//! The rotary variant (`AttentionShape::rotary`) turns q by its row's
+//! position as it loads it, with the fragment `rope` uses (so the same
+//! bits as a `rope` dispatch before it, which it saves).
+//!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
 
+use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
 
@@ -48,6 +53,8 @@ pub(crate) struct AttentionShape {
     pub(crate) wg: usize,
     pub(crate) sg_min: usize,
     pub(crate) sg_fixed: bool,
+    /// q is turned by RoPE on load (arguments `rope`, `c` as for `rope`).
+    pub(crate) rotary: bool,
 }
 
 impl AttentionShape {
@@ -111,6 +118,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let [heads, group, kvh, slots, cap] =
         ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
     let scale = k.arg_scalar("scale", F32);
+    let rotary = shape
+        .rotary
+        .then(|| (k.arg_index("rope"), k.arg_scalar("c", F32)));
     let [
         qs0,
         qs1,
@@ -183,9 +193,29 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     // q, scaled, into workgroup memory.
     let q0 = k.madd(r, qs0, oq);
     let qbase = k.madd(h, qs1, q0);
+    let izero = k.int(0, Scalar::I32);
     k.for_each(t, hdc, wgs, |b, d| {
-        let at = b.madd(d, qs2, qbase);
-        let x = b.load(qv, &[at]);
+        let load = |b: &mut Builder| {
+            let at = b.madd(d, qs2, qbase);
+            b.load(qv, &[at])
+        };
+        let x = match rotary {
+            None => load(b),
+            Some((rope, c)) => {
+                let inside = b.cmp(IntPredicate::Ult, d, rope);
+                let placed = b.cmpi(IntPredicate::Sge, pos, izero);
+                let turn = b.and(inside, placed);
+                let at = Pair {
+                    xv: qv,
+                    xbase: qbase,
+                    xs2: qs2,
+                    d,
+                    pos,
+                    c,
+                };
+                b.if_else(turn, |b| vec![rotated(b, at)], |b| vec![load(b)])[0]
+            }
+        };
         let y = b.mulf(x, scale);
         b.store(y, sq, &[d]);
     });
@@ -345,20 +375,21 @@ mod tests {
                 (80, 4, 256, false),
                 (256, 4, 128, true),
             ];
-            for (hd, w, wg, sg_fixed) in shapes {
+            for ((hd, w, wg, sg_fixed), rotary) in shapes.into_iter().zip([false, true].repeat(3)) {
                 let built = cached_attention(AttentionShape {
                     hd,
                     w,
                     wg,
                     sg_min,
                     sg_fixed,
+                    rotary,
                 });
                 compiler
                     .built(&built)
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
                     })
-                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg} {sg_fixed}: {e}"));
+                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary}: {e}"));
             }
         }
     }

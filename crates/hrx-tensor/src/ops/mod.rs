@@ -58,8 +58,9 @@ pub use matmul_coop::coop_matmul_source;
 pub use matmul_dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
-pub use quant::{QuantFormat, QuantMatrix};
+pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
 pub use reduce::Reduction;
+pub use rope::Rotary;
 pub use tuning::{CoopTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};

@@ -210,6 +210,10 @@ impl QuantMatrix {
     }
 }
 
+/// The most rows of x [`Ops::record_quant_swiglu`] takes (the
+/// matrix-vector kernel's).
+pub const QUANT_GATED_MAX_ROWS: usize = quant_kernels::GEMV_MAX_ROWS;
+
 /// Which kernel computes `m` rows of x: the matrix-vector kernel for up to
 /// [`quant_kernels::GEMV_MAX_ROWS`] rows (weights streamed once per row
 /// tile of up to 16 rows; the tiles share them through L2), the tiled
@@ -230,12 +234,51 @@ impl Ops {
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("quant_matmul of {} by {}", x.desc(), w.label());
-        let operation = operation.as_str();
+        self.record_quant(graph, &operation, x, w, out, false)
+    }
+
+    /// Record a feed-forward gate on a stacked gate-and-up matrix `w` of
+    /// `2n` rows (gate rows first): `out[i, j] = silu(g) * u` with `g =
+    /// x[i, :] . w[j, :]` and `u = x[i, :] . w[n + j, :]`, `silu(g) = g /
+    /// (1 + exp(-g))`; the same values as [`Ops::record_quant_matmul`]
+    /// followed by [`Ops::record_swiglu`], in one dispatch. `x` is f32
+    /// `[m, cols]` as for `record_quant_matmul`, `out` contiguous f32 `[m,
+    /// n]`. For decode-sized `m` only: more than
+    /// [`QUANT_GATED_MAX_ROWS`] rows is `Unsupported` (use the two
+    /// operators).
+    pub fn record_quant_swiglu(
+        &self,
+        graph: &mut Graph,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("quant_swiglu of {} by {}", x.desc(), w.label());
+        if !w.rows.is_multiple_of(2) {
+            return Err(Error::Message(format!(
+                "{operation}: a stacked gate-and-up matrix has an even number of rows"
+            )));
+        }
+        self.record_quant(graph, &operation, x, w, out, true)
+    }
+
+    /// `quant_matmul` or its gated form: the checks and the kernel choice.
+    fn record_quant(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+        out: &DeviceTensor,
+        gated: bool,
+    ) -> Result<()> {
         let runtime = self.runtime();
         check_inputs(runtime, operation, &[x, w.words()])?;
         let m = self.quant_matmul_rows(operation, x, w)?;
-        check_output(runtime, operation, out, DType::F32, &[m, w.rows])?;
-        if m == 0 || w.rows == 0 {
+        // Output columns: one per weight row, or per gate-and-up pair.
+        let n = if gated { w.rows / 2 } else { w.rows };
+        check_output(runtime, operation, out, DType::F32, &[m, n])?;
+        if m == 0 || n == 0 {
             return Ok(());
         }
         if w.cols == 0 {
@@ -256,7 +299,7 @@ impl Ops {
         );
         let row_words = w.format.row_words(w.cols)?;
         let index = |v: usize| ScalarValue::Index(v as u64);
-        let scalars: Vec<ScalarValue> = [index(m), index(w.rows), index(w.cols)]
+        let scalars: Vec<ScalarValue> = [index(m), index(n), index(w.cols)]
             .into_iter()
             .chain([index(row_words)])
             .chain(kx.scalars())
@@ -264,7 +307,7 @@ impl Ops {
             .chain(ko.scalars())
             .collect();
         let views = [kx.view.clone(), kw.view.clone(), ko.view.clone()];
-        let workload = [m as u64, w.rows as u64];
+        let workload = [m as u64, n as u64];
         // Quads of x where its binding and every row start align.
         let tail = !w.cols.is_multiple_of(8);
         let xvec = quad_offset(&kx).is_some() && !tail;
@@ -276,10 +319,15 @@ impl Ops {
                     xvec,
                     tail,
                     subgroup: target.subgroup_size_min as usize,
+                    gated,
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)
             }
+            None if gated => Err(Error::Unsupported(format!(
+                "{operation}: {m} rows of x are over the gated kernel's \
+                 {QUANT_GATED_MAX_ROWS}; use quant_matmul and swiglu"
+            ))),
             None => {
                 let kernel = self
                     .registry
@@ -314,6 +362,17 @@ impl Ops {
         let desc = TensorDesc::new(DType::F32, vec![m, w.rows])?;
         self.eager(&[x, w.words()], desc, |g, out| {
             self.record_quant_matmul(g, x, w, out)
+        })
+    }
+
+    /// The gate of `x` by the stacked gate-and-up matrix `w` (see
+    /// [`Ops::record_quant_swiglu`]), run eagerly.
+    pub fn quant_swiglu(&self, x: &DeviceTensor, w: &QuantMatrix) -> Result<DeviceTensor> {
+        let operation = format!("quant_swiglu of {} by {}", x.desc(), w.label());
+        let m = self.quant_matmul_rows(&operation, x, w)?;
+        let desc = TensorDesc::new(DType::F32, vec![m, w.rows / 2])?;
+        self.eager(&[x, w.words()], desc, |g, out| {
+            self.record_quant_swiglu(g, x, w, out)
         })
     }
 

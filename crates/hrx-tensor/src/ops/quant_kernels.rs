@@ -11,11 +11,17 @@
 //! a vocabulary projection has tens of thousands of them), row tiles of x
 //! along grid y (at most 4); a second row tile reads the weights again,
 //! mostly from L2.
+//!
+//! The gated variant (`GemvKey::gated`) reads a stacked gate-and-up matrix
+//! of `2n` rows: the subgroup of output column `j` takes weight rows `j`
+//! (gate) and `n + j` (up) and stores `silu(gate) * up`, so a decode
+//! step's feed-forward gate costs no dispatch of its own.
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
 use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
+use super::token_kernels::silu_times;
 use hrx_loom::build::{Built, Index, KernelBuilder, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
@@ -52,6 +58,9 @@ pub(crate) struct GemvKey {
     /// The device's smallest subgroup size (fixes the weight rows per
     /// workgroup).
     pub(crate) subgroup: usize,
+    /// SwiGLU over a stacked gate-and-up matrix: column `j` is
+    /// `silu(x . w[j]) * (x . w[n + j])`.
+    pub(crate) gated: bool,
 }
 
 /// The matrix-vector kernel for `key`.
@@ -119,51 +128,72 @@ fn gemv_kernel(key: GemvKey) -> Built {
         let j = b.add(j0, jj);
         let jc = b.min(j, n1);
         let wrow = b.madd(jc, a.w.row_words, a.ow);
-        let init = vec![zf; mt];
+        // The weight rows this subgroup reads: row j, and for the gated
+        // kernel the up row n + j too.
+        let mut wrows = vec![wrow];
+        if key.gated {
+            let upper = b.mul(a.n, a.w.row_words);
+            wrows.push(b.add(wrow, upper));
+        }
+        let init = vec![zf; mt * wrows.len()];
         let acc = b.for_carry(lane, spans, stride, &init, |b, s, acc| {
             // Every span of the trip loads before any is used, so each
             // lane has `unroll` spans of weights in flight; a span past the
             // row's end rereads the last one and adds nothing.
             let spans_of_trip: Vec<_> = (0..unroll)
                 .map(|u| {
-                    if u == 0 {
-                        return (None, span_values(b, &a.w, wrow, s));
-                    }
-                    let du = b.index(n64(u));
-                    let su = b.madd(sgsize, du, s);
-                    let ok = b.cmp(IntPredicate::Ult, su, spans);
-                    let sc = b.min(su, spans1);
-                    (Some((ok, sc)), span_values(b, &a.w, wrow, sc))
+                    let guard = (u > 0).then(|| {
+                        let du = b.index(n64(u));
+                        let su = b.madd(sgsize, du, s);
+                        let ok = b.cmp(IntPredicate::Ult, su, spans);
+                        (ok, b.min(su, spans1))
+                    });
+                    let at = guard.map_or(s, |(_, sc)| sc);
+                    let values: Vec<_> = wrows
+                        .iter()
+                        .map(|&row| span_values(b, &a.w, row, at))
+                        .collect();
+                    (guard, values)
                 })
                 .collect();
             let mut acc = acc.to_vec();
-            for (guard, wv) in &spans_of_trip {
+            for (guard, wvs) in &spans_of_trip {
                 let at = guard.map_or(s, |(_, sc)| sc);
                 for (r, &(_, xrow)) in rows.iter().enumerate() {
                     let xs = x_span(b, &a.x, xrow, at);
-                    // Two chains per row, so the adds overlap.
-                    let mut even = zf;
-                    let mut odd = zf;
-                    for (i, (&xv, &wi)) in xs.iter().zip(wv).enumerate() {
-                        if i % 2 == 0 {
-                            even = b.fmaf(xv, wi, even);
-                        } else {
-                            odd = b.fmaf(xv, wi, odd);
+                    for (wi, wv) in wvs.iter().enumerate() {
+                        // Two chains per row, so the adds overlap.
+                        let mut even = zf;
+                        let mut odd = zf;
+                        for (i, (&xv, &w)) in xs.iter().zip(wv).enumerate() {
+                            if i % 2 == 0 {
+                                even = b.fmaf(xv, w, even);
+                            } else {
+                                odd = b.fmaf(xv, w, odd);
+                            }
                         }
+                        let mut part = b.addf(even, odd);
+                        if let Some((ok, _)) = guard {
+                            part = b.select(*ok, part, zf);
+                        }
+                        let slot = wi * mt + r;
+                        acc[slot] = b.addf(acc[slot], part);
                     }
-                    let mut part = b.addf(even, odd);
-                    if let Some((ok, _)) = guard {
-                        part = b.select(*ok, part, zf);
-                    }
-                    acc[r] = b.addf(acc[r], part);
                 }
             }
             acc
         });
-        let tot: Vec<_> = acc
+        let sums: Vec<_> = acc
             .iter()
             .map(|&v| b.subgroup_reduce(ReduceOp::AddF, v))
             .collect();
+        let tot: Vec<_> = if key.gated {
+            (0..mt)
+                .map(|r| silu_times(b, sums[r], sums[mt + r]))
+                .collect()
+        } else {
+            sums
+        };
         let jok = b.cmp(IntPredicate::Ult, j, a.n);
         let store = b.and(first, jok);
         b.if_(store, |b| {
@@ -281,13 +311,21 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for format in FORMATS {
-                for (mt, xvec, tail) in [(1, true, false), (4, false, true), (16, false, false)] {
+                let variants = [
+                    (1, true, false, false),
+                    (4, false, true, false),
+                    (16, false, false, false),
+                    (1, true, false, true),
+                    (8, false, true, true),
+                ];
+                for (mt, xvec, tail, gated) in variants {
                     let key = GemvKey {
                         format,
                         mt,
                         xvec,
                         tail,
                         subgroup: target.subgroup_size_min as usize,
+                        gated,
                     };
                     let text = gemv_key(key).source();
                     compiler

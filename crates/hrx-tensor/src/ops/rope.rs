@@ -20,10 +20,21 @@ use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
+/// Rotary position embedding's parameters, for operators that rotate as
+/// they read ([`Ops::record_rotary_attention`]): the rotated width of a
+/// head (`dims`, even, in `2..=head_dim`) and the frequency base.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rotary {
+    /// Leading elements of each head that turn (pairs `(2i, 2i + 1)`).
+    pub dims: usize,
+    /// The frequency base (llama: 10,000 or more), finite and positive.
+    pub base: f32,
+}
+
 /// Check `rope_dims` (even, in `2..=hd`) and `base` (finite, positive)
 /// and return the frequency exponent per pair, from f64: pair `i` turns
 /// by `position * exp(-i * c)`.
-fn rotation(operation: &str, rope_dims: usize, base: f32, hd: usize) -> Result<f32> {
+pub(super) fn rotation(operation: &str, rope_dims: usize, base: f32, hd: usize) -> Result<f32> {
     if rope_dims < 2 || rope_dims > hd || !rope_dims.is_multiple_of(2) {
         return Err(Error::Message(format!(
             "{operation}: rope_dims {rope_dims} must be even and in 2..={hd}"

@@ -93,20 +93,20 @@ pub(crate) fn sin_cos(b: &mut Builder, a: Value<Num>) -> (Value<Num>, Value<Num>
 /// `xbase` at stride `xs2`, element `d` (below the rotated width), the
 /// row's position `pos >= 0` (i32) and the frequency exponent `c`.
 #[derive(Clone, Copy)]
-struct Pair {
-    xv: Value<View>,
-    xbase: Value<Index>,
-    xs2: Value<Index>,
-    d: Value<Index>,
-    pos: Value<Num>,
-    c: Value<Num>,
+pub(crate) struct Pair {
+    pub(crate) xv: Value<View>,
+    pub(crate) xbase: Value<Index>,
+    pub(crate) xs2: Value<Index>,
+    pub(crate) d: Value<Index>,
+    pub(crate) pos: Value<Num>,
+    pub(crate) c: Value<Num>,
 }
 
 /// Element `d` of a row after its pair `i = d / 2` turns by `pos *
 /// exp(-i * c)`: `out0 = x0 cos - x1 sin`, `out1 = x0 sin + x1 cos`. One
-/// fragment for every kernel that rotates (rope, rope_kv_store), so their
-/// results are bit-identical.
-fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
+/// fragment for every kernel that rotates (rope, rope_kv_store, the
+/// rotary attention), so their results are bit-identical.
+pub(crate) fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
     let Pair {
         xv,
         xbase,
@@ -367,6 +367,17 @@ pub(crate) fn rope_kv_store() -> Built {
     module.finish()
 }
 
+/// `silu(g) * u = g / (1 + exp(-g)) * u`: one fragment for the SwiGLU
+/// kernel and the gated matrix-vector kernel, so they agree bit for bit.
+pub(crate) fn silu_times(b: &mut Builder, g: Value<Num>, u: Value<Num>) -> Value<Num> {
+    let one = b.float(1.0, F32);
+    let ng = b.negf(g);
+    let ex = b.expf(ng);
+    let den = b.addf(one, ex);
+    let silu = b.divf(g, den);
+    b.mulf(silu, u)
+}
+
 /// `out = gate / (1 + exp(-gate)) * up` over `[rows, width]` (both inputs
 /// strided, `out` contiguous).
 pub(crate) fn swiglu() -> Built {
@@ -386,7 +397,6 @@ pub(crate) fn swiglu() -> Built {
     let size = k.workgroup_size(Axis::X);
     let count = k.workgroup_count(Axis::X);
     let step = k.mul(size, count);
-    let one = k.float(1.0, F32);
     k.for_each(start, n, step, |b, e| {
         let j = b.rem(e, width);
         let r = b.div(e, width);
@@ -396,11 +406,7 @@ pub(crate) fn swiglu() -> Built {
         let pu = b.madd(j, us1, u0);
         let g = b.load(gv, &[pg]);
         let u = b.load(uv, &[pu]);
-        let ng = b.negf(g);
-        let ex = b.expf(ng);
-        let den = b.addf(one, ex);
-        let silu = b.divf(g, den);
-        let y = b.mulf(silu, u);
+        let y = silu_times(b, g, u);
         let po = b.add(oo, e);
         b.store(y, ov, &[po]);
     });
