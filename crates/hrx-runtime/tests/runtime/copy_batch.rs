@@ -1,8 +1,6 @@
 //! Copy batches: fixed destinations refilled from per-submission sources.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_runtime::{Completion, MemoryPlacement, Runtime};
 
 fn words(runtime: &Runtime, values: &[u32]) -> hrx_runtime::Buffer {

@@ -1,11 +1,9 @@
 //! Shared helpers for the inference tests: contexts, small WGSL models
-//! compiled with naga at test time, device work that holds completions
-//! pending until the test opens it (`gate::Gate`), and byte conversions.
+//! compiled with naga at test time, and byte conversions.
 
 #![allow(dead_code)]
 
-#[path = "../../../hrx-runtime/tests/common/gate.rs"]
-pub mod gate;
+pub use hrx_test_support::wgsl::spirv;
 
 use hrx_core::Result;
 use hrx_inference::{InferenceGraph, ModelContext, PreparedModel};
@@ -40,33 +38,6 @@ pub fn words(bytes: &[u8]) -> Vec<u32> {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-/// WGSL to SPIR-V 1.3 words, push constants allowed, no inserted checks.
-pub fn spirv(wgsl: &str) -> Vec<u32> {
-    use naga::back::spv;
-    let module = naga::front::wgsl::parse_str(wgsl).expect("wgsl");
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::IMMEDIATES,
-    )
-    .validate(&module)
-    .expect("valid");
-    let unchecked = naga::proc::BoundsCheckPolicy::Unchecked;
-    let options = spv::Options {
-        lang_version: (1, 3),
-        flags: spv::WriterFlags::empty(),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies {
-            index: unchecked,
-            buffer: unchecked,
-            image_load: unchecked,
-            binding_array: unchecked,
-        },
-        force_loop_bounding: false,
-        emit_int_div_checks: false,
-        ..spv::Options::default()
-    };
-    spv::write_vec(&module, &info, &options, None).expect("spir-v")
 }
 
 fn kernel(context: &ModelContext, wgsl: &str, access: &[Access]) -> GpuKernel {

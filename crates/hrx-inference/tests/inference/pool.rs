@@ -1,12 +1,11 @@
 //! PreparedModel and its slots: preparation checks, backpressure, retained
 //! outputs, dependent submissions, staging reuse and readback checks.
 
-mod common;
-
-use common::{gate::Gate, *};
+use crate::common::*;
 use hrx_core::Error;
 use hrx_inference::{InferenceGraph, PreparedModel};
 use hrx_runtime::MemoryPlacement::{self, GpuLocal, HostVisible};
+use hrx_test_support::gate::Gate;
 use std::time::Duration;
 
 const N: usize = 100;
@@ -111,7 +110,7 @@ fn builder_failures_and_foreign_resources_are_reported() {
     let context = context();
     let result = PreparedModel::prepare(&context, 2, |_| Err(Error::msg("no weights")));
     assert!(matches!(result, Err(Error::Message(m)) if m == "no weights"));
-    let other = common::context();
+    let other = crate::common::context();
     let mut foreign = affine_builder(&other, N, GpuLocal);
     assert!(PreparedModel::prepare(&context, 1, |_| foreign(&other)).is_err());
 }
@@ -240,7 +239,7 @@ fn device_submission_checks_inputs_and_orders_after_producers() {
         .unwrap();
     assert!(model.submit(&[wrong]).is_err());
     assert!(model.submit(&[]).is_err());
-    let foreign_context = common::context();
+    let foreign_context = crate::common::context();
     let foreign = foreign_context
         .upload(words_desc(N), &bytes(&input(1)))
         .unwrap();

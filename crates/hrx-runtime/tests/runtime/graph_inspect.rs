@@ -1,9 +1,7 @@
 //! `Graph::operations` and `GpuKernel::spirv`: a read-only view of what a
 //! graph will record, enough to replay the same work by other means.
 
-mod common;
-
-use common::{contract, runtime, spirv};
+use crate::common::{contract, runtime, spirv};
 use hrx_runtime::{Access, GpuKernel, MemoryPlacement, Operation};
 
 /// dst[i] = src[i] + k.

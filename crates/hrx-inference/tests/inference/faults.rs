@@ -1,9 +1,7 @@
 //! Native failures (injected): only the failing slot is disabled, healthy
 //! slots keep serving, and the error surfaces once no slot is usable.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_core::Error;
 use hrx_runtime::{Fault, MemoryPlacement::HostVisible};
 

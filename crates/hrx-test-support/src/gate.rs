@@ -212,9 +212,7 @@ pub fn chain(runtime: &Runtime, total: u64, flag: &BufferView) -> ExecutableGrap
     graph.prepare().expect("prepare")
 }
 
-/// The spin kernel, from the including test crate's WGSL helper
-/// (`super::spirv`: this file is shared by hrx-runtime's and
-/// hrx-inference's tests).
+/// The spin kernel.
 fn spin_kernel(runtime: &Runtime) -> GpuKernel {
     let binding = |min_bytes, access| BindingContract {
         min_bytes,
@@ -230,7 +228,7 @@ fn spin_kernel(runtime: &Runtime) -> GpuKernel {
         push_constant_bytes: 4,
         workgroup_size: [64, 1, 1],
     };
-    GpuKernel::new(runtime, &super::spirv(SPIN), contract).expect("spin kernel")
+    GpuKernel::new(runtime, &crate::wgsl::spirv(SPIN), contract).expect("spin kernel")
 }
 
 /// Total spin rounds that take about [`FAIL_SAFE`] on this process's device.

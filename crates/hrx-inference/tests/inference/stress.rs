@@ -5,9 +5,7 @@
 //!
 //! `HRX_STRESS_REQUESTS` sets the total (default 20,000).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_core::Error;
 use hrx_inference::{ModelContext, ModelSlot, PreparedModel};
 use hrx_runtime::MemoryPlacement;
@@ -121,7 +119,7 @@ fn many_threads_and_tasks_share_a_bounded_pool() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let context = common::context();
+    let context = crate::common::context();
     let model = affine_model(&context, CAPACITY, N, MemoryPlacement::GpuLocal);
     let shared = Arc::new(Shared {
         context: context.clone(),

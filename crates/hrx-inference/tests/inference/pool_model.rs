@@ -4,9 +4,7 @@
 //! always yields one once its work drains, results are right (or
 //! cancelled), and the pool ends idle.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_core::Error;
 use hrx_inference::{Inference, InferenceReadback, ModelContext, ModelSlot};
 use hrx_runtime::MemoryPlacement;

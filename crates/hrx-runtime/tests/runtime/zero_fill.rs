@@ -5,10 +5,9 @@
 //! device. On lavapipe all memory is mapped, so these run the host path
 //! there; on the H200 they cover the device fill.
 
-mod common;
-
-use common::{gate::Gate, read, runtime, write};
+use crate::common::{read, runtime, write};
 use hrx_runtime::{Buffer, MemoryPlacement, Runtime};
+use hrx_test_support::gate::Gate;
 
 /// The words of `buffer`, copied through host-visible memory first
 /// poisoned with `0xDEADBEEF`.

@@ -1,8 +1,6 @@
 //! Kernel creation and the contract checks every dispatch goes through.
 
-mod common;
-
-use common::{contract, kernel, read, runtime, spirv, upload};
+use crate::common::{contract, kernel, read, runtime, spirv, upload};
 use hrx_runtime::{Access, GpuKernel, MemoryPlacement, Runtime};
 
 /// dst[i] = src[i] + k.

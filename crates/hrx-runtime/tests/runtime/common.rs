@@ -1,10 +1,9 @@
 //! Shared helpers for the runtime's integration tests: a lavapipe runtime,
-//! WGSL test kernels compiled with naga at test time, host upload/readback,
-//! and device work that stays pending for a while (`gate`).
+//! WGSL test kernels compiled with naga at test time, host upload/readback.
 
 #![allow(dead_code)]
 
-pub mod gate;
+pub use hrx_test_support::wgsl::spirv;
 
 use hrx_runtime::{
     Access, BindingContract, Buffer, BufferView, GpuKernel, KernelContract, MemoryPlacement,
@@ -20,35 +19,6 @@ pub fn runtime() -> Runtime {
             .with_compute_copy(true),
     )
     .expect("runtime")
-}
-
-/// WGSL to SPIR-V 1.3 words, with push constants (`var<immediate>`) allowed
-/// and no inserted checks.
-pub fn spirv(wgsl: &str) -> Vec<u32> {
-    use naga::back::spv;
-    let module =
-        naga::front::wgsl::parse_str(wgsl).unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::IMMEDIATES,
-    )
-    .validate(&module)
-    .unwrap_or_else(|e| panic!("{}", e.emit_to_string(wgsl)));
-    let unchecked = naga::proc::BoundsCheckPolicy::Unchecked;
-    let options = spv::Options {
-        lang_version: (1, 3),
-        flags: spv::WriterFlags::empty(),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies {
-            index: unchecked,
-            buffer: unchecked,
-            image_load: unchecked,
-            binding_array: unchecked,
-        },
-        force_loop_bounding: false,
-        emit_int_div_checks: false,
-        ..spv::Options::default()
-    };
-    spv::write_vec(&module, &info, &options, None).expect("spir-v")
 }
 
 /// A kernel from WGSL whose entry point is `main`, with one binding per

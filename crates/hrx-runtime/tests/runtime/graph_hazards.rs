@@ -2,9 +2,7 @@
 //! write-after-write chains give right results and list the right barrier
 //! edges; independent dispatches get no barrier.
 
-mod common;
-
-use common::{kernel, read, runtime, upload};
+use crate::common::{kernel, read, runtime, upload};
 use hrx_runtime::{Access, Edge, GpuKernel, Hazard, Runtime};
 
 const N: usize = 4096;

@@ -2,9 +2,7 @@
 //! order they are polled in after a release; a dropped waiter gives up its
 //! place; a request that does not wait never jumps the queue.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_core::Error;
 use hrx_runtime::MemoryPlacement;
 use std::{

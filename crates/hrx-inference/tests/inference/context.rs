@@ -1,13 +1,12 @@
 //! ModelContext: lazy hardware, identity checks, uploads, device-ordered
 //! copies and concatenation, and downloads without host waits.
 
-mod common;
-
-use common::{gate::Gate, *};
+use crate::common::*;
 use hrx_core::Error;
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, Fault, MemoryPlacement, RuntimeOptions};
 use hrx_tensor::{DType, TensorDesc};
+use hrx_test_support::gate::Gate;
 
 fn desc(dtype: DType, shape: &[usize]) -> TensorDesc {
     TensorDesc::new(dtype, shape.to_vec()).unwrap()

@@ -1,10 +1,9 @@
 //! Prepared graphs replayed: ordering of a graph's own submissions,
 //! `submit_after` across graphs, empty graphs, `usable`, domains.
 
-mod common;
-
-use common::{kernel, read, runtime, upload};
+use crate::common::{kernel, read, runtime, upload};
 use hrx_runtime::{Access, Completion, Error, Fault, GpuKernel, Runtime, RuntimeOptions};
+use hrx_test_support::counting::thread_allocations;
 use std::sync::Arc;
 
 /// counter[i] += 1 (read-modify-write: a lost ordering loses increments).
@@ -134,43 +133,6 @@ fn executable_graphs_are_send_and_sync() {
     check::<hrx_runtime::BufferView>();
 }
 
-/// Counts heap allocations made by the current thread.
-mod counting {
-    use std::{
-        alloc::{GlobalAlloc, Layout, System},
-        cell::Cell,
-    };
-
-    thread_local! {
-        static COUNT: Cell<usize> = const { Cell::new(0) };
-    }
-
-    pub struct Counting;
-
-    // SAFETY: defers to the system allocator; the count is a const
-    // thread-local that never allocates.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-            // SAFETY: forwarded unchanged.
-            unsafe { System.alloc(layout) }
-        }
-
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: forwarded unchanged.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-    }
-
-    /// Allocations this thread made so far.
-    pub fn count() -> usize {
-        COUNT.with(Cell::get)
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;
-
 #[test]
 fn replay_allocates_nothing_on_the_submitting_thread() {
     let rt = runtime();
@@ -189,12 +151,12 @@ fn replay_allocates_nothing_on_the_submitting_thread() {
         }
         last.wait().unwrap();
     }
-    let before = counting::count();
+    let before = thread_allocations();
     let mut last = Completion::ready();
     for _ in 0..100 {
         last = graph.submit().unwrap();
     }
-    let during = counting::count() - before;
+    let during = thread_allocations() - before;
     last.wait().unwrap();
     assert_eq!(during, 0, "{during} allocations in 100 replays");
     assert_eq!(read(&counter.view()), vec![400; 64]);

@@ -1,12 +1,10 @@
 //! Completion semantics: ordering, futures, timeouts, cancellation, failure
 //! propagation, fault injection and device loss, on a real device.
 
-mod common;
-
-use common::gate::Gate;
 use hrx_runtime::{
     Buffer, Completion, Error, ExecutableGraph, Fault, MemoryPlacement, Runtime, RuntimeOptions,
 };
+use hrx_test_support::gate::Gate;
 use std::time::{Duration, Instant};
 
 fn faulty_runtime() -> Runtime {
@@ -46,7 +44,7 @@ fn the_gate_holds_the_device_until_opened() {
     // Printed for GPU runs: how promptly the kernel sees the flag.
     eprintln!(
         "gate: fail-safe of {} rounds; ended {:?} after opening",
-        common::gate::calibrated_rounds(),
+        hrx_test_support::gate::calibrated_rounds(),
         opened.elapsed()
     );
     // An open gate stays open.

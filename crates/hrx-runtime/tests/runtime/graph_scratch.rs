@@ -1,9 +1,7 @@
 //! `Graph::scratch`: one storage shared by a graph's scratch requests,
 //! ordered by hazards like any buffer, sized by the largest request.
 
-mod common;
-
-use common::{read, runtime, upload};
+use crate::common::{read, runtime, upload};
 
 #[test]
 fn requests_share_the_smallest_storage_that_holds_them() {

@@ -4,9 +4,7 @@
 //! results match a CPU simulation. With `HRX_VALIDATION=1`, synchronization
 //! validation also checks every transfer hazard on the device.
 
-mod common;
-
-use common::{read, runtime, upload};
+use crate::common::{read, runtime, upload};
 use hrx_runtime::{Buffer, Hazard};
 use proptest::prelude::*;
 
