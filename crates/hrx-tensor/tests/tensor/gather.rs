@@ -2,9 +2,7 @@
 //! strided and unaligned tables, indices of several ranks, out-of-range
 //! indices (negative or past the last row) giving rows of zeros.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 use proptest::prelude::*;
 

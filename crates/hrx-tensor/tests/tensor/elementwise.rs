@@ -1,6 +1,6 @@
 //! Elementwise operators against f64 references: broadcasting, strided
 //! and unaligned inputs, size-1 and empty axes, partial workgroups.
-//! Tolerances (random cases, here and in tests/f16.rs): per element, the
+//! Tolerances (random cases, here and in f16.rs): per element, the
 //! worst-case error of the kernel's formula in the dtype's arithmetic
 //! (common/bounds.rs): add, sub and mul within 1 ULP (2^-23 |r| in f32),
 //! div 2.5 ULP, max, min, neg, abs and relu exact, exp 3 + 2|x|
@@ -12,9 +12,7 @@
 //! Each random case runs every operator (on its own operands, layouts
 //! and values); the fixed cases below keep their own tolerances.
 
-mod common;
-
-use common::{cases::*, *};
+use crate::common::{cases::*, *};
 use hrx_tensor::{
     DType, TensorDesc,
     ops::{BinaryOp, UnaryOp},

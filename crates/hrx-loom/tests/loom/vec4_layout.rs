@@ -5,19 +5,18 @@
 //! slower, so the tests look at the declarations: bindings'
 //! `element_bytes` and, for workgroup tiles, the SPIR-V variable types.
 //! Running these kernels on a device is the workspace `tests` crate's job
-//! (`tests/tests/loom_kernels`): this crate never links the runtime.
+//! (`tests/tests/e2e/loom_kernels`): this crate never links the runtime.
 
-mod common;
-
-use common::workgroup_vec4_f16_arrays;
+use crate::common::workgroup_vec4_f16_arrays;
 use hrx_core::Target;
 use hrx_loom::{Artifact, Compiler, Specialization};
+use hrx_test_support::spirv_val;
 
-const COOP_TILES: &str = include_str!("vec4/coop_tiles.loom");
-const BLOCK_TRANSPOSE: &str = include_str!("vec4/block_transpose.loom");
-const ROWS_F32: &str = include_str!("vec4/rows_f32.loom");
+const COOP_TILES: &str = include_str!("../vec4/coop_tiles.loom");
+const BLOCK_TRANSPOSE: &str = include_str!("../vec4/block_transpose.loom");
+const ROWS_F32: &str = include_str!("../vec4/rows_f32.loom");
 /// A kernel whose B operand is read from storage by cooperative loads only.
-const COOP_TILE: &str = include_str!("coop/tile.loom");
+const COOP_TILE: &str = include_str!("../coop/tile.loom");
 
 fn compile(src: &str, symbol: &str, target: &Target) -> Artifact {
     Compiler::for_target(None, target)
@@ -29,7 +28,7 @@ fn compile(src: &str, symbol: &str, target: &Target) -> Artifact {
 /// A cooperative-matrix kernel, compiled for Hopper and validated.
 fn hopper(src: &str, symbol: &str) -> Artifact {
     let a = compile(src, symbol, &Target::hopper());
-    common::spirv_val_coop(symbol, a.spirv());
+    spirv_val::validate_modern(symbol, a.spirv());
     a
 }
 
@@ -37,7 +36,7 @@ fn hopper(src: &str, symbol: &str) -> Artifact {
 /// validated.
 fn lavapipe(src: &str, symbol: &str) -> Artifact {
     let a = compile(src, symbol, &Target::lavapipe());
-    common::spirv_val(symbol, a.spirv());
+    spirv_val::validate(symbol, a.spirv());
     a
 }
 

@@ -15,12 +15,10 @@
 //! activation's slope, plus the activation's own error; the bias is
 //! rounded to f32 first.
 
-mod common;
-
-use common::{
+use crate::common::{
     matmul::{
         BatchedOperands, accumulation_roundoff, check_matmul_batched, f16_round, f32_round,
-        operand_shape, stored, validate_modern,
+        operand_shape, stored,
     },
     *,
 };
@@ -30,6 +28,7 @@ use hrx_tensor::{
     DType, DeviceTensor,
     ops::{MatmulOptions, UnaryOp, coop_matmul_source},
 };
+use hrx_test_support::spirv_val;
 use proptest::prelude::*;
 
 fn dim() -> impl Strategy<Value = usize> {
@@ -95,7 +94,7 @@ proptest! {
     #[test]
     fn f16_matmul_matches_reference(
         // Above 64 rows the tiled kernel runs on lavapipe (the decode kernel
-        // below; tests/matmul_decode.rs covers it in depth).
+        // below; matmul_decode.rs covers it in depth).
         m in prop_oneof![3 => dim(), 2 => 65usize..100], n in dim(),
         k in prop_oneof![1 => Just(0usize), 5 => dim()],
         batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3]), Just(vec![2, 2])],
@@ -149,7 +148,7 @@ fn f16_empty_inner_axis_writes_bias_or_zeros() {
 /// few rows (the decode kernels: 16-byte loads, rows of a transposed B,
 /// elements) and many (tiled), with contiguous, padded (gapped rows,
 /// unaligned start) and transposed-view operands, in f16 and f32
-/// (tests/matmul.rs broadcasts only B).
+/// (matmul.rs broadcasts only B).
 #[test]
 fn broadcast_a_with_strided_operands() {
     use Placement::{Contiguous, Padded, Transposed};
@@ -244,10 +243,7 @@ fn coop_kernel_compiles_for_hopper_and_validates() {
                 .module(&src)
                 .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
                 .unwrap_or_else(|e| panic!("m={m} transposed_b={transposed_b}: {e}"));
-            validate_modern(
-                &format!("coop-m{m}-t{transposed_b}"),
-                &artifact.spirv_bytes(),
-            );
+            spirv_val::validate_modern(&format!("coop-m{m}-t{transposed_b}"), artifact.spirv());
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Specialization by config key, and the compile cache.
 
-mod common;
-
+use crate::common;
 use hrx_core::{Error, Target};
 use hrx_loom::{Compiler, ConfigValue, Specialization};
+use hrx_test_support::spirv_val;
 
 fn config_source() -> String {
     std::fs::read_to_string(common::corpus_dir().join("config.loom")).unwrap()
@@ -28,7 +28,7 @@ fn config_default_and_override() {
         .with_config("@cfg.factor", 3.0f32)
         .with_config("cfg.negate", true);
     let b = m.compile(&spec).unwrap();
-    common::spirv_val("configured/128", b.spirv());
+    spirv_val::validate("configured/128", b.spirv());
     assert_eq!(b.workgroup_size(), [128, 1, 1]);
     assert_eq!(b.launch(&[129]).unwrap(), [2, 1, 1]);
     assert_ne!(a.spirv(), b.spirv());

@@ -4,7 +4,6 @@
 use hrx_core::Target;
 use hrx_loom::{Artifact, Compiler, Specialization};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The corpus directory.
@@ -36,32 +35,6 @@ pub fn temp_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("hrx-loom-{tag}-{}-{n}", std::process::id()))
 }
 
-/// Run `spirv-val --target-env vulkan1.3` on the artifact's words. Skips
-/// (with a note) when spirv-val is missing, unless `CI=true`.
-pub fn spirv_val(label: &str, words: &[u32]) {
-    let path = temp_path("val").with_extension("spv");
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
-    let out = Command::new("spirv-val")
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output();
-    let _ = std::fs::remove_file(&path);
-    match out {
-        Ok(o) => assert!(
-            o.status.success(),
-            "spirv-val rejected {label}:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(!ci, "spirv-val not found on PATH (CI=true): {e}");
-            eprintln!("note: spirv-val not found, skipping validation of {label}");
-        }
-    }
-}
-
 /// Compile `symbol` of `source` for `target` with default config, and
 /// validate the SPIR-V.
 pub fn compile_checked(source: &str, symbol: &str, target: &Target) -> Artifact {
@@ -72,50 +45,8 @@ pub fn compile_checked(source: &str, symbol: &str, target: &Target) -> Artifact 
     let artifact = module
         .compile(&Specialization::new(symbol))
         .unwrap_or_else(|e| panic!("{symbol}: {e}"));
-    spirv_val(symbol, artifact.spirv());
+    hrx_test_support::spirv_val::validate(symbol, artifact.spirv());
     artifact
-}
-
-/// A `spirv-val` that knows `SPV_KHR_cooperative_matrix` (SPIRV-Tools
-/// 2023.4 or newer): `HRX_SPIRV_VAL` if set, else the one on PATH.
-pub fn modern_spirv_val() -> Option<String> {
-    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
-    let out = Command::new(&exe).arg("--version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().find_map(|w| w.strip_prefix("v"))?;
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (year, minor) = (parts.next()?, parts.next().unwrap_or(0));
-    ((year, minor) >= (2023, 4)).then_some(exe)
-}
-
-/// Validate with a modern spirv-val for Vulkan 1.3; skipped (with a note)
-/// when none is installed, unless `HRX_REQUIRE_SPIRV_VAL` is set: Debian
-/// 12's SPIRV-Tools 2023.1 predates the extension and rejects every
-/// cooperative-matrix opcode.
-pub fn spirv_val_coop(label: &str, words: &[u32]) {
-    let Some(exe) = modern_spirv_val() else {
-        assert!(
-            std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
-            "HRX_REQUIRE_SPIRV_VAL is set but no spirv-val >= 2023.4 was found"
-        );
-        eprintln!("note: no spirv-val >= 2023.4 (set HRX_SPIRV_VAL); skipping {label}");
-        return;
-    };
-    let path = temp_path("coop").with_extension("spv");
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
-    let out = Command::new(&exe)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        out.status.success(),
-        "{exe} rejected {label}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Workgroup variables of `spirv` whose type is an array of `vec4<f16>`:

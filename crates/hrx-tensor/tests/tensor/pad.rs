@@ -7,9 +7,7 @@
 //! a larger poisoned buffer, so an element left unwritten, or a fill
 //! spilling over the output's ends, shows.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_runtime::{Completion, MemoryPlacement};
 use hrx_tensor::{DType, DeviceTensor, Error, Ops, TensorDesc};
 use proptest::prelude::*;

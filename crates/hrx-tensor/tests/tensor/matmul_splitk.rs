@@ -5,12 +5,10 @@
 //! `matmul_coop_gpu` example and the GPU tier run it on the H200. The last
 //! workgroup of each column slab sums the splits in the same dispatch.
 
-mod common;
-
-use common::matmul::validate_modern;
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
 use hrx_tensor::ops::{SplitKOperands, UnaryOp, coop_splitk_source};
+use hrx_test_support::spirv_val;
 
 #[test]
 fn splitk_kernels_compile_for_hopper_and_validate() {
@@ -47,7 +45,7 @@ fn splitk_kernels_compile_for_hopper_and_validate() {
                 .module(&main)
                 .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_splitk")))
                 .unwrap_or_else(|e| panic!("m={m} {operands:?}: {e}"));
-            validate_modern(&format!("splitk-{m}-{operands:?}"), &artifact.spirv_bytes());
+            spirv_val::validate_modern(&format!("splitk-{m}-{operands:?}"), artifact.spirv());
         }
     }
 }

@@ -12,12 +12,9 @@
 //! own error. Inputs are rounded to their dtype first, so the reference
 //! sees what the kernel reads.
 
-mod common;
-
-use common::{
+use crate::common::{
     matmul::{
         Operands, accumulation_roundoff, check_matmul, f16_round, f32_round, operand_shape, stored,
-        validate_if_installed,
     },
     *,
 };
@@ -26,6 +23,7 @@ use hrx_tensor::{
     DType, DeviceTensor, Ops, TensorDesc,
     ops::{MatmulOptions, UnaryOp, decode_matmul_source},
 };
+use hrx_test_support::spirv_val;
 use proptest::prelude::*;
 
 fn n_dim() -> impl Strategy<Value = usize> {
@@ -210,10 +208,7 @@ fn decode_kernel_compiles_for_hopper() {
                     module.compile_uncached(&hrx_loom::Specialization::new("@matmul_gemv"))
                 })
                 .unwrap_or_else(|e| panic!("{dtype} transposed {transpose_b}: {e}"));
-            validate_if_installed(
-                &format!("decode-{dtype}-{transpose_b}"),
-                &artifact.spirv_bytes(),
-            );
+            spirv_val::validate(&format!("decode-{dtype}-{transpose_b}"), artifact.spirv());
         }
     }
 }

@@ -5,9 +5,7 @@
 //! where the copy rightly refuses them with an error (about one CI run in
 //! 2500 drew such a shape).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_tensor::{DType, Ops, TensorDesc};
 use proptest::prelude::*;
 

@@ -7,9 +7,7 @@
 //! relative (common/cases.rs, `binary_tolerance`). Each random case runs
 //! every operator, so none goes untested in a run.
 
-mod common;
-
-use common::cases::*;
+use crate::common::cases::*;
 use hrx_tensor::DType;
 use proptest::prelude::*;
 

@@ -2,12 +2,11 @@
 //! `coop.*` ops, target checks, and SPIR-V for `Target::hopper()` that a
 //! validator knowing `SPV_KHR_cooperative_matrix` accepts.
 
-mod common;
-
 use hrx_core::{Diagnostic, Error, Target};
 use hrx_loom::{Compiler, Specialization};
+use hrx_test_support::spirv_val;
 
-const TILE: &str = include_str!("coop/tile.loom");
+const TILE: &str = include_str!("../coop/tile.loom");
 
 fn compile(src: &str, target: &Target) -> hrx_core::Result<hrx_loom::Artifact> {
     Compiler::for_target(None, target)?
@@ -62,7 +61,7 @@ fn declares_coop(words: &[u32]) -> bool {
 fn tile_kernel_lowers_for_hopper_and_validates() {
     let artifact = compile(TILE, &Target::hopper()).unwrap();
     assert!(declares_coop(artifact.spirv()));
-    common::spirv_val_coop("coop_tile", artifact.spirv());
+    spirv_val::validate_modern("coop_tile", artifact.spirv());
     let bindings = artifact.bindings();
     assert_eq!(bindings.len(), 3);
     assert_eq!(bindings[0].element_bytes, 2);
@@ -214,7 +213,7 @@ fn coop_ops_may_run_under_a_branch_on_the_subgroup_id() {
     }
 ";
     let artifact = compile(&edit(from, to), &Target::hopper()).unwrap();
-    common::spirv_val_coop("coop_tile_subgroup_branch", artifact.spirv());
+    spirv_val::validate_modern("coop_tile_subgroup_branch", artifact.spirv());
 }
 
 #[test]
@@ -253,7 +252,7 @@ fn device_scope_is_declared_where_the_memory_model_needs_it() {
     );
     let storage = compile(&src, &hopper).unwrap();
     assert!(declares_device_scope(storage.spirv()));
-    common::spirv_val_coop("coop_tile_storage_barrier", storage.spirv());
+    spirv_val::validate_modern("coop_tile_storage_barrier", storage.spirv());
     // Non-private accesses (ordered by barriers under the Vulkan memory
     // model): (fragment loads, fragment stores, plain stores).
     let non_private = |words: &[u32]| {
@@ -289,7 +288,7 @@ fn device_scope_is_declared_where_the_memory_model_needs_it() {
     assert_eq!(non_private(storage.spirv()), (1, 1, 1));
     // Without cooperative matrices the GLSL memory model needs nothing.
     let lavapipe = Compiler::for_target(None, &Target::lavapipe())
-        .and_then(|c| c.module(include_str!("corpus/last_group_sum.loom")))
+        .and_then(|c| c.module(include_str!("../corpus/last_group_sum.loom")))
         .and_then(|m| m.compile_uncached(&Specialization::new("@last_group_sum")))
         .unwrap();
     assert!(!declares_device_scope(lavapipe.spirv()));

@@ -3,9 +3,7 @@
 //! caller's graph empty. Each case records into a fresh graph, so a stray
 //! operation is charged to the case that queued it.
 
-mod common;
-
-use common::{Placement, input, ops, unbindable};
+use crate::common::{Placement, input, ops, unbindable};
 use hrx_runtime::{Graph, Runtime};
 use hrx_tensor::ops::MatmulOptions;
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};

@@ -6,9 +6,7 @@
 //! chance (the seeds are random) while a missed or doubled element, off by
 //! about |x|, still does; max and argmax exact.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::Reduction};
 use proptest::prelude::*;
 

@@ -29,9 +29,7 @@
 //! cases: errors reach at most 0.17 of them. The fixed cases below keep
 //! their own tolerances.
 
-mod common;
-
-use common::{bounds::*, *};
+use crate::common::{bounds::*, *};
 use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
 use proptest::prelude::*;
 

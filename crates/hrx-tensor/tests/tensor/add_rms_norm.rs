@@ -13,9 +13,7 @@
 //! dispatches the results must agree to 1 ulp (same reductions, same
 //! workgroup size; measured: bit-equal).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hrx_runtime::Graph;
 use hrx_tensor::{DType, DeviceTensor, TensorDesc, ops::BinaryOp};
 

@@ -1,10 +1,9 @@
 //! Lowering details: push-constant packing, buffer layouts, byte offsets,
 //! vector fallbacks and target limits. Every artifact passes spirv-val.
 
-mod common;
-
 use hrx_core::{Error, Target};
 use hrx_loom::{Compiler, ScalarType, ScalarValue, Specialization};
+use hrx_test_support::spirv_val;
 
 const LAUNCH: &str = "kernel.def @k(%n: index) {
   %one = index.constant 1 : index
@@ -19,7 +18,7 @@ fn kernel(args: &str, body: &str) -> String {
 fn compile(src: &str) -> Result<hrx_loom::Artifact, Error> {
     let c = Compiler::for_target(None, &Target::lavapipe())?;
     let a = c.module(src)?.compile(&Specialization::new("@k"))?;
-    common::spirv_val("k", a.spirv());
+    spirv_val::validate("k", a.spirv());
     Ok(a)
 }
 

@@ -5,9 +5,7 @@
 //! Inputs are contiguous, padded, transposed or gapped along every axis;
 //! the last keep up to five axes apart, past the kernel's four.
 
-mod common;
-
-use common::{
+use crate::common::{
     cases::{Layout, MAX_AXES, assert_refused, laid_out, merged_axes, shape_strategy},
     *,
 };

@@ -7,9 +7,7 @@
 //! Inputs are rounded to f32 first, so the reference sees what the kernel
 //! reads.
 
-mod common;
-
-use common::{
+use crate::common::{
     bounds::U32,
     matmul::{Operands, check_matmul, f32_round, operand_shape, stored},
     *,
@@ -30,7 +28,7 @@ proptest! {
     #[test]
     fn matmul_matches_reference(
         // Above 64 rows the tiled kernel runs on lavapipe (the decode kernel
-        // below; tests/matmul_decode.rs covers it in depth).
+        // below; matmul_decode.rs covers it in depth).
         m in prop_oneof![3 => dim(), 2 => 65usize..100], n in dim(), k in dim(),
         batch in prop_oneof![Just(vec![]), Just(vec![1]), Just(vec![3]), Just(vec![2, 2])],
         seed in any::<u64>(),

@@ -3,7 +3,7 @@
 use hrx_loom::ir::{BufferRef, OpKind, Type};
 
 fn spelling() -> hrx_loom::ir::Module {
-    let src = include_str!("front/spelling.loom");
+    let src = include_str!("../front/spelling.loom");
     let ast = hrx_loom::front::parse(src).unwrap();
     hrx_loom::verify::verify(&ast, src).unwrap()
 }

@@ -11,13 +11,8 @@
 //! bias is rounded to f32 first, so the reference sees what the kernel
 //! reads.
 
-mod common;
-
-use common::{
-    matmul::{
-        Operands, accumulation_roundoff, check_matmul, f16_round, operand_shape, stored,
-        validate_if_installed,
-    },
+use crate::common::{
+    matmul::{Operands, accumulation_roundoff, check_matmul, f16_round, operand_shape, stored},
     *,
 };
 use hrx_core::Target;
@@ -25,6 +20,7 @@ use hrx_tensor::{
     DType,
     ops::{MatmulOptions, UnaryOp, dot_matmul_source},
 };
+use hrx_test_support::spirv_val;
 use proptest::prelude::*;
 
 const DOT: &str = "decode (rows of a transposed B)";
@@ -113,6 +109,6 @@ fn dot_kernel_compiles_for_hopper() {
                 module.compile_uncached(&hrx_loom::Specialization::new("@matmul_dot"))
             })
             .unwrap_or_else(|e| panic!("m={m}: {e}"));
-        validate_if_installed(&format!("dot-{m}"), &artifact.spirv_bytes());
+        spirv_val::validate(&format!("dot-{m}"), artifact.spirv());
     }
 }

@@ -1,8 +1,7 @@
 //! Every corpus kernel compiles for both offline targets and passes
 //! spirv-val; the corpus covers every op of the loom spelling block.
 
-mod common;
-
+use crate::common;
 use hrx_core::Target;
 use hrx_loom::{Access, Compiler};
 
