@@ -6,14 +6,15 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
-mod minilm_common;
-
 use hrx_core::Error;
 use hrx_inference::ModelContext;
 use hrx_models::bert::Precision;
 use hrx_models::embed::{EmbedderOptions, Embedding, SentenceEmbedder};
 use hrx_runtime::RuntimeOptions;
-use minilm_common::model_dir;
+use hrx_test_support::{
+    compare::{cosine, max_difference},
+    models::minilm_dir,
+};
 use serde::Deserialize;
 use std::{
     sync::{Arc, OnceLock},
@@ -42,7 +43,7 @@ struct Pair {
 fn reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
     REFERENCE.get_or_init(|| {
-        serde_json::from_str(include_str!("reference/minilm/reference.json"))
+        serde_json::from_str(include_str!("../reference/minilm/reference.json"))
             .expect("reference.json")
     })
 }
@@ -68,7 +69,7 @@ fn short_texts(tokens: usize) -> Vec<&'static str> {
 
 fn load(options: &EmbedderOptions) -> SentenceEmbedder {
     let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
-    SentenceEmbedder::load(&context, &model_dir(), options).expect("load")
+    SentenceEmbedder::load(&context, &minilm_dir(), options).expect("load")
 }
 
 /// The embedder most tests share: f32, batches of 16.
@@ -80,23 +81,6 @@ fn shared() -> &'static SentenceEmbedder {
             ..EmbedderOptions::default()
         })
     })
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| f64::from(x) * f64::from(y))
-        .sum();
-    let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
-    dot / (norm(a) * norm(b))
-}
-
-fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// Every result against the reference, with `min_cosine` and `max_diff`.
@@ -209,7 +193,7 @@ fn f16_matches_the_reference_where_the_device_has_f16() {
         batch_window: Duration::from_millis(1),
         ..EmbedderOptions::default()
     };
-    match SentenceEmbedder::load(&context, &model_dir(), &options) {
+    match SentenceEmbedder::load(&context, &minilm_dir(), &options) {
         Ok(embedder) => {
             let results = embedder.embed(&texts()).expect("embed f16");
             check(&results, 0.9999, 5e-3);

@@ -5,12 +5,10 @@
 //! disconnects mid-stream frees its sequence; SIGTERM lets a stream in
 //! flight finish.
 
-mod serve;
-
+use crate::serve::{LLM, Server, client, python, smollm2_gguf};
 use hrx::models::{gguf::GgufFile, tokenizer::BpeTokenizer};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use serve::{LLM, Server, client, llm_file, target_dir};
 use std::{
     io::Write,
     process::{Command, Stdio},
@@ -62,37 +60,7 @@ fn expected(prompt: &Prompt, n: usize) -> (Vec<u32>, &'static str) {
 }
 
 fn tokenizer() -> BpeTokenizer {
-    BpeTokenizer::from_gguf(GgufFile::open(&llm_file()).unwrap().metadata()).unwrap()
-}
-
-/// The venv's python with the pinned `openai` (set up by `serve_openai`'s
-/// helper when missing).
-fn python() -> std::path::PathBuf {
-    let python = target_dir().join("openai-venv/bin/python");
-    let ready = Command::new(&python)
-        .args(["-c", "import openai"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ready {
-        let venv = target_dir().join("openai-venv");
-        assert!(
-            Command::new("python3")
-                .arg("-m")
-                .arg("venv")
-                .arg(&venv)
-                .status()
-                .unwrap()
-                .success()
-        );
-        assert!(
-            Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "openai==3.57.0"])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-    python
+    BpeTokenizer::from_gguf(GgufFile::open(&smollm2_gguf()).unwrap().metadata()).unwrap()
 }
 
 fn server() -> Server {
@@ -119,7 +87,7 @@ async fn the_openai_client_gets_the_reference_tokens() {
     let mut child = Command::new(python())
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/serve/openai_generate.py"
+            "/tests/cli/serve/openai_generate.py"
         ))
         .args([&server.base, LLM, KEY])
         .env("NO_PROXY", "*")
@@ -247,7 +215,7 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["generate", "--model"])
-        .arg(llm_file())
+        .arg(smollm2_gguf())
         .args([
             "--max-new",
             &NEW.to_string(),
@@ -297,7 +265,7 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
     // A malformed line is an error naming it; nothing runs.
     let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["generate", "--model"])
-        .arg(llm_file())
+        .arg(smollm2_gguf())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,10 +3,8 @@
 //! places (no request, sentence or queue entry left behind, per the
 //! metrics), while the server keeps serving correct results.
 
-mod serve;
-
+use crate::serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use serde_json::json;
-use serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use std::{io::Write, net::TcpStream, time::Duration};
 use tokio::task::JoinSet;
 

@@ -2,14 +2,12 @@
 //! references, weights shared by every slot, safetensors reading and
 //! writing, and configuration errors.
 
-mod toy_common;
-
+use crate::toy_common::context;
 use hrx_core::Error;
 use hrx_models::{
     compare,
     toy::{Mlp, MlpConfig, Transformer, TransformerConfig},
 };
-use toy_common::context;
 
 /// Deterministic inputs in about [-1, 1], never all zero.
 fn inputs(seed: u32, n: usize) -> Vec<f32> {

@@ -7,10 +7,11 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hrx_models::tokenizer::WordPieceTokenizer;
+use hrx_test_support::models::minilm_dir;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -42,21 +43,12 @@ fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn model_dir() -> PathBuf {
-    let dir = manifest_dir().join("../../target/models/all-MiniLM-L6-v2");
-    assert!(
-        dir.join("tokenizer.json").is_file(),
-        "model files missing: run `cargo xtask models`"
-    );
-    dir
-}
-
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn tokenizer() -> WordPieceTokenizer {
-    let json = read(&model_dir().join("tokenizer.json"));
+    let json = read(&minilm_dir().join("tokenizer.json"));
     WordPieceTokenizer::from_json(&json).expect("all-MiniLM-L6-v2's tokenizer.json loads")
 }
 
@@ -106,7 +98,7 @@ fn vocab_txt_fallback_gives_the_same_ids() {
     let dir = std::env::temp_dir().join(format!("hrx-vocab-txt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for file in ["vocab.txt", "tokenizer_config.json"] {
-        std::fs::copy(model_dir().join(file), dir.join(file)).expect("copy model file");
+        std::fs::copy(minilm_dir().join(file), dir.join(file)).expect("copy model file");
     }
     let tokenizer = WordPieceTokenizer::from_dir(&dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -138,7 +130,7 @@ fn reports_the_vocabulary() {
     assert_eq!(tokenizer.token(101), Some("[CLS]"));
     assert_eq!(tokenizer.token(102), Some("[SEP]"));
     assert_eq!(tokenizer.token(30522), None);
-    let from_dir = WordPieceTokenizer::from_dir(&model_dir()).expect("from_dir");
+    let from_dir = WordPieceTokenizer::from_dir(&minilm_dir()).expect("from_dir");
     assert_eq!(from_dir.vocab_size(), 30522);
 }
 
@@ -178,7 +170,8 @@ fn huge_inputs_encode_without_panic() {
 }
 
 /// Encoding speed on typical sentences; run with `cargo test --release
-/// --test tokenizer -- --ignored --nocapture`.
+/// -p hrx-models --test models tokenizer::throughput -- --ignored
+/// --nocapture`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn throughput() {

@@ -3,9 +3,7 @@
 //! naming the key); the tensor check names the first missing or wrong
 //! tensor; corrupting a tiny llama file never panics.
 
-mod gguf_common;
-
-use gguf_common::{string, tiny_llama, use_everything};
+use crate::gguf_common::{string, tiny_llama, use_everything};
 use hrx_models::gguf::{GgufErrorKind, LlamaConfig};
 use proptest::prelude::*;
 

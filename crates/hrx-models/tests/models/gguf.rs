@@ -4,9 +4,7 @@
 //! bad UTF-8, repeated names, deep nesting) each refused with the right
 //! error at the right offset; random corruption never panics.
 
-mod gguf_common;
-
-use gguf_common::{Writer, array, entry, info, string, use_everything};
+use crate::gguf_common::{Writer, array, entry, info, string, use_everything};
 use hrx_models::gguf::{
     Array, GgufError, GgufErrorKind, GgufFile, MAX_ARRAY_DEPTH, TensorType, Value,
 };

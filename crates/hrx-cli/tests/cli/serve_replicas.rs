@@ -5,10 +5,8 @@
 //! the other, and the server stays ready; with no healthy replica left,
 //! `/ready` and embeddings answer 503.
 
-mod serve;
-
+use crate::serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use serde_json::json;
-use serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use tokio::task::JoinSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

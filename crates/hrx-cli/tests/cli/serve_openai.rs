@@ -3,57 +3,17 @@
 //! use) and `curl`. Results match the float64 reference (cosine >=
 //! 0.99999) in every encoding, and match `hrx embed`'s.
 
-mod serve;
-
-use serde_json::{Value, json};
-use serve::{
-    MODEL, Server, assert_close, client, cosine, embed, reference, short_sentences, target_dir,
+use crate::serve::{
+    MODEL, OPENAI, Server, assert_close, client, cosine, embed, minilm_dir, python, reference,
+    short_sentences,
 };
+use serde_json::{Value, json};
 use std::{
     io::Write,
-    path::PathBuf,
     process::{Command, Stdio},
 };
 
-/// The pinned client version.
-const OPENAI: &str = "3.57.0";
 const KEY: &str = "sk-hrx-test";
-
-/// The venv's python, with `openai==OPENAI` installed.
-fn python() -> PathBuf {
-    let venv = target_dir().join("openai-venv");
-    let python = venv.join("bin/python");
-    let check = format!("import openai, sys; sys.exit(openai.__version__ != '{OPENAI}')");
-    let ready = || {
-        Command::new(&python)
-            .args(["-c", &check])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !ready() {
-        let status = Command::new("python3")
-            .arg("-m")
-            .arg("venv")
-            .arg(&venv)
-            .status()
-            .expect("python3");
-        assert!(
-            status.success(),
-            "python3 -m venv {} failed",
-            venv.display()
-        );
-        let status = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", &format!("openai=={OPENAI}")])
-            .status()
-            .expect("pip");
-        assert!(status.success(), "pip install openai=={OPENAI} failed");
-        assert!(
-            ready(),
-            "openai {OPENAI} is not importable after installing it"
-        );
-    }
-    python
-}
 
 /// `curl -s URL` (plus `args`): the body and the status code.
 fn curl(url: &str, args: &[&str]) -> (String, u16) {
@@ -87,7 +47,7 @@ fn floats(value: &Value) -> Vec<Vec<f32>> {
 fn hrx_embed(texts: &[&str]) -> Option<Vec<Vec<f32>>> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["embed", "--model"])
-        .arg(serve::model_dir())
+        .arg(minilm_dir())
         .env("HRX_VALIDATION", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -131,7 +91,7 @@ async fn the_openai_client_and_curl_get_the_reference_embeddings() {
     let mut child = Command::new(&python)
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/serve/openai_client.py"
+            "/tests/cli/serve/openai_client.py"
         ))
         .args([&server.base, MODEL, KEY])
         .env("NO_PROXY", "*")

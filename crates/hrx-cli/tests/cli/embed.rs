@@ -5,23 +5,15 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2`.
 
+use crate::serve::{Sentence, reference};
+use hrx_test_support::{
+    compare::{cosine, max_difference},
+    models::minilm_dir,
+};
 use serde::Deserialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
-
-#[derive(Deserialize)]
-struct Reference {
-    sentences: Vec<Sentence>,
-}
-
-#[derive(Deserialize)]
-struct Sentence {
-    text: String,
-    ids: Vec<u32>,
-    embedding: Vec<f32>,
-}
 
 /// One parsed output line.
 #[derive(Debug, Deserialize)]
@@ -29,29 +21,6 @@ struct Line {
     index: usize,
     tokens: Vec<u32>,
     embedding: Vec<f32>,
-}
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model_dir() -> PathBuf {
-    let dir = workspace().join("target/models/all-MiniLM-L6-v2");
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "model files missing in {}: run `cargo xtask models`",
-        dir.display()
-    );
-    dir
-}
-
-fn reference() -> &'static Reference {
-    static REFERENCE: OnceLock<Reference> = OnceLock::new();
-    REFERENCE.get_or_init(|| {
-        let path = workspace().join("crates/hrx-models/tests/reference/minilm/reference.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("reference.json"))
-            .expect("parse reference.json")
-    })
 }
 
 /// Short reference sentences (lavapipe is slow), chosen to exercise the
@@ -135,24 +104,6 @@ fn parse(jsonl: &str) -> Vec<Line> {
         .collect()
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| f64::from(x) * f64::from(y))
-        .sum();
-    let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
-    dot / (norm(a) * norm(b))
-}
-
-fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// Every line in order, against its reference sentence.
 fn check_against_reference(lines: &[Line], sentences: &[&Sentence]) {
     assert_eq!(lines.len(), sentences.len());
@@ -172,7 +123,7 @@ fn check_against_reference(lines: &[Line], sentences: &[&Sentence]) {
 
 #[test]
 fn a_file_embeds_to_the_reference_in_input_order() {
-    let (model, sentences) = (model_dir(), sentences());
+    let (model, sentences) = (minilm_dir(), sentences());
     let dir = temp_dir("file");
     let (input, output) = (dir.join("in.txt"), dir.join("out.jsonl"));
     std::fs::write(&input, input_bytes(&sentences)).unwrap();
@@ -199,14 +150,14 @@ fn a_file_embeds_to_the_reference_in_input_order() {
 #[test]
 fn stdin_to_stdout() {
     let sentences = &sentences()[..3];
-    let o = hrx_embed(&[], &model_dir(), Some(&input_bytes(sentences)));
+    let o = hrx_embed(&[], &minilm_dir(), Some(&input_bytes(sentences)));
     assert!(o.status.success(), "{}", text(&o.stderr));
     check_against_reference(&parse(&text(&o.stdout)), sentences);
 }
 
 #[test]
 fn results_do_not_depend_on_batch_slots_or_order() {
-    let (model, sentences) = (model_dir(), sentences());
+    let (model, sentences) = (minilm_dir(), sentences());
     let forward = input_bytes(&sentences);
     let mut reversed = sentences.clone();
     reversed.reverse();
@@ -242,7 +193,7 @@ fn invalid_utf8_names_the_line_and_writes_nothing() {
             "--output",
             output.to_str().unwrap(),
         ],
-        &model_dir(),
+        &minilm_dir(),
         None,
     );
     let stderr = text(&o.stderr);
@@ -253,7 +204,7 @@ fn invalid_utf8_names_the_line_and_writes_nothing() {
     assert!(!output.exists());
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     // The same on stdin, with nothing on stdout.
-    let o = hrx_embed(&[], &model_dir(), Some(b"a\nb\n\xc3"));
+    let o = hrx_embed(&[], &minilm_dir(), Some(b"a\nb\n\xc3"));
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(
@@ -290,7 +241,7 @@ fn output_into_a_missing_folder_fails_and_leaves_nothing() {
     let output = dir.join("missing/out.jsonl");
     let o = hrx_embed(
         &["--output", output.to_str().unwrap()],
-        &model_dir(),
+        &minilm_dir(),
         Some(b"hello\n"),
     );
     let stderr = text(&o.stderr);
@@ -303,10 +254,10 @@ fn output_into_a_missing_folder_fails_and_leaves_nothing() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let o = hrx_embed(&["--batch", "0"], &model_dir(), Some(b""));
+    let o = hrx_embed(&["--batch", "0"], &minilm_dir(), Some(b""));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     // An empty input is no sentences and no output.
-    let o = hrx_embed(&[], &model_dir(), Some(b""));
+    let o = hrx_embed(&[], &minilm_dir(), Some(b""));
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(o.stdout.is_empty());
 }

@@ -12,10 +12,10 @@
 //! The load is overridable for longer runs on real devices:
 //! `HRX_SOAK_REQUESTS`, `HRX_SOAK_CLIENTS`, `HRX_SOAK_CANCEL_PERCENT`.
 
-mod serve;
-
+use crate::serve::{
+    MODEL, Sentence, Server, answer, assert_close, client, metric, short_sentences,
+};
 use serde_json::json;
-use serve::{MODEL, Sentence, Server, answer, assert_close, client, metric, short_sentences};
 use std::{
     sync::{
         Arc, Mutex,

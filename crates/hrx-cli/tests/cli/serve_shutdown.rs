@@ -2,10 +2,8 @@
 //! accepting, answers every accepted request, and exits 0; requests that
 //! arrive on open connections while it drains get 503 (`/ready` too).
 
-mod serve;
-
+use crate::serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use serde_json::json;
-use serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use std::{
     io::{Read, Write},
     net::TcpStream,

@@ -15,8 +15,8 @@ use hrx_models::llama::{
     FinishReason, GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling,
 };
 use hrx_runtime::RuntimeOptions;
+use hrx_test_support::models::smollm2_gguf;
 use serde::Deserialize;
-use std::path::PathBuf;
 
 /// Margins below this are near-ties: f32 may pick either token.
 const NEAR_TIE: f64 = 0.02;
@@ -36,16 +36,6 @@ struct Prompt {
     margins: Vec<f64>,
 }
 
-fn gguf_path() -> PathBuf {
-    std::env::var_os("HRX_SMOLLM2_GGUF").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
-        },
-        PathBuf::from,
-    )
-}
-
 fn reference() -> Reference {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -55,12 +45,7 @@ fn reference() -> Reference {
 }
 
 fn generator(options: GeneratorOptions) -> Generator {
-    let path = gguf_path();
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask models`",
-        path.display()
-    );
+    let path = smollm2_gguf();
     let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let file = GgufFile::open(&path).unwrap();
     Generator::load(&context, &file, options).unwrap()

@@ -2,8 +2,6 @@
 //! files, missing or misshapen tensors and invalid configurations. None of
 //! these touches a device except the model constructors' checks.
 
-mod toy_common;
-
 use hrx_core::Error;
 use hrx_models::{
     Weights, compare,
@@ -165,7 +163,7 @@ fn weights_check_names_and_shapes() {
 
 #[test]
 fn models_reject_missing_and_misshapen_weights() {
-    let context = toy_common::context();
+    let context = crate::toy_common::context();
     let config = MlpConfig::small();
     let good = config.seeded_weights(1);
     let (mut missing, mut misshapen) = (Weights::new(), Weights::new());
@@ -252,7 +250,7 @@ fn invalid_configurations_are_errors() {
     ] {
         assert!(config.validate().is_err(), "{config:?}");
     }
-    let context = toy_common::context();
+    let context = crate::toy_common::context();
     let weights = m.seeded_weights(1);
     assert!(Mlp::new(&context, MlpConfig { batch: 0, ..m }, &weights).is_err());
     let weights = t.seeded_weights(1);

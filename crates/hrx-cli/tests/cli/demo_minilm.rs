@@ -4,22 +4,9 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2`.
 
+use hrx_test_support::models::{minilm_dir, workspace};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model_dir() -> PathBuf {
-    let dir = workspace().join("target/models/all-MiniLM-L6-v2");
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "model files missing in {}: run `cargo xtask models`",
-        dir.display()
-    );
-    dir
-}
 
 fn reference() -> PathBuf {
     workspace().join("crates/hrx-models/tests/reference/minilm/reference.json")
@@ -62,7 +49,7 @@ fn assert_contains(haystack: &str, needles: &[&str]) {
 fn a_short_run_against_the_reference_checks_and_reports() {
     let reference = reference();
     let o = hrx_demo(
-        &model_dir(),
+        &minilm_dir(),
         &[
             "--reference",
             reference.to_str().unwrap(),
@@ -107,7 +94,7 @@ fn a_corrupted_reference_fails_naming_the_sentence() {
     *first = serde_json::json!(first.as_f64().unwrap() + 0.01);
     std::fs::write(&path, serde_json::to_string(&value).unwrap()).unwrap();
     let o = hrx_demo(
-        &model_dir(),
+        &minilm_dir(),
         &[
             "--reference",
             path.to_str().unwrap(),
@@ -141,7 +128,7 @@ fn a_corrupted_reference_fails_naming_the_sentence() {
 
 #[test]
 fn without_a_reference_the_naive_path_is_the_check() {
-    let o = hrx_demo(&model_dir(), &["--sentences", "6", "--clients", "3"]);
+    let o = hrx_demo(&minilm_dir(), &["--sentences", "6", "--clients", "3"]);
     let stdout = text(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
     assert_contains(
@@ -165,7 +152,7 @@ fn a_missing_model_folder_or_reference_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert_contains(&stderr, &["no-such-model", "does not exist"]);
     let missing = dir.join("no-reference.json");
-    let o = hrx_demo(&model_dir(), &["--reference", missing.to_str().unwrap()]);
+    let o = hrx_demo(&minilm_dir(), &["--reference", missing.to_str().unwrap()]);
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert_contains(&stderr, &["cannot read the reference", "no-reference.json"]);

@@ -2,10 +2,8 @@
 //! error object (`{"error": {"message", "type", "param", "code"}}`), and
 //! the server keeps serving afterwards.
 
-mod serve;
-
+use crate::serve::{Answer, MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use serde_json::json;
-use serve::{Answer, MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "sk-errors";

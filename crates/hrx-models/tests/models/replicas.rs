@@ -6,12 +6,10 @@
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 
-mod minilm_common;
-
 use hrx_inference::ModelContext;
 use hrx_models::embed::{EmbedderOptions, Replicas};
 use hrx_runtime::{Fault, RuntimeOptions};
-use minilm_common::model_dir;
+use hrx_test_support::{compare::max_difference, models::minilm_dir};
 use std::time::Duration;
 
 /// Small pools: batches of up to 4, one slot, prepared on first use.
@@ -30,7 +28,7 @@ fn pool() -> Replicas {
         ModelContext::new(RuntimeOptions::from_env().unwrap().with_fault_injection())
             .expect("context"),
     ];
-    Replicas::load(&contexts, &model_dir(), &options()).expect("load")
+    Replicas::load(&contexts, &minilm_dir(), &options()).expect("load")
 }
 
 fn ids(replicas: &Replicas, texts: &[&str]) -> Vec<Vec<u32>> {
@@ -38,14 +36,6 @@ fn ids(replicas: &Replicas, texts: &[&str]) -> Vec<Vec<u32>> {
         .iter()
         .map(|t| replicas.tokenize(t).expect("tokenize"))
         .collect()
-}
-
-fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

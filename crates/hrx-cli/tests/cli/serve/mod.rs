@@ -1,11 +1,16 @@
 //! What the `serve_*` tests share: the real `hrx serve` binary started on
 //! port 0 (with `HRX_VALIDATION=1`), an HTTP client, the MiniLM float64
-//! reference, metrics scraping and cosine similarity.
+//! reference, metrics scraping, cosine similarity and the `openai` Python
+//! package.
 //!
 //! The model folder is fetched by `cargo xtask models` into
 //! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
 #![allow(dead_code)]
 
+pub use hrx_test_support::{
+    compare::cosine,
+    models::{minilm_dir, smollm2_gguf, target_dir, workspace},
+};
 use serde::Deserialize;
 use std::{
     io::{BufRead, BufReader, Read},
@@ -21,49 +26,54 @@ pub const MODEL: &str = "all-MiniLM-L6-v2";
 /// How long a server may take to load and prepare its pools.
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// `target/models/all-MiniLM-L6-v2`, or the folder `HRX_MINILM_DIR` names.
-pub fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("HRX_MINILM_DIR").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/models")
-                .join(MODEL)
-        },
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "model files missing in {}: run `cargo xtask models`",
-        dir.display()
-    );
-    dir
-}
-
 /// The text-generation model's name in requests.
 pub const LLM: &str = "SmolLM2-135M-Instruct.Q4_1";
 
-/// SmolLM2's GGUF file, fetched by `cargo xtask models`
-/// (`HRX_SMOLLM2_GGUF` names another copy).
-pub fn llm_file() -> PathBuf {
-    let file = std::env::var_os("HRX_SMOLLM2_GGUF").map_or_else(
-        || {
-            target_dir()
-                .join("models/SmolLM2-135M-Instruct")
-                .join(format!("{LLM}.gguf"))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        file.is_file(),
-        "{} is missing: run `cargo xtask models`",
-        file.display()
-    );
-    file
-}
+/// The pinned version of the `openai` Python package.
+pub const OPENAI: &str = "3.57.0";
 
-/// The workspace's target folder.
-pub fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
+/// The python of a virtual environment under `target/openai-venv` with
+/// `openai==OPENAI` installed, created on first use (once per process:
+/// tests that need it run in parallel).
+pub fn python() -> PathBuf {
+    static PYTHON: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut ready_python = PYTHON.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(python) = &*ready_python {
+        return python.clone();
+    }
+    let venv = target_dir().join("openai-venv");
+    let python = venv.join("bin/python");
+    let check = format!("import openai, sys; sys.exit(openai.__version__ != '{OPENAI}')");
+    let ready = || {
+        Command::new(&python)
+            .args(["-c", &check])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready() {
+        let status = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .expect("python3");
+        assert!(
+            status.success(),
+            "python3 -m venv {} failed",
+            venv.display()
+        );
+        let status = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", &format!("openai=={OPENAI}")])
+            .status()
+            .expect("pip");
+        assert!(status.success(), "pip install openai=={OPENAI} failed");
+        assert!(
+            ready(),
+            "openai {OPENAI} is not importable after installing it"
+        );
+    }
+    *ready_python = Some(python.clone());
+    python
 }
 
 #[derive(Deserialize)]
@@ -82,10 +92,7 @@ pub struct Sentence {
 pub fn reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
     REFERENCE.get_or_init(|| {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../hrx-models/tests/reference/minilm/reference.json"
-        );
+        let path = workspace().join("crates/hrx-models/tests/reference/minilm/reference.json");
         serde_json::from_str(&std::fs::read_to_string(path).expect("reference.json"))
             .expect("parse")
     })
@@ -99,14 +106,6 @@ pub fn short_sentences(tokens: usize) -> Vec<&'static Sentence> {
         .iter()
         .filter(|s| s.ids.len() <= tokens && !s.text.is_empty())
         .collect()
-}
-
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// Assert `got` matches the reference embedding of `sentence`.
@@ -127,13 +126,13 @@ impl Server {
     /// Start `hrx serve --model DIR --port 0 EXTRA...` and wait until it
     /// listens.
     pub fn start(extra: &[&str]) -> Server {
-        Self::launch("--model", model_dir(), extra)
+        Self::launch("--model", minilm_dir(), extra)
     }
 
     /// Start `hrx serve --llm GGUF --port 0 EXTRA...` (SmolLM2) and wait
     /// until it listens.
     pub fn start_llm(extra: &[&str]) -> Server {
-        Self::launch("--llm", llm_file(), extra)
+        Self::launch("--llm", smollm2_gguf(), extra)
     }
 
     fn launch(flag: &str, model: PathBuf, extra: &[&str]) -> Server {

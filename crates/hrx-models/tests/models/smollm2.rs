@@ -7,13 +7,13 @@
 //! `target/models/SmolLM2-135M-Instruct/`; `HRX_SMOLLM2_GGUF` names another
 //! copy (where the tests run away from the checkout).
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hrx_models::gguf::{GgufFile, LlamaConfig, TensorType};
 use hrx_models::tokenizer::{
     BpeTokenizer, ChatMessage, ChatTemplate, PreTokenizer, StreamDecoder, TokenType,
 };
+use hrx_test_support::models::smollm2_gguf;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -58,26 +58,10 @@ struct Row {
     values: Vec<f64>,
 }
 
-fn gguf_path() -> PathBuf {
-    let path = std::env::var_os("HRX_SMOLLM2_GGUF").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask models`",
-        path.display()
-    );
-    path
-}
-
 /// The file, parsed once for all tests.
 fn file() -> &'static GgufFile {
     static FILE: OnceLock<GgufFile> = OnceLock::new();
-    FILE.get_or_init(|| GgufFile::open(&gguf_path()).unwrap())
+    FILE.get_or_init(|| GgufFile::open(&smollm2_gguf()).unwrap())
 }
 
 fn tokenizer() -> &'static BpeTokenizer {
