@@ -7,7 +7,7 @@
 //! guard words past each output must stay poisoned. Tolerances are stated
 //! per kernel (`EPS` is the f32 unit roundoff).
 
-use crate::run::{Rng, bits, check, gpu, idx, read, read_f32, rel};
+use super::run::{Rng, bits, check, gpu, idx, read, read_f32, rel};
 use hrx::loom::{ScalarValue as S, Specialization};
 
 /// Element counts: one item, less than a workgroup, partial last groups.
@@ -110,7 +110,7 @@ fn f16_to_f32() {
         }
         if n % 2 == 1 {
             // The odd element's neighbour half-word is not the kernel's.
-            assert_eq!(got[words - 1] >> 16, crate::run::POISON >> 16, "f16 tail");
+            assert_eq!(got[words - 1] >> 16, super::run::POISON >> 16, "f16 tail");
         }
     }
 }
@@ -126,7 +126,7 @@ fn clamp2d() {
         let pad = 8;
         let x = rng.f32s(rows * cols, -5.0, 5.0);
         let (lo, hi) = (rng.f32_in(-3.0, -0.5), rng.f32_in(0.5, 3.0));
-        let mut init = vec![crate::run::POISON; pad];
+        let mut init = vec![super::run::POISON; pad];
         init.extend(bits(&x));
         let m = g.input(&init);
         let scalars = [
@@ -139,7 +139,7 @@ fn clamp2d() {
         g.run(&k, &[&m], &scalars, &[rows as u64, cols as u64]);
         let got = read("clamp2d", &m, pad + rows * cols);
         assert!(
-            got[..pad].iter().all(|&w| w == crate::run::POISON),
+            got[..pad].iter().all(|&w| w == super::run::POISON),
             "clamp2d pad"
         );
         let got: Vec<f32> = got[pad..].iter().map(|&w| f32::from_bits(w)).collect();
@@ -618,7 +618,7 @@ fn subgroup_ops() {
 fn every_corpus_file_is_run_here() {
     // A new corpus kernel must get a run test above.
     let here = include_str!("corpus.rs");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::CORPUS_DIR);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(super::CORPUS_DIR);
     for entry in std::fs::read_dir(dir).expect("corpus dir") {
         let name = entry.expect("entry").file_name();
         let name = name.to_string_lossy();

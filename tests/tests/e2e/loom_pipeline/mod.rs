@@ -13,20 +13,19 @@
 //! source and its `Program` value, ready to paste as a regression test.
 //!
 //! `spirv-val` is `HRX_SPIRV_VAL` or the one on `PATH`; when neither runs,
-//! validation is skipped with a note unless `HRX_REQUIRE_SPIRV_VAL` is set.
+//! validation is skipped with a note unless it is required
+//! (`HRX_REQUIRE_SPIRV_VAL` is set, or `CI=true`).
 
-#[path = "loom_pipeline/interp.rs"]
 mod interp;
-#[path = "loom_pipeline/program.rs"]
 mod program;
 
 use hrx_core::Target;
 use hrx_loom::{Artifact, Compiler, ScalarValue, Specialization};
 use hrx_runtime::{Buffer, MemoryPlacement, Runtime};
+use hrx_test_support::spirv_val;
 use interp::{ArgValue, Word};
 use program::{Data, Instr, Program};
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The word the output is filled with before a run: a quiet NaN as f32, an
@@ -41,37 +40,6 @@ fn env_number(name: &str, default: u64) -> u64 {
             .parse()
             .unwrap_or_else(|_| panic!("{name}={text} is not a number")),
         Err(_) => default,
-    }
-}
-
-/// Run `spirv-val` for Vulkan 1.3 on `words`.
-fn spirv_val(label: &str, words: &[u32]) -> Result<(), String> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let exe = std::env::var("HRX_SPIRV_VAL").unwrap_or_else(|_| "spirv-val".into());
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("hrx-pipeline-{}-{n}.spv", std::process::id()));
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
-    let out = Command::new(&exe)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output();
-    let _ = std::fs::remove_file(&path);
-    match out {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "{exe} rejected {label}:\n{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => {
-            assert!(
-                std::env::var_os("HRX_REQUIRE_SPIRV_VAL").is_none(),
-                "HRX_REQUIRE_SPIRV_VAL is set but {exe} does not run: {e}"
-            );
-            eprintln!("note: {exe} does not run ({e}); skipping validation of {label}");
-            Ok(())
-        }
     }
 }
 
@@ -224,7 +192,7 @@ fn check(program: &Program) -> Result<(), String> {
         let artifact = module
             .compile_uncached(&spec)
             .map_err(|e| format!("compiling for {label}: {e}"))?;
-        spirv_val(label, artifact.spirv())?;
+        spirv_val::validate_with(&spirv_val::preferred(), label, artifact.spirv())?;
         // `%vin` and `%vout` see only aligned 4-lane accesses: 4-vectors.
         let vector_elements: Vec<u32> = artifact.bindings()[2..]
             .iter()

@@ -3,7 +3,7 @@
 //! rows are 4-vectors. What the compiler declares is checked in hrx-loom's
 //! own `vec4_layout` tests; here the results must be exact.
 
-use crate::run::{Rng, bits, gpu, idx, read};
+use super::run::{Rng, bits, gpu, idx, read};
 use hrx::loom::{Artifact, Specialization};
 
 const BLOCK_TRANSPOSE: &str = loom_test_file!("vec4/block_transpose.loom");
