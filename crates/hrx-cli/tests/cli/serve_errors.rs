@@ -320,6 +320,7 @@ async fn every_mistake_gets_its_status_and_an_openai_error() {
 /// server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_request_times_out_with_504_and_the_server_keeps_serving() {
+    let _alone = crate::serve::HEAVY.lock().await;
     let server = Server::start(&["--timeout-ms", "300", "--max-batch", "2", "--slots", "1"]);
     let c = client();
     // Two sentences of about 120 tokens take seconds on lavapipe.

@@ -78,6 +78,7 @@ fn server() -> Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_client_gets_the_reference_tokens() {
+    let _alone = crate::serve::HEAVY.lock().await;
     let reference = reference();
     let tokenizer = tokenizer();
     let plain = prompt(&reference, "plain");
@@ -202,6 +203,7 @@ async fn the_openai_client_gets_the_reference_tokens() {
 
 #[test]
 fn hrx_generate_writes_the_reference_tokens_in_input_order() {
+    let _alone = crate::serve::HEAVY.blocking_lock();
     let reference = reference();
     let names = ["plain", "chat", "counting"];
     let mut input = String::new();

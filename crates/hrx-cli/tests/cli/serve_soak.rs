@@ -121,6 +121,7 @@ async fn one(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_requests_right_answers_no_leaks_flat_memory() {
+    let _alone = crate::serve::HEAVY.lock().await;
     let requests = setting("HRX_SOAK_REQUESTS", 2000);
     let clients = setting("HRX_SOAK_CLIENTS", 32);
     let cancel_percent = setting("HRX_SOAK_CANCEL_PERCENT", 75).min(100);

@@ -20,6 +20,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// Held for their whole run by the tests that keep lavapipe busy for long
+/// (the soak, text generation) and by the one whose check is a deadline
+/// (`--timeout-ms`): one test binary runs them in parallel, and paired on
+/// a small CPU they starve each other past the server's timeouts. Other
+/// tests still run beside them.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The served model's name.
 pub const MODEL: &str = "all-MiniLM-L6-v2";
 
