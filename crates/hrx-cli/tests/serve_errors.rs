@@ -322,7 +322,12 @@ async fn every_mistake_gets_its_status_and_an_openai_error() {
 /// server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_request_times_out_with_504_and_the_server_keeps_serving() {
-    let server = Server::start(&["--timeout-ms", "300", "--max-batch", "2", "--slots", "1"]);
+    // The timeout sits between the two requests' times on lavapipe with
+    // room on both sides (measured with validation on: 0.34 s for one
+    // short sentence, 11.5 s for the two long ones). A timeout near the
+    // short one's time lets timed-out requests queue faster than the
+    // device drains them, and the server never answers in time again.
+    let server = Server::start(&["--timeout-ms", "3000", "--max-batch", "2", "--slots", "1"]);
     let c = client();
     // Two sentences of about 120 tokens take seconds on lavapipe.
     let long = "the quick brown fox jumps over the lazy dog ".repeat(13);
