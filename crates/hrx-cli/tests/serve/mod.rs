@@ -299,7 +299,7 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
-        .timeout(Duration::from_secs(120))
+        .timeout(Duration::from_secs(600))
         .build()
         .expect("client")
 }
