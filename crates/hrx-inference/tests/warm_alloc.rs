@@ -1,15 +1,18 @@
+// Its own test binary: it counts every heap allocation in the process.
 //! The warm serving path makes no heap allocation: a counting global
 //! allocator watches every Rust allocation in the process (the runtime's
 //! watcher thread included) while warm requests go through
 //! `submit_host` -> `download` -> `read_into`.
 
+#[path = "inference/common.rs"]
 mod common;
 
 use common::*;
 use hrx_runtime::MemoryPlacement;
+use hrx_test_support::counting::{self, Counting};
 
-#[path = "common/counting.rs"]
-mod counting;
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 const N: usize = 256;
 

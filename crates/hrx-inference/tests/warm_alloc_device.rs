@@ -1,14 +1,17 @@
+// Its own test binary: it counts every heap allocation in the process.
 //! The warm path with device inputs makes no heap allocation either:
 //! `submit` of device tensors (copied into the slot by its copy batch) ->
 //! `download` -> `read_into`, under a counting global allocator.
 
+#[path = "inference/common.rs"]
 mod common;
 
 use common::*;
 use hrx_runtime::MemoryPlacement;
+use hrx_test_support::counting::{self, Counting};
 
-#[path = "common/counting.rs"]
-mod counting;
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 const N: usize = 256;
 

@@ -4,12 +4,10 @@
 //! right after must not race the thread's teardown of the device). Its own
 //! test binary: it counts the process's open devices.
 
-mod minilm_common;
-
 use hrx_inference::ModelContext;
 use hrx_models::embed::{EmbedderOptions, SentenceEmbedder};
 use hrx_runtime::{RuntimeOptions, open_device_count};
-use minilm_common::model_dir;
+use hrx_test_support::models::minilm_dir;
 
 /// Without the join the thread often, not always, still runs when the
 /// drop returns; a few rounds make a missing join show.
@@ -28,7 +26,7 @@ fn one_round() {
         slots: 1,
         ..EmbedderOptions::default()
     };
-    let embedder = SentenceEmbedder::load(&context, &model_dir(), &options).expect("load");
+    let embedder = SentenceEmbedder::load(&context, &minilm_dir(), &options).expect("load");
     let clone = embedder.clone();
     // A batch prepares a pool on the batching thread's side.
     assert_eq!(clone.embed(&["hello"]).expect("embed")[0].vector.len(), 384);

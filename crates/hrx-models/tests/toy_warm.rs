@@ -1,21 +1,23 @@
+// Its own test binary: it counts every heap allocation in the process.
 //! A model built from tensor operators keeps the warm path free of heap
 //! allocations: the MLP's whole forward pass is one prepared graph per
 //! slot, so `submit_host` -> `download` -> `read_into` allocates nothing.
 
-mod toy_common;
-
-#[path = "../../hrx-inference/tests/common/counting.rs"]
-mod counting;
-
+use hrx_inference::ModelContext;
 use hrx_models::{
     compare,
     toy::{Mlp, MlpConfig},
 };
+use hrx_runtime::RuntimeOptions;
+use hrx_test_support::counting::{self, Counting};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// One test only: the counter is process-wide.
 #[test]
 fn mlp_submit_host_then_read_into_allocates_nothing_once_warm() {
-    let context = toy_common::context();
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
     let config = MlpConfig::small();
     let weights = config.seeded_weights(3);
     let mlp = Mlp::new(&context, config, &weights).unwrap();

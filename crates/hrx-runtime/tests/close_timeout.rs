@@ -2,12 +2,11 @@
 //! `RuntimeOptions::close_timeout`: a device that does not finish (hung,
 //! or here just busy for seconds) is abandoned, its pending work fails with
 //! `DeviceLost`, and dropping the runtime returns. Its own binary: the
-//! abandoned device is leaked by design, so it stays counted as open.
+//! abandoned device is leaked by design, so it stays counted as open, and
+//! busy for seconds (other tests' gates would calibrate against it).
 
-mod common;
-
-use common::gate::{calibrated_rounds, chain};
 use hrx_runtime::{Error, MemoryPlacement, Runtime, RuntimeOptions};
+use hrx_test_support::gate::{calibrated_rounds, chain};
 use std::time::{Duration, Instant};
 
 #[test]

@@ -1,3 +1,4 @@
+// Its own test binary: it re-runs itself as child processes that exit with work in flight.
 //! A process may end right after its last runtime handle is dropped, while
 //! the device still has work: the device must be destroyed before that drop
 //! returns, or process exit tears the driver down under its destruction.

@@ -1,22 +1,21 @@
+// Its own test binary: it counts the process's open devices, which any other test would change.
 //! A domain's device closes once nothing of the domain is left, even after
 //! submissions nobody waited for: dropping the last runtime handle waits
 //! for them and destroys the device on the dropping thread, before the drop
 //! returns, never on the watcher thread (whose driver calls could race the
 //! process's exit).
 
-mod common;
-
-use common::gate::Gate;
 use hrx_runtime::{
     Buffer, BufferView, Completion, ExecutableGraph, MemoryPlacement, Runtime, open_device_count,
 };
+use hrx_test_support::gate::Gate;
 use std::sync::{Mutex, MutexGuard};
 
 /// The tests count the process's open devices: one at a time.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     // Calibrate the gate first: it opens (and closes) a device of its own.
-    common::gate::calibrated_rounds();
+    hrx_test_support::gate::calibrated_rounds();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -1,5 +1,5 @@
 //! The tokenizer end to end on a tiny vocabulary; the comparison with
-//! Hugging Face's ids on the real one is `tests/tokenizer.rs`.
+//! Hugging Face's ids on the real one is `tests/models/tokenizer.rs`.
 
 use serde_json::{Value, json};
 

@@ -2,7 +2,7 @@
 """Writes ids.json: Hugging Face `tokenizers` ids for SmolLM2's byte-level BPE on seeded random
 strings built to stress the split (whitespace runs of every kind, contractions, digits, letters,
 marks and numbers of many scripts, emoji sequences, punctuation runs, control tokens written in
-the text, lone surrogate-free odd code points), for crates/hrx-models/tests/smollm2.rs.
+the text, lone surrogate-free odd code points), for crates/hrx-models/tests/models/smollm2.rs.
 
     target/ref-venv/bin/python crates/hrx-models/tests/reference/smollm2/make_ids.py [GGUF]
 

@@ -1,6 +1,6 @@
 """Writes ids.json: Hugging Face `tokenizers` ids for all-MiniLM-L6-v2's
 tokenizer on hand-picked hostile strings and seeded random ones, for
-crates/hrx-models/tests/tokenizer.rs to compare hrx's tokenizer with.
+crates/hrx-models/tests/models/tokenizer.rs to compare hrx's tokenizer with.
 
 Usage: python3 make_ids.py [MODEL_DIR]
 (default: target/models/all-MiniLM-L6-v2 under the repository root;

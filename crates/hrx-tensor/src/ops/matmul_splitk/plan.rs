@@ -258,8 +258,8 @@ mod tests {
 
     /// Every shape the tuning override can pick (row groups, step depth,
     /// pipelining) with both load kinds compiles for the H200 target
-    /// (naga validates each module; tests/matmul_splitk.rs runs spirv-val
-    /// on the built-in shapes).
+    /// (naga validates each module; tests/tensor/matmul_splitk.rs runs
+    /// spirv-val on the built-in shapes).
     #[test]
     fn every_shape_compiles_for_hopper() {
         let t = Target::hopper();

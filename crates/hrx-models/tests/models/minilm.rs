@@ -1,0 +1,237 @@
+//! all-MiniLM-L6-v2 end to end on the default device (lavapipe in CI),
+//! against the float64 reference in `reference/minilm/` (made by
+//! `make_reference.py`, independent of hrx): token ids identical, and per
+//! sentence cosine >= 0.99999, max |difference| <= 1e-4, unit norm.
+//!
+//! The model folder is fetched by `cargo xtask models` into
+//! `target/models/all-MiniLM-L6-v2` (`HRX_MINILM_DIR` names another).
+
+use hrx_core::Error;
+use hrx_inference::ModelContext;
+use hrx_models::bert::Precision;
+use hrx_models::embed::{EmbedderOptions, Embedding, SentenceEmbedder};
+use hrx_runtime::RuntimeOptions;
+use hrx_test_support::{
+    compare::{cosine, max_difference},
+    models::minilm_dir,
+};
+use serde::Deserialize;
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+#[derive(Deserialize)]
+struct Reference {
+    sentences: Vec<Sentence>,
+    pair: Pair,
+}
+
+#[derive(Deserialize)]
+struct Sentence {
+    text: String,
+    ids: Vec<u32>,
+    embedding: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct Pair {
+    a: usize,
+    b: usize,
+}
+
+fn reference() -> &'static Reference {
+    static REFERENCE: OnceLock<Reference> = OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        serde_json::from_str(include_str!("../reference/minilm/reference.json"))
+            .expect("reference.json")
+    })
+}
+
+fn texts() -> Vec<&'static str> {
+    reference()
+        .sentences
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect()
+}
+
+/// The reference sentences of at most `tokens` tokens (lavapipe runs a
+/// 256-token batch in seconds, so the repeated runs use short ones).
+fn short_texts(tokens: usize) -> Vec<&'static str> {
+    let sentences = &reference().sentences;
+    sentences
+        .iter()
+        .filter(|s| s.ids.len() <= tokens)
+        .map(|s| s.text.as_str())
+        .collect()
+}
+
+fn load(options: &EmbedderOptions) -> SentenceEmbedder {
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
+    SentenceEmbedder::load(&context, &minilm_dir(), options).expect("load")
+}
+
+/// The embedder most tests share: f32, batches of 16.
+fn shared() -> &'static SentenceEmbedder {
+    static EMBEDDER: OnceLock<SentenceEmbedder> = OnceLock::new();
+    EMBEDDER.get_or_init(|| {
+        load(&EmbedderOptions {
+            max_batch: 16,
+            ..EmbedderOptions::default()
+        })
+    })
+}
+
+/// Every result against the reference, with `min_cosine` and `max_diff`.
+fn check(results: &[Embedding], min_cosine: f64, max_diff: f32) {
+    let reference = reference();
+    assert_eq!(results.len(), reference.sentences.len());
+    for (i, (got, want)) in results.iter().zip(&reference.sentences).enumerate() {
+        assert_eq!(
+            got.tokens, want.ids,
+            "token ids of sentence {i} {:?}",
+            want.text
+        );
+        let cos = cosine(&got.vector, &want.embedding);
+        let diff = max_difference(&got.vector, &want.embedding);
+        let norm = got
+            .vector
+            .iter()
+            .map(|&x| f64::from(x).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            cos >= min_cosine && diff <= max_diff && (norm - 1.0).abs() <= 1e-5,
+            "sentence {i} ({} tokens) {:?}: cosine {cos}, max difference {diff}, norm {norm}",
+            want.ids.len(),
+            want.text
+        );
+    }
+}
+
+#[test]
+fn embeddings_match_the_float64_reference() {
+    let results = shared().embed(&texts()).expect("embed");
+    check(&results, 0.99999, 1e-4);
+    let pair = &reference().pair;
+    let cos = cosine(&results[pair.a].vector, &results[pair.b].vector);
+    assert!((cos - 0.7553).abs() <= 5e-4, "published pair: cosine {cos}");
+}
+
+#[test]
+fn batch_size_does_not_change_results() {
+    let one = load(&EmbedderOptions {
+        max_batch: 1,
+        slots: 1,
+        ..EmbedderOptions::default()
+    });
+    let texts = short_texts(32);
+    let single = one.embed(&texts).expect("batch 1");
+    let batched = shared().embed(&texts).expect("batch 16");
+    for (i, (a, b)) in single.iter().zip(&batched).enumerate() {
+        assert_eq!(a.tokens, b.tokens);
+        let diff = max_difference(&a.vector, &b.vector);
+        assert!(
+            diff <= 1e-5,
+            "sentence {i}: batch 1 and 16 differ by {diff}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_clients_match_one_at_a_time() {
+    let embedder = shared();
+    let alone: Vec<Embedding> = short_texts(16)
+        .iter()
+        .map(|t| embedder.embed(&[t]).expect("alone").remove(0))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("tokio");
+    let alone = Arc::new(alone);
+    runtime.block_on(async {
+        let clients: Vec<_> = (0..4)
+            .map(|client| {
+                let embedder = embedder.clone();
+                let alone = Arc::clone(&alone);
+                tokio::spawn(async move {
+                    // Each client asks in its own order, in requests of 1 to 3.
+                    let mut order: Vec<usize> = (0..alone.len()).collect();
+                    order.rotate_left(client * 5 % alone.len());
+                    for chunk in order.chunks(1 + client % 3) {
+                        let request: Vec<&str> =
+                            chunk.iter().map(|&i| short_texts(16)[i]).collect();
+                        let results = embedder.embed_async(&request).await.expect("embed");
+                        for (&i, got) in chunk.iter().zip(&results) {
+                            assert_eq!(got.tokens, alone[i].tokens);
+                            let diff = max_difference(&got.vector, &alone[i].vector);
+                            assert!(
+                                diff <= 1e-5,
+                                "client {client}, sentence {i}: differs by {diff}"
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for client in clients {
+            client.await.expect("client");
+        }
+    });
+    assert!(embedder.stats().batches > 0);
+}
+
+#[test]
+fn f16_matches_the_reference_where_the_device_has_f16() {
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
+    let target = context.runtime().gpu().expect("device").target().clone();
+    let options = EmbedderOptions {
+        precision: Precision::F16,
+        max_batch: 16,
+        batch_window: Duration::from_millis(1),
+        ..EmbedderOptions::default()
+    };
+    match SentenceEmbedder::load(&context, &minilm_dir(), &options) {
+        Ok(embedder) => {
+            let results = embedder.embed(&texts()).expect("embed f16");
+            check(&results, 0.9999, 5e-3);
+        }
+        Err(Error::Unsupported(why)) => {
+            assert!(!(target.shader_f16 && target.storage_16bit), "{why}");
+        }
+        Err(e) => panic!("f16 load: {e}"),
+    }
+}
+
+#[test]
+fn oversized_and_bad_inputs_are_errors() {
+    let embedder = shared();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("tokio");
+    runtime.block_on(async {
+        let too_long = vec![101; 257];
+        let e = embedder.embed_ids_async(vec![too_long]).await.unwrap_err();
+        assert!(
+            e.to_string().contains("257 tokens exceeds the model's 256"),
+            "{e}"
+        );
+        let outside = vec![101, 40_000, 102];
+        let e = embedder.embed_ids_async(vec![outside]).await.unwrap_err();
+        assert!(
+            e.to_string().contains("token id 40000 at position 1"),
+            "{e}"
+        );
+        let e = embedder.embed_ids_async(vec![vec![]]).await.unwrap_err();
+        assert!(e.to_string().contains("at least one token"), "{e}");
+    });
+    // The embedder keeps serving afterwards.
+    assert_eq!(
+        embedder.embed(&["still here"]).expect("embed")[0]
+            .vector
+            .len(),
+        384
+    );
+}

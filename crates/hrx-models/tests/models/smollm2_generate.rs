@@ -1,0 +1,280 @@
+//! SmolLM2-135M-Instruct generating on the device (f32, lavapipe in CI)
+//! against `reference/smollm2/reference.json`, a float64 forward pass of
+//! the same GGUF file made by `make_reference.py` with the `gguf` package,
+//! independent of hrx.
+//!
+//! Greedy ids must equal the reference's; a difference is allowed only at
+//! a step where the reference's top-2 logit margin is below
+//! [`NEAR_TIE`] (from there on, f32 and f64 may follow different
+//! continuations). The same prompts through four slots at once, joining
+//! at different steps, must agree the same way.
+
+use hrx_inference::ModelContext;
+use hrx_models::gguf::GgufFile;
+use hrx_models::llama::{
+    FinishReason, GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling,
+};
+use hrx_runtime::RuntimeOptions;
+use hrx_test_support::models::smollm2_gguf;
+use serde::Deserialize;
+
+/// Margins below this are near-ties: f32 may pick either token.
+const NEAR_TIE: f64 = 0.02;
+
+#[derive(Deserialize)]
+struct Reference {
+    new_tokens: usize,
+    prompts: Vec<Prompt>,
+}
+
+#[derive(Deserialize)]
+struct Prompt {
+    name: String,
+    text: String,
+    prompt_ids: Vec<u32>,
+    ids: Vec<u32>,
+    margins: Vec<f64>,
+}
+
+fn reference() -> Reference {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/reference/smollm2/reference.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn generator(options: GeneratorOptions) -> Generator {
+    let path = smollm2_gguf();
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    Generator::load(&context, &file, options).unwrap()
+}
+
+fn options() -> GeneratorOptions {
+    GeneratorOptions {
+        sequences: 4,
+        context: 128,
+        prefill_rows: 32,
+        queue: 16,
+    }
+}
+
+/// Checks `ids` against `expected`: equal up to the first difference,
+/// which must fall on a near-tie of the reference.
+fn agrees(name: &str, what: &str, ids: &[u32], expected: &[u32], margins: &[f64]) {
+    assert_eq!(ids.len(), expected.len(), "{name} ({what}): {ids:?}");
+    if let Some(step) = ids.iter().zip(expected).position(|(a, b)| a != b) {
+        assert!(
+            margins[step] < NEAR_TIE,
+            "{name} ({what}): step {step} chose {} where the reference chose {} with a margin \
+             of {} (ids {ids:?}, reference {expected:?})",
+            ids[step],
+            expected[step],
+            margins[step]
+        );
+    }
+}
+
+/// Waits (a bounded time) until no sequence holds a slot: the generation
+/// thread updates its counters after it sends a sequence's last event.
+fn assert_idle(generator: &Generator) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while generator.stats().active != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sequences still hold slots: {:?}",
+            generator.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn request(prompt: &Prompt, new_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        stop_at_eos: false,
+        ..GenerateRequest::greedy(prompt.prompt_ids.clone(), new_tokens)
+    }
+}
+
+#[test]
+fn greedy_generation_matches_the_reference_alone_and_batched() {
+    let reference = reference();
+    let generator = generator(options());
+    let n = reference.new_tokens;
+    let mut alone = Vec::new();
+    for prompt in &reference.prompts {
+        assert_eq!(
+            generator.encode(&prompt.text),
+            prompt.prompt_ids,
+            "{}",
+            prompt.name
+        );
+        let generation = generator
+            .generate(request(prompt, n))
+            .unwrap()
+            .collect_blocking()
+            .unwrap();
+        assert_eq!(generation.reason, FinishReason::Length);
+        assert_eq!(generation.prompt_tokens, prompt.prompt_ids.len());
+        agrees(
+            &prompt.name,
+            "alone",
+            &generation.ids,
+            &prompt.ids,
+            &prompt.margins,
+        );
+        alone.push(generation.ids);
+    }
+    // All at once: four run, the rest join as slots free up, each at a
+    // different step.
+    let streams: Vec<_> = reference
+        .prompts
+        .iter()
+        .map(|p| generator.generate(request(p, n)).unwrap())
+        .collect();
+    for ((stream, prompt), alone) in streams.into_iter().zip(&reference.prompts).zip(&alone) {
+        let ids = stream.collect_blocking().unwrap().ids;
+        agrees(&prompt.name, "batched", &ids, &prompt.ids, &prompt.margins);
+        agrees(
+            &prompt.name,
+            "batched vs alone",
+            &ids,
+            alone,
+            &prompt.margins,
+        );
+    }
+    assert_idle(&generator);
+    assert!(generator.stats().generated_tokens >= (2 * n * reference.prompts.len()) as u64);
+}
+
+#[test]
+fn requests_are_checked_streamed_stopped_sampled_and_cancelled() {
+    let generator = generator(GeneratorOptions {
+        queue: 2,
+        ..options()
+    });
+    let counting = generator.encode("1, 2, 3, 4, 5, 6,");
+    // Refused before anything runs.
+    let refused = |request: GenerateRequest| generator.generate(request).unwrap_err().to_string();
+    assert!(refused(GenerateRequest::greedy(vec![], 4)).contains("no tokens"));
+    assert!(refused(GenerateRequest::greedy(vec![49_152], 4)).contains("vocabulary"));
+    assert!(refused(GenerateRequest::greedy(counting.clone(), 1000)).contains("context"));
+    let hot = GenerateRequest {
+        sampling: Sampling {
+            temperature: 5.0,
+            ..Sampling::greedy()
+        },
+        ..GenerateRequest::greedy(counting.clone(), 4)
+    };
+    assert!(refused(hot).contains("temperature"));
+    let empty_stop = GenerateRequest {
+        stop: vec![String::new()],
+        ..GenerateRequest::greedy(counting.clone(), 4)
+    };
+    assert!(refused(empty_stop).contains("stop string"));
+
+    // Streaming: token events, then one Finished whose counts add up.
+    let mut stream = generator
+        .generate(GenerateRequest::greedy(counting.clone(), 6))
+        .unwrap();
+    let (mut tokens, mut text) = (0, String::new());
+    loop {
+        match stream.blocking_next().unwrap().unwrap() {
+            GenerationEvent::Token { text: piece, .. } => {
+                tokens += 1;
+                text.push_str(&piece);
+            }
+            GenerationEvent::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+                text: rest,
+            } => {
+                text.push_str(&rest);
+                assert_eq!(reason, FinishReason::Length);
+                assert_eq!((prompt_tokens, completion_tokens), (counting.len(), tokens));
+                break;
+            }
+        }
+    }
+    assert_eq!(tokens, 6);
+    assert!(text.starts_with(" 7, 8"), "{text:?}");
+    assert!(stream.blocking_next().is_none());
+
+    // A stop string ends the text where it begins.
+    let stopped = generator
+        .generate(GenerateRequest {
+            stop: vec![", 9".into()],
+            ..GenerateRequest::greedy(counting.clone(), 12)
+        })
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
+    assert_eq!(stopped.reason, FinishReason::Stop);
+    assert_eq!(stopped.text, " 7, 8");
+
+    // Sampling: the same seed gives the same tokens.
+    let sampled = |seed| {
+        let request = GenerateRequest {
+            sampling: Sampling {
+                temperature: 1.0,
+                top_k: 50,
+                top_p: 0.95,
+                seed,
+            },
+            ..GenerateRequest::greedy(generator.encode("Once upon a time"), 8)
+        };
+        generator
+            .generate(request)
+            .unwrap()
+            .collect_blocking()
+            .unwrap()
+            .ids
+    };
+    let first = sampled(11);
+    assert_eq!(first, sampled(11));
+    assert!((0..4).any(|seed| sampled(seed) != first));
+
+    // Cancelling: a dropped stream frees its slot; later requests run.
+    for _ in 0..6 {
+        let mut stream = generator
+            .generate(GenerateRequest::greedy(counting.clone(), 100))
+            .unwrap();
+        assert!(matches!(
+            stream.blocking_next(),
+            Some(Ok(GenerationEvent::Token { .. }))
+        ));
+    }
+    let after = generator
+        .generate(GenerateRequest::greedy(counting.clone(), 2))
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
+    assert_eq!(after.ids.len(), 2);
+    assert_idle(&generator);
+
+    // A full queue answers Busy: four sequences run, two wait.
+    // (Admission is asynchronous: a request counts as waiting until the
+    // generation thread gives it a slot, so these retry while Busy.)
+    let held: Vec<_> = (0..6)
+        .map(|_| {
+            loop {
+                match generator.generate(GenerateRequest::greedy(counting.clone(), 50)) {
+                    Ok(stream) => break stream,
+                    Err(hrx_core::Error::Busy(_)) => {
+                        std::thread::sleep(std::time::Duration::from_millis(5))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+        .collect();
+    let busy = (0..50).find_map(|_| {
+        generator
+            .generate(GenerateRequest::greedy(counting.clone(), 50))
+            .err()
+    });
+    assert!(matches!(busy, Some(hrx_core::Error::Busy(_))), "{busy:?}");
+    drop(held);
+}
