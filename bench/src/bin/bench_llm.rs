@@ -12,7 +12,10 @@
 //! - **prefill, 512 tokens**: time to the first token of a 512-token
 //!   prompt alone, p50;
 //! - **time to first token under load**: a 128-token prompt joining 63
-//!   decoding sequences, p50.
+//!   decoding sequences, p50;
+//! - **decode, sampled** (batch 1 and 64): temperature 0.8, top-k 40,
+//!   top-p 0.95, drawing from the device's top-k candidates, against the
+//!   same generator reading each sampled row of logits back.
 //!
 //! `--model FILE.gguf` runs a real file. `--shapes HEADER` runs seeded
 //! weights of a file's shapes and types: HEADER is the file's first bytes
@@ -30,7 +33,7 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_models::gguf::{GgufFile, TensorType};
 use hrx_models::llama::{
-    GenerateRequest, GenerationEvent, Generator, GeneratorOptions, record_step,
+    GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling, record_step,
 };
 use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
 use std::{
@@ -158,6 +161,23 @@ fn request(prompt: Vec<u32>, new: usize) -> GenerateRequest {
     }
 }
 
+/// The sampled figures' settings: top-k 40 lies within the device's 64
+/// candidates, so a draw never reads a whole row back, whatever the
+/// weights' values.
+const SAMPLED: Sampling = Sampling {
+    temperature: 0.8,
+    top_k: 40,
+    top_p: 0.95,
+    seed: 7,
+};
+
+fn sampled(prompt: Vec<u32>, new: usize) -> GenerateRequest {
+    GenerateRequest {
+        sampling: SAMPLED,
+        ..request(prompt, new)
+    }
+}
+
 /// The times at which each token of a generation arrived.
 fn token_times(generator: &Generator, request: GenerateRequest) -> Result<Vec<Instant>> {
     let mut stream = generator.generate(request)?;
@@ -177,16 +197,19 @@ fn rate(times: &[Instant]) -> f64 {
 }
 
 /// Tokens/s of one sequence.
-fn decode_alone(generator: &Generator, new: usize) -> Result<f64> {
-    token_times(generator, request(prompt(16, 0), 8))?;
-    Ok(rate(&token_times(generator, request(prompt(16, 1), new))?))
+fn decode_alone(generator: &Generator, new: usize, make: Make) -> Result<f64> {
+    token_times(generator, make(prompt(16, 0), 8))?;
+    Ok(rate(&token_times(generator, make(prompt(16, 1), new))?))
 }
 
+/// How a figure's requests are made: [`request`] or [`sampled`].
+type Make = fn(Vec<u32>, usize) -> GenerateRequest;
+
 /// Aggregate tokens/s while `BATCH` sequences decode together.
-fn decode_batched(generator: &Generator, new: usize) -> Result<f64> {
+fn decode_batched(generator: &Generator, new: usize, make: Make) -> Result<f64> {
     let times: Vec<Vec<Instant>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..BATCH)
-            .map(|i| scope.spawn(move || token_times(generator, request(prompt(16, i), new))))
+            .map(|i| scope.spawn(move || token_times(generator, make(prompt(16, i), new))))
             .collect();
         handles
             .into_iter()
@@ -254,6 +277,7 @@ fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize
         context: 1024,
         prefill_rows: rows,
         queue: 1,
+        ..GeneratorOptions::default()
     };
     let graph = record_step(context, file, options, rows, position)?;
     let mut by_kernel: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
@@ -338,6 +362,7 @@ fn main() -> std::result::Result<(), String> {
         context: 1024,
         prefill_rows: if quick { 64 } else { 512 },
         queue: 4 * BATCH,
+        ..GeneratorOptions::default()
     };
     let loaded = Instant::now();
     let generator = Generator::load(&context, &file, options).map_err(e)?;
@@ -369,7 +394,7 @@ fn main() -> std::result::Result<(), String> {
     add(
         "decode, batch 1",
         "tokens/s",
-        decode_alone(&generator, new).map_err(e)?,
+        decode_alone(&generator, new, request).map_err(e)?,
         "decode_1",
         Better::Higher,
     );
@@ -377,7 +402,7 @@ fn main() -> std::result::Result<(), String> {
         add(
             "decode, batch 64",
             "tokens/s",
-            decode_batched(&generator, new).map_err(e)?,
+            decode_batched(&generator, new, request).map_err(e)?,
             "decode_64",
             Better::Higher,
         );
@@ -403,6 +428,36 @@ fn main() -> std::result::Result<(), String> {
             "prefill_64",
             Better::Lower,
         );
+    }
+    if !quick {
+        // Sampled decoding: the device's top-k candidates against a
+        // generator that reads each sampled row of logits back.
+        let host = Generator::load(
+            &context,
+            &file,
+            GeneratorOptions {
+                sample_on_device: false,
+                ..options
+            },
+        )
+        .map_err(e)?;
+        let figures: [(&str, fn(&Generator, usize, Make) -> Result<f64>); 2] = [
+            ("decode, batch 1, sampled", decode_alone),
+            ("decode, batch 64, sampled", decode_batched),
+        ];
+        for (name, figure) in figures {
+            let on_device = figure(&generator, new, sampled).map_err(e)?;
+            let on_host = figure(&host, new, sampled).map_err(e)?;
+            eprintln!("bench_llm: {name}: {on_device:.2} tokens/s, host draws {on_host:.2}");
+            entries.push(Entry {
+                name: name.into(),
+                unit: "tokens/s",
+                hrx: on_device,
+                baseline: on_host,
+                baseline_name: "hrx drawing from each whole row of logits on the host".into(),
+                better: Better::Higher,
+            });
+        }
     }
     let device = target.name.clone();
     let mut records = report::records(&entries, &device);

@@ -92,6 +92,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         prefill_rows: args.prefill_rows,
         // Every prompt is submitted at once.
         queue: inputs.len().max(1),
+        ..GeneratorOptions::default()
     };
     let generator = Generator::open(&context, &args.model, options)
         .map_err(|e| Error::msg(format!("cannot load {}: {e}", args.model.display())))?;

@@ -70,6 +70,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 context: args.llm_context,
                 prefill_rows: args.llm_prefill_rows,
                 queue: args.queue,
+                ..GeneratorOptions::default()
             };
             let generator = Generator::open(&contexts[0], file, options)
                 .map_err(|e| Error::msg(format!("cannot load {}: {e}", file.display())))?;

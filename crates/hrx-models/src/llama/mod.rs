@@ -27,9 +27,11 @@
 //!   to drain. A step is submitted after the previous one, so cache writes
 //!   are ordered on the device.
 //! - **A few bytes back per token.** The graph ends with an argmax, so a
-//!   greedy step reads back 4 bytes per sequence; a sampled sequence reads
-//!   back its row of logits and draws on the host ([`Sampling`]: seeded,
-//!   so the same seed gives the same tokens).
+//!   greedy step reads back 4 bytes per sequence. A step with sampled
+//!   sequences then runs the device's top-k of their logits with the
+//!   softmax denominator, and each draws on the host from its 64
+//!   candidates ([`Sampling`]: seeded, so the same seed gives the same
+//!   tokens); only a draw that reaches past them reads its whole row.
 //! - **Streams, not callbacks.** [`Generator::generate`] returns a
 //!   [`TokenStream`] of [`GenerationEvent`]s (async, blocking, or a
 //!   `futures` stream). Dropping it cancels the generation; its slot is
@@ -75,6 +77,14 @@ pub struct GeneratorOptions {
     /// Requests that may wait for a slot before `generate` answers
     /// `Error::Busy`.
     pub queue: usize,
+    /// Sampled sequences draw from the device's top-k of their logits
+    /// (with the softmax denominator), reading back a few hundred bytes;
+    /// the whole row is read only for a draw that reaches past the
+    /// candidates. `false` reads every sampled row back and draws on the
+    /// host. Both draw the same tokens for a seed, but for the rounding of
+    /// the device's denominator where the draw depends on it. Greedy
+    /// sequences always take the device's argmax.
+    pub sample_on_device: bool,
 }
 
 impl Default for GeneratorOptions {
@@ -84,6 +94,7 @@ impl Default for GeneratorOptions {
             context: 2048,
             prefill_rows: 64,
             queue: 256,
+            sample_on_device: true,
         }
     }
 }
@@ -166,7 +177,15 @@ impl Generator {
             .into_iter()
             .map(|rows| {
                 let outputs = rows.min(options.sequences);
-                StepGraph::new(context, &config, &weights, &cache, rows, outputs)
+                StepGraph::new(
+                    context,
+                    &config,
+                    &weights,
+                    &cache,
+                    rows,
+                    outputs,
+                    options.sample_on_device,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         let device_bytes = weights.bytes + cache.bytes();

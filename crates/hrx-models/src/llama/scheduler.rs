@@ -328,15 +328,30 @@ pub(crate) fn run(
         let graph = steps.for_rows(rows.len());
         let pick_rows: Vec<usize> = picks.iter().map(|&(row, _)| row).collect();
         let after: Vec<Completion> = last.iter().cloned().collect();
+        // Sampled picks' candidates: the top-k, run after the step.
+        let temperatures: Vec<f32> = picks
+            .iter()
+            .map(|&(_, index)| active[index].sampler.temperature())
+            .collect();
+        let sampled = temperatures.iter().any(|&t| t > 0.0);
         let outcome = graph
             .submit(&rows, &pick_rows, &after)
             .and_then(|done| {
+                let candidates = if sampled {
+                    graph.submit_candidates(&temperatures, &done)?
+                } else {
+                    None
+                };
+                let has_candidates = candidates.is_some();
+                let done = candidates.unwrap_or(done);
                 done.wait()?;
-                Ok(done)
+                Ok((done, has_candidates))
             })
-            .and_then(|done| Ok((graph.read_next(picks.len())?, done)));
+            .and_then(|(done, has_candidates)| {
+                Ok((graph.read_next(picks.len())?, done, has_candidates))
+            });
         counters.steps.fetch_add(1, Ordering::Relaxed);
-        let (next, done) = match outcome {
+        let (next, done, has_candidates) = match outcome {
             Ok(result) => result,
             Err(error) => {
                 // A failed step fails every sequence in it; the caches of
@@ -357,12 +372,16 @@ pub(crate) fn run(
         let mut finished = vec![false; active.len()];
         for (pick, &(_, index)) in picks.iter().enumerate() {
             let seq = &mut active[index];
+            let full_row = || graph.read_logits(pick, &done);
             let id = if seq.sampler.is_greedy() {
                 Ok(next[pick])
+            } else if has_candidates {
+                graph.read_candidates(pick).and_then(|candidates| match candidates {
+                    Some(c) => seq.sampler.sample_candidates(&c, full_row),
+                    None => full_row().map(|logits| seq.sampler.sample(&logits)),
+                })
             } else {
-                graph
-                    .read_logits(pick, &done)
-                    .map(|logits| seq.sampler.sample(&logits))
+                full_row().map(|logits| seq.sampler.sample(&logits))
             };
             match id {
                 Ok(id) => {

@@ -22,9 +22,16 @@
 //! the rows whose next token is wanted). Outputs: `next` (i32
 //! `[outputs]`, host-visible: the argmax of each pick's logits, so a greedy
 //! step reads back 4 bytes a sequence) and `logits` (f32
-//! `[outputs, vocab]`, device-local, read back only for sampled
-//! sequences).
+//! `[outputs, vocab]`, device-local).
+//!
+//! A step with sampled picks runs a second prepared graph after it: the
+//! top-k of each pick's logits with the softmax denominator at the pick's
+//! temperature ([`CANDIDATES`] values, ids and one sum a pick, host
+//! visible). A draw needs the whole row of logits only where it reaches
+//! past the candidates; the top-k is kept out of the step graph so that
+//! greedy steps do not pay for it.
 
+use super::sampling::Candidates;
 use super::weights::{LlamaWeights, Stacked};
 use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
@@ -64,6 +71,11 @@ impl KvCache {
     }
 }
 
+/// The top-k a sampled pick reads back: enough that a draw at usual
+/// settings (top-k 40-50, or a nucleus at 0.9-0.95 of a peaked
+/// distribution) seldom reaches past it.
+pub(crate) const CANDIDATES: usize = 64;
+
 /// One row of a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Row {
@@ -83,7 +95,54 @@ pub(crate) struct StepGraph {
     next: DeviceTensor,
     logits: DeviceTensor,
     graph: Option<ExecutableGraph>,
+    /// The sampling candidates' graph; `None` on a device without the
+    /// top-k kernel (subgroup arithmetic), where draws read the logits.
+    candidates: Option<CandidateGraph>,
     context: ModelContext,
+}
+
+/// The top-k of a step's logits with each row's softmax denominator.
+struct CandidateGraph {
+    /// f32 `[outputs]`, host-visible: each pick's temperature (1 for
+    /// greedy picks, whose candidates are not read).
+    temperature: DeviceTensor,
+    /// f32 `[outputs, k]`, i32 `[outputs, k]`, f32 `[outputs]`, all
+    /// host-visible.
+    values: DeviceTensor,
+    indices: DeviceTensor,
+    mass: DeviceTensor,
+    graph: ExecutableGraph,
+}
+
+impl CandidateGraph {
+    /// The prepared top-k of `logits` (`[outputs, vocab]`), or `None`
+    /// where the device has no top-k kernel.
+    fn new(context: &ModelContext, logits: &DeviceTensor) -> Result<Option<Self>> {
+        let [outputs, vocab] = [0, 1].map(|i| logits.desc().shape()[i]);
+        let k = CANDIDATES.min(vocab);
+        let host = |shape: Vec<usize>, dtype: DType| {
+            context.allocate_with(TensorDesc::new(dtype, shape)?, MemoryPlacement::HostVisible)
+        };
+        let temperature = host(vec![outputs], DType::F32)?;
+        let values = host(vec![outputs, k], DType::F32)?;
+        let indices = host(vec![outputs, k], DType::I32)?;
+        let mass = host(vec![outputs], DType::F32)?;
+        let mut g = context.runtime().graph();
+        match context
+            .ops()
+            .record_top_k(&mut g, logits, &temperature, &values, &indices, &mass)
+        {
+            Err(Error::Unsupported(_)) => return Ok(None),
+            other => other?,
+        }
+        Ok(Some(CandidateGraph {
+            temperature,
+            values,
+            indices,
+            mass,
+            graph: g.prepare()?,
+        }))
+    }
 }
 
 /// The per-step intermediates.
@@ -226,12 +285,15 @@ impl StepGraph {
                 next,
                 logits,
                 graph: None,
+                candidates: None,
                 context: context.clone(),
             },
         ))
     }
 
-    /// Records and prepares the step.
+    /// Records and prepares the step, with the sampling candidates' graph
+    /// if `candidates` (and the device has the top-k kernel).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         context: &ModelContext,
         config: &LlamaConfig,
@@ -239,9 +301,13 @@ impl StepGraph {
         cache: &KvCache,
         rows: usize,
         outputs: usize,
+        candidates: bool,
     ) -> Result<Self> {
         let (graph, mut step) = Self::record(context, config, weights, cache, rows, outputs)?;
         step.graph = Some(graph.prepare()?);
+        if candidates {
+            step.candidates = CandidateGraph::new(context, &step.logits)?;
+        }
         Ok(step)
     }
 
@@ -296,6 +362,64 @@ impl StepGraph {
             .take(picks)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
             .collect())
+    }
+
+    /// Submits the top-k of the picks' logits after `after` (the step),
+    /// at `temperatures` (one a pick; 0 for greedy picks): `None` where
+    /// the device has no top-k kernel.
+    pub fn submit_candidates(
+        &self,
+        temperatures: &[f32],
+        after: &Completion,
+    ) -> Result<Option<Completion>> {
+        let Some(c) = &self.candidates else {
+            return Ok(None);
+        };
+        let view = c.temperature.binding().ok_or_else(empty)?;
+        let mut bytes = view.map_write()?;
+        for (n, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+            // Unread rows (greedy or unused) take 1: any positive value.
+            let t = temperatures.get(n).copied().filter(|&t| t > 0.0);
+            chunk.copy_from_slice(&t.unwrap_or(1.0).to_le_bytes());
+        }
+        drop(bytes);
+        c.graph.submit_after(std::slice::from_ref(after)).map(Some)
+    }
+
+    /// The candidates of pick `index` after [`submit_candidates`]'s
+    /// submission completed (`None` without a top-k kernel).
+    ///
+    /// [`submit_candidates`]: Self::submit_candidates
+    pub fn read_candidates(&self, index: usize) -> Result<Option<Candidates>> {
+        let Some(c) = &self.candidates else {
+            return Ok(None);
+        };
+        let k = c.values.desc().shape()[1];
+        let words = |t: &DeviceTensor, start: usize, len: usize| -> Result<Vec<[u8; 4]>> {
+            let view = t.binding().ok_or_else(empty)?;
+            let bytes = view.map_read()?;
+            Ok(bytes
+                .chunks_exact(4)
+                .skip(start)
+                .take(len)
+                .map(|b| [b[0], b[1], b[2], b[3]])
+                .collect())
+        };
+        let ids: Vec<i32> = words(&c.indices, index * k, k)?
+            .into_iter()
+            .map(i32::from_le_bytes)
+            .collect();
+        let logits = words(&c.values, index * k, k)?;
+        let mass = words(&c.mass, index, 1)?;
+        // Ids of -1 end the row's values above -inf.
+        let n = ids.iter().take_while(|&&id| id >= 0).count();
+        Ok(Some(Candidates {
+            ids: ids[..n].iter().map(|&id| id as u32).collect(),
+            logits: logits[..n].iter().map(|&b| f32::from_le_bytes(b)).collect(),
+            mass: mass.first().map_or(f64::NAN, |&b| f64::from(f32::from_le_bytes(b))),
+            complete: n < k || k == self.logits.desc().shape()[1],
+            row_len: self.logits.desc().shape()[1],
+        }))
     }
 
     /// The logits of pick `index` of the step that `done` observes.

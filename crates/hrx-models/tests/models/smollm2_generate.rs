@@ -57,6 +57,7 @@ fn options() -> GeneratorOptions {
         context: 128,
         prefill_rows: 32,
         queue: 16,
+        ..GeneratorOptions::default()
     }
 }
 
@@ -94,6 +95,57 @@ fn request(prompt: &Prompt, new_tokens: usize) -> GenerateRequest {
     GenerateRequest {
         stop_at_eos: false,
         ..GenerateRequest::greedy(prompt.prompt_ids.clone(), new_tokens)
+    }
+}
+
+/// Tokens drawn from the device's top-k candidates equal those drawn from
+/// each whole row of logits on the host, seed for seed: with a top-k
+/// inside the candidates (decided on their values alone) and with a
+/// nucleus (which may read the row past them). Two sequences run at once,
+/// so a step holds two sampled picks.
+#[test]
+fn device_candidates_draw_what_the_whole_row_draws() {
+    let on_device = generator(options());
+    let on_host = generator(GeneratorOptions {
+        sample_on_device: false,
+        ..options()
+    });
+    let prompt = on_device.encode("Once upon a time");
+    let settings = [
+        Sampling {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 1.0,
+            seed: 1,
+        },
+        Sampling {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.9,
+            seed: 2,
+        },
+    ];
+    for sampling in settings {
+        let run = |generator: &Generator| -> Vec<Vec<u32>> {
+            let streams: Vec<_> = (0..2)
+                .map(|i| {
+                    let request = GenerateRequest {
+                        sampling: Sampling {
+                            seed: sampling.seed + i,
+                            ..sampling
+                        },
+                        stop_at_eos: false,
+                        ..GenerateRequest::greedy(prompt.clone(), 6)
+                    };
+                    generator.generate(request).unwrap()
+                })
+                .collect();
+            streams
+                .into_iter()
+                .map(|stream| stream.collect_blocking().unwrap().ids)
+                .collect()
+        };
+        assert_eq!(run(&on_device), run(&on_host), "{sampling:?}");
     }
 }
 

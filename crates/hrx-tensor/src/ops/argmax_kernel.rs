@@ -44,7 +44,7 @@ const CPU_WG: usize = 16;
 const GPU_WG: (usize, usize) = (64, 1024);
 
 /// Columns each work item loads per trip of the column loop.
-const UNROLL: usize = 8;
+pub(crate) const UNROLL: usize = 8;
 
 /// The index a work item holds before any column beats -inf (i32::MAX:
 /// larger than any column, so the minimum over lanes ignores it).
@@ -63,27 +63,18 @@ pub(crate) struct ArgmaxShape {
 impl ArgmaxShape {
     /// The shape for rows of `cols` on `target`, or `None` where the serial
     /// kernel serves: short rows, or a device without subgroup arithmetic.
-    /// On a GPU enough work items for one trip of `UNROLL` loads each (a
-    /// power of two from 64 to 1024, so a single long row keeps as many
-    /// loads in flight as one workgroup can); on a CPU device [`CPU_WG`].
-    /// Both within the device's workgroup limits.
+    /// The workgroup is [`row_workgroup`]'s (on a GPU, a single long row
+    /// keeps as many loads in flight as one workgroup can).
     pub(crate) fn for_rows(target: &Target, cols: usize) -> Option<ArgmaxShape> {
         let ops = target.subgroup_ops;
         if cols < LONG_ROW || !(ops.basic && ops.arithmetic) {
             return None;
         }
-        let wanted = if target.kind == DeviceKind::Cpu {
-            CPU_WG
-        } else {
-            cols.div_ceil(UNROLL)
-                .next_power_of_two()
-                .clamp(GPU_WG.0, GPU_WG.1)
-        };
-        let wg = wanted
-            .min(target.max_workgroup_invocations as usize)
-            .min(target.max_workgroup_size[0] as usize);
         let max_groups = target.max_workgroup_count[0].min(1 << 20) as usize;
-        Some(ArgmaxShape { wg, max_groups })
+        Some(ArgmaxShape {
+            wg: row_workgroup(target, cols),
+            max_groups,
+        })
     }
 
     /// The registry key of the kernel of this shape.
@@ -99,8 +90,24 @@ impl ArgmaxShape {
     }
 }
 
+/// Work items per row of `cols` columns: on a GPU enough for one trip of
+/// `UNROLL` loads each (a power of two from 64 to 1024), on a CPU device
+/// [`CPU_WG`]; within the device's workgroup limits.
+pub(crate) fn row_workgroup(target: &Target, cols: usize) -> usize {
+    let wanted = if target.kind == DeviceKind::Cpu {
+        CPU_WG
+    } else {
+        cols.div_ceil(UNROLL)
+            .next_power_of_two()
+            .clamp(GPU_WG.0, GPU_WG.1)
+    };
+    wanted
+        .min(target.max_workgroup_invocations as usize)
+        .min(target.max_workgroup_size[0] as usize)
+}
+
 /// Workgroup memory of `elems` slots of `elem`.
-fn slots(k: &mut hrx_loom::build::Builder, elems: usize, elem: Scalar) -> Value<View> {
+pub(crate) fn slots(k: &mut hrx_loom::build::Builder, elems: usize, elem: Scalar) -> Value<View> {
     let zero = k.offset(0);
     let bytes = k.offset(elems as u64 * 4);
     let buffer = k.alloca_workgroup(bytes, 16);

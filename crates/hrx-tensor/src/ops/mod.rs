@@ -45,6 +45,8 @@ mod rows;
 mod rows_kernels;
 mod swiglu;
 mod token_kernels;
+mod top_k;
+mod top_k_kernel;
 mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};
@@ -61,6 +63,7 @@ pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
 pub use reduce::Reduction;
 pub use rope::Rotary;
+pub use top_k::TOP_K_MAX;
 pub use tuning::{CoopTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};

@@ -22,3 +22,4 @@ mod pad;
 mod reduce;
 mod rows;
 mod tensors;
+mod top_k;
