@@ -205,6 +205,9 @@ fn decode_alone(generator: &Generator, new: usize, make: Make) -> Result<f64> {
 /// How a figure's requests are made: [`request`] or [`sampled`].
 type Make = fn(Vec<u32>, usize) -> GenerateRequest;
 
+/// A decode figure: tokens/s of a generator for `new` tokens a sequence.
+type Figure = fn(&Generator, usize, Make) -> Result<f64>;
+
 /// Aggregate tokens/s while `BATCH` sequences decode together.
 fn decode_batched(generator: &Generator, new: usize, make: Make) -> Result<f64> {
     let times: Vec<Vec<Instant>> = std::thread::scope(|scope| {
@@ -441,7 +444,7 @@ fn main() -> std::result::Result<(), String> {
             },
         )
         .map_err(e)?;
-        let figures: [(&str, fn(&Generator, usize, Make) -> Result<f64>); 2] = [
+        let figures: [(&str, Figure); 2] = [
             ("decode, batch 1, sampled", decode_alone),
             ("decode, batch 64, sampled", decode_batched),
         ];

@@ -321,7 +321,9 @@ mod tests {
         let mut state = 5u64;
         let logits: Vec<f32> = (0..1000)
             .map(|_| {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((state >> 40) as f32 / (1u64 << 24) as f32) * 16.0 - 8.0
             })
             .collect();

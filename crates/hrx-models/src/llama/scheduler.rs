@@ -376,10 +376,12 @@ pub(crate) fn run(
             let id = if seq.sampler.is_greedy() {
                 Ok(next[pick])
             } else if has_candidates {
-                graph.read_candidates(pick).and_then(|candidates| match candidates {
-                    Some(c) => seq.sampler.sample_candidates(&c, full_row),
-                    None => full_row().map(|logits| seq.sampler.sample(&logits)),
-                })
+                graph
+                    .read_candidates(pick)
+                    .and_then(|candidates| match candidates {
+                        Some(c) => seq.sampler.sample_candidates(&c, full_row),
+                        None => full_row().map(|logits| seq.sampler.sample(&logits)),
+                    })
             } else {
                 full_row().map(|logits| seq.sampler.sample(&logits))
             };

@@ -416,7 +416,9 @@ impl StepGraph {
         Ok(Some(Candidates {
             ids: ids[..n].iter().map(|&id| id as u32).collect(),
             logits: logits[..n].iter().map(|&b| f32::from_le_bytes(b)).collect(),
-            mass: mass.first().map_or(f64::NAN, |&b| f64::from(f32::from_le_bytes(b))),
+            mass: mass
+                .first()
+                .map_or(f64::NAN, |&b| f64::from(f32::from_le_bytes(b))),
             complete: n < k || k == self.logits.desc().shape()[1],
             row_len: self.logits.desc().shape()[1],
         }))

@@ -83,7 +83,11 @@ impl TopKShape {
 /// `[rows, k]`), `indices` (i32, `[rows, k]`), `mass` (f32, `[rows]`);
 /// workload `rows`.
 pub(crate) fn top_k_rows(shape: TopKShape) -> Built {
-    let TopKShape { wg, max_groups, k: picks } = shape;
+    let TopKShape {
+        wg,
+        max_groups,
+        k: picks,
+    } = shape;
     let mut k = KernelBuilder::new("top_k_rows");
     let nrows = k.workload("nrows");
     let one = k.index(1);
@@ -270,7 +274,12 @@ mod tests {
     fn shapes_follow_the_target() {
         let gpu = Target::hopper();
         assert_eq!(TopKShape::for_rows(&gpu, 49_152, 64).unwrap().wg, 1024);
-        assert_eq!(TopKShape::for_rows(&Target::lavapipe(), 49_152, 64).unwrap().wg, 16);
+        assert_eq!(
+            TopKShape::for_rows(&Target::lavapipe(), 49_152, 64)
+                .unwrap()
+                .wg,
+            16
+        );
         let mut bare = gpu;
         bare.subgroup_ops.arithmetic = false;
         assert_eq!(TopKShape::for_rows(&bare, 49_152, 64), None);
