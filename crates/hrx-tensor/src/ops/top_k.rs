@@ -1,7 +1,9 @@
 //! Top-k over the last axis, with the softmax denominator at a per-row
-//! temperature: what drawing a token needs from a row of logits, in one
-//! dispatch that writes `k` values, `k` indices and one sum a row (see
-//! `top_k_kernel` for the kernel).
+//! temperature: what drawing a token needs from a row of logits, written
+//! as `k` values, `k` indices and one sum a row. Rows up to a chunk (2,048
+//! columns on a GPU, 4,096 on a CPU device) take one dispatch; longer
+//! rows two: the top-k of every chunk into the graph's scratch, then
+//! their merge (see `top_k_kernel`).
 //!
 //! Checks: `x` an f32 matrix (may be strided) with non-empty rows;
 //! `temperature` and every output contiguous, of the row count; `k` in
@@ -12,8 +14,8 @@
 use super::{
     Ops,
     attention::{f32_rank, index, no_alias},
-    operand::{check_inputs, check_output, operand},
-    top_k_kernel::{MAX_TOP_K, TopKShape},
+    operand::{Operand, check_inputs, check_output, operand},
+    top_k_kernel::{MAX_TOP_K, Pass, TopKPlan, TopKShape},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -98,7 +100,7 @@ impl Ops {
             return Ok(());
         }
         let target = self.registry.target()?;
-        let shape = TopKShape::for_rows(&target, cols, k).ok_or_else(|| {
+        let plan = TopKPlan::for_rows(&target, cols, k).ok_or_else(|| {
             Error::Unsupported(format!(
                 "{operation}: the device has no subgroup arithmetic"
             ))
@@ -113,15 +115,82 @@ impl Ops {
                 no_alias(operation, out, other)?;
             }
         }
-        let kernel = self.registry.kernel(shape.key())?;
+        let [kx, kt, kv, ki, km] = &bound[..] else {
+            unreachable!("five operands");
+        };
         let s = x.desc().strides();
-        let scalars: Vec<ScalarValue> = [rows, cols, s[0], s[1]]
-            .map(index)
-            .into_iter()
-            .chain(bound.iter().flat_map(|b| b.scalars()))
+        let sizes = [rows, cols, s[0], s[1], plan.chunks, plan.chunk];
+        let Some(merge) = plan.merge else {
+            // One chunk a row: the scan is the answer.
+            return self.record_top_k_pass(
+                graph,
+                operation,
+                plan.scan,
+                &sizes,
+                &[kx, kt, kv, ki, km],
+            );
+        };
+        // Both kernels first, so that a failure leaves the graph as it was.
+        self.registry.kernel(plan.scan.key())?;
+        self.registry.kernel(merge.key())?;
+        // The chunks' candidates in the graph's scratch: values, columns,
+        // then denominators, each range aligned for binding.
+        let align = (target.storage_buffer_offset_alignment as usize).max(16);
+        let units = rows * plan.chunks;
+        let lengths = [units * k, units * k, units];
+        let mut starts = [0; 3];
+        for n in 1..3 {
+            starts[n] = (starts[n - 1] + lengths[n - 1] * 4).next_multiple_of(align);
+        }
+        let scratch = graph.scratch(starts[2] + lengths[2] * 4)?;
+        let part = |n: usize| -> Result<Operand> {
+            Ok(Operand {
+                view: scratch.slice(starts[n]..starts[n] + lengths[n] * 4)?,
+                offset: 0,
+                len: lengths[n] as u64,
+            })
+        };
+        let (cv, ci, cm) = (part(0)?, part(1)?, part(2)?);
+        self.record_top_k_pass(
+            graph,
+            operation,
+            plan.scan,
+            &sizes,
+            &[kx, kt, &cv, &ci, &cm],
+        )?;
+        let merge_sizes = [rows, plan.chunks * k, plan.chunks];
+        self.record_top_k_pass(
+            graph,
+            operation,
+            merge,
+            &merge_sizes,
+            &[&cv, &ci, &cm, kt, kv, ki, km],
+        )
+    }
+
+    /// Records one pass of the top-k: launch arguments `sizes`, then each
+    /// operand's offset and length, over its workgroups' units ((row,
+    /// chunk) pairs for the scan, rows for the merge).
+    fn record_top_k_pass(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        shape: TopKShape,
+        sizes: &[usize],
+        operands: &[&Operand],
+    ) -> Result<()> {
+        let kernel = self.registry.kernel(shape.key())?;
+        let scalars: Vec<ScalarValue> = sizes
+            .iter()
+            .map(|&v| index(v))
+            .chain(operands.iter().flat_map(|o| o.scalars()))
             .collect();
-        let views: Vec<_> = bound.iter().map(|b| b.view.clone()).collect();
-        kernel.record(graph, operation, &views, &scalars, &[rows as u64])
+        let views: Vec<_> = operands.iter().map(|o| o.view.clone()).collect();
+        let units = match shape.pass {
+            Pass::Scan => sizes[0] * sizes[4],
+            Pass::Merge => sizes[0],
+        };
+        kernel.record(graph, operation, &views, &scalars, &[units as u64])
     }
 
     /// Top-k with the softmax denominator (see [`Ops::record_top_k`]), run

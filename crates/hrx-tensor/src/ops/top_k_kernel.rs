@@ -1,34 +1,37 @@
-//! The top-k kernel: each row's `k` largest values in order with their
+//! The top-k kernels: each row's `k` largest values in order with their
 //! column indices, and the row's softmax denominator at a per-row
 //! temperature. Sampling a token from an LLM's logits then reads back `k`
 //! candidates and one sum instead of the whole row.
 //!
-//! - One workgroup per row (a grid-stride loop over rows past the grid
-//!   cap), shaped as the row-parallel argmax (`argmax_kernel`).
-//! - `k` rounds. Round `n` is an argmax over the elements that follow
-//!   round `n - 1`'s pick in the order "larger value first, equal values
-//!   by smaller index": `(x, j)` follows `(v, i)` when `x < v`, or
-//!   `x == v` and `j > i`. The first round follows `(+inf, -1)`, which
-//!   every element but NaN does.
-//! - A round reduces as the argmax does (per work item, then subgroup,
-//!   then the workgroup's slots), except that every work item merges the
-//!   slots, so all of them hold the pick the next round follows without
-//!   a broadcast. A second barrier keeps the slots until all have read.
-//! - NaN and -inf are never picked. Rounds past the row's last other
-//!   element write index -1 and value -inf.
-//! - Then one pass sums `exp((x - top) / temperature[r])` over the row's
-//!   elements above -inf (NaN skipped), `top` being the first pick: the
-//!   softmax denominator relative to the largest logit. With no pick the
-//!   sum is 0.
+//! - **Scan.** One workgroup per chunk of a row (a grid-stride loop over
+//!   (row, chunk) pairs past the grid cap), shaped as the row-parallel
+//!   argmax (`argmax_kernel`). `k` rounds: round `n` is an argmax over the
+//!   chunk's elements that follow round `n - 1`'s pick in the order
+//!   "larger value first, equal values by smaller column": `(x, j)`
+//!   follows `(v, i)` when `x < v`, or `x == v` and `j > i`; the first
+//!   round follows `(+inf, -1)`. A round reduces as the argmax does (per
+//!   work item, subgroup, then the workgroup's slots), except that every
+//!   work item merges the slots, so all hold the pick the next round
+//!   follows; a second barrier keeps the slots until all have read. Then
+//!   one pass sums `exp((x - top) / temperature[r])` over the chunk, `top`
+//!   being its first pick.
+//! - **Merge**, for rows of more than one chunk: one workgroup per row
+//!   takes the `k` first of the chunks' candidates in the same order
+//!   (comparing their columns, not their places), and the denominator is
+//!   the sum of each chunk's times `exp((chunk top - top) / t)`.
+//! - NaN and -inf are never picked. Rounds past the last other element
+//!   write index -1 and value -inf; with no pick the sum is 0.
 //!
-//! Cost: `k + 1` reads of the row, each a few loads per work item and two
-//! barriers. An LLM's row of logits (49,152 f32, 192 KiB) stays in cache
-//! across the rounds.
+//! Cost: a round is a few loads and compares per work item and two
+//! barriers, so `k` rounds over a whole row in one workgroup reread it `k`
+//! times on one compute unit. Chunks of 2,048 columns (4,096 on a CPU
+//! device) run side by side, each rereading a few KiB, and the merge
+//! reads `chunks * k` candidates.
 
 use super::argmax_kernel::{UNROLL, row_workgroup, slots};
 use super::registry::{Generator, KernelKey, KernelSource};
-use hrx_core::Target;
-use hrx_loom::build::{Barrier, Builder, Built, Index, KernelBuilder, Value};
+use hrx_core::{DeviceKind, Target};
+use hrx_loom::build::{Barrier, Bool, Builder, Built, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, FloatPredicate, IntPredicate, ReduceOp, Scalar};
 
 /// The most values a row gives.
@@ -38,193 +41,322 @@ pub(crate) const MAX_TOP_K: usize = 256;
 /// larger than any column, so the minimum over lanes ignores it).
 const NONE: i64 = i32::MAX as i64;
 
-/// A launch shape of the top-k kernel.
+/// Columns a workgroup of the scan takes on a GPU and on a CPU device:
+/// longer rows are cut into chunks that run as workgroups of their own
+/// (a chunk's rounds reread a few KiB instead of the whole row, and the
+/// chunks of one row run side by side), then a merge pass takes the top-k
+/// of the chunks' candidates.
+const GPU_CHUNK: usize = 2048;
+const CPU_CHUNK: usize = 4096;
+
+/// Which pass a kernel is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Pass {
+    /// The top-k of each chunk of each row, and the chunk's denominator
+    /// relative to its own largest value. With one chunk a row, the
+    /// answer.
+    Scan,
+    /// The top-k of each row's chunk candidates (compared by value, then
+    /// by their column), and the row's denominator from the chunks'.
+    Merge,
+}
+
+/// A launch shape of one pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TopKShape {
-    /// Work items per row (one workgroup).
+    pub(crate) pass: Pass,
+    /// Work items per (row, chunk) or row (one workgroup).
     pub(crate) wg: usize,
     /// At most this many workgroups a dispatch.
     pub(crate) max_groups: usize,
-    /// Values per row.
+    /// Values per row (and per chunk).
     pub(crate) k: usize,
 }
 
-impl TopKShape {
-    /// The shape for `k` values of rows of `cols` on `target`, or `None`
+/// How a row of `cols` is taken: columns per chunk and chunks, the scan's
+/// shape, and the merge's where there is more than one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TopKPlan {
+    pub(crate) chunk: usize,
+    pub(crate) chunks: usize,
+    pub(crate) scan: TopKShape,
+    pub(crate) merge: Option<TopKShape>,
+}
+
+impl TopKPlan {
+    /// The plan for `k` values of rows of `cols` on `target`, or `None`
     /// on a device without subgroup arithmetic.
-    pub(crate) fn for_rows(target: &Target, cols: usize, k: usize) -> Option<TopKShape> {
+    pub(crate) fn for_rows(target: &Target, cols: usize, k: usize) -> Option<TopKPlan> {
         let ops = target.subgroup_ops;
         if !(ops.basic && ops.arithmetic) {
             return None;
         }
-        Some(TopKShape {
-            wg: row_workgroup(target, cols),
-            max_groups: target.max_workgroup_count[0].min(1 << 20) as usize,
+        let chunk = if target.kind == DeviceKind::Cpu {
+            CPU_CHUNK
+        } else {
+            GPU_CHUNK
+        }
+        .min(cols.max(1));
+        let chunks = cols.div_ceil(chunk).max(1);
+        let max_groups = target.max_workgroup_count[0].min(1 << 20) as usize;
+        let shape = |pass, columns| TopKShape {
+            pass,
+            wg: row_workgroup(target, columns),
+            max_groups,
             k,
+        };
+        Some(TopKPlan {
+            chunk,
+            chunks,
+            scan: shape(Pass::Scan, chunk),
+            merge: (chunks > 1).then(|| shape(Pass::Merge, chunks * k)),
         })
     }
+}
 
+impl TopKShape {
     /// The registry key of the kernel of this shape.
     pub(crate) fn key(self) -> KernelKey {
         KernelKey {
             source: KernelSource::Built(Generator::new(
-                format!("top_k_rows {} {} {}", self.wg, self.max_groups, self.k),
-                move || top_k_rows(self),
+                format!(
+                    "top_k {:?} {} {} {}",
+                    self.pass, self.wg, self.max_groups, self.k
+                ),
+                move || top_k(self),
             )),
-            symbol: "top_k_rows",
+            symbol: "top_k",
             config: Vec::new(),
         }
     }
 }
 
-/// The kernel: launch arguments `rows, cols, srow, scol` (element `(r, c)`
-/// of `x` at `ox + r * srow + c * scol`), then the offset and length of
-/// each buffer: `x`, `temperature` (f32, `[rows]`), `values` (f32,
-/// `[rows, k]`), `indices` (i32, `[rows, k]`), `mass` (f32, `[rows]`);
-/// workload `rows`.
-pub(crate) fn top_k_rows(shape: TopKShape) -> Built {
+/// The kernel of one pass.
+///
+/// Scan: launch arguments `rows, cols, srow, scol, chunks, chunk`
+/// (element `(r, c)` of `x` at `ox + r * srow + c * scol`; chunk `h` of a
+/// row holds columns `h * chunk ..` up to `chunk` of them), then the
+/// offset and length of each buffer: `x`, `temperature` (f32, `[rows]`),
+/// `values` (f32, `[rows * chunks, k]`), `indices` (i32, columns),
+/// `mass` (f32, `[rows * chunks]`); workload `rows * chunks`.
+///
+/// Merge: launch arguments `rows, n, chunks` (`n = chunks * k`
+/// candidates a row), then the offset and length of `cv`, `ci` (the
+/// scan's values and indices, `[rows, n]`), `cm` (its masses, `[rows,
+/// chunks]`), `temperature`, `values`, `indices` (`[rows, k]`) and `mass`
+/// (`[rows]`); workload `rows`.
+pub(crate) fn top_k(shape: TopKShape) -> Built {
     let TopKShape {
+        pass,
         wg,
         max_groups,
         k: picks,
     } = shape;
-    let mut k = KernelBuilder::new("top_k_rows");
+    let mut k = KernelBuilder::new("top_k");
     let nrows = k.workload("nrows");
     let one = k.index(1);
     let cap = k.index(max_groups as u64);
     let groups = k.min(nrows, cap);
     let wgc = k.index(wg as u64);
     let mut k = k.launch_config([groups, one, one], [wgc, one, one]);
-    let [rows, cols, srow, scol] = ["rows", "cols", "srow", "scol"].map(|n| k.arg_index(n));
-    let [ox, lx, ot, lt, ov, lv, oi, li, om, lm] =
-        ["ox", "lx", "ot", "lt", "ov", "lv", "oi", "li", "om", "lm"].map(|n| k.arg_index(n));
-    let [x, temperature] = ["x", "temperature"].map(|n| k.arg_buffer(n, true));
-    let [values, indices, mass] = ["values", "indices", "mass"].map(|n| k.arg_buffer(n, false));
+    let scan = pass == Pass::Scan;
+    // Scan: rows, cols, srow, scol, chunks, chunk. Merge: rows, n, chunks.
+    let names: &[&str] = if scan {
+        &["rows", "cols", "srow", "scol", "chunks", "chunk"]
+    } else {
+        &["rows", "n", "chunks"]
+    };
+    let sizes: Vec<_> = names.iter().map(|n| k.arg_index(n)).collect();
+    let inputs: &[&str] = if scan {
+        &["x", "temperature"]
+    } else {
+        &["cv", "ci", "cm", "temperature"]
+    };
+    let all: Vec<&str> = inputs
+        .iter()
+        .copied()
+        .chain(["values", "indices", "mass"])
+        .collect();
+    let ranges: Vec<_> = all
+        .iter()
+        .map(|n| {
+            let offset = k.arg_index(&format!("o_{n}"));
+            let len = k.arg_index(&format!("l_{n}"));
+            (offset, len)
+        })
+        .collect();
+    let buffers: Vec<_> = all
+        .iter()
+        .enumerate()
+        .map(|(i, n)| k.arg_buffer(n, i < inputs.len()))
+        .collect();
     let zero = k.offset(0);
-    let xv = k.buffer_view(x, zero, [lx.into()], Scalar::F32);
-    let tv = k.buffer_view(temperature, zero, [lt.into()], Scalar::F32);
-    let vv = k.buffer_view(values, zero, [lv.into()], Scalar::F32);
-    let iv = k.buffer_view(indices, zero, [li.into()], Scalar::I32);
-    let mv = k.buffer_view(mass, zero, [lm.into()], Scalar::F32);
+    let views: Vec<_> = all
+        .iter()
+        .zip(&buffers)
+        .zip(&ranges)
+        .map(|((n, &buffer), &(_, len))| {
+            let elem = if *n == "ci" || *n == "indices" {
+                Scalar::I32
+            } else {
+                Scalar::F32
+            };
+            k.buffer_view(buffer, zero, [len.into()], elem)
+        })
+        .collect();
+    let at = |name: &str| all.iter().position(|n| *n == name).expect("a buffer");
     let shv = slots(&mut k, wg, Scalar::F32);
     let shi = slots(&mut k, wg, Scalar::I32);
     let [c0, c1] = [0, 1].map(|v| k.index(v));
     let kc = k.index(picks as u64);
     let span = k.index((wg * UNROLL) as u64);
-    let last = k.sub(cols, c1);
-    let first_row = k.workgroup_id(Axis::X);
-    let row_step = k.workgroup_count(Axis::X);
+    let rows = sizes[0];
+    let chunks = if scan { sizes[4] } else { sizes[2] };
+    // Workgroups: (row, chunk) pairs for the scan, rows for the merge.
+    let units = if scan { k.mul(rows, chunks) } else { rows };
+    let first_unit = k.workgroup_id(Axis::X);
+    let unit_step = k.workgroup_count(Axis::X);
     let lxi = k.workitem_id(Axis::X);
     let lane = k.subgroup_lane_id();
     let sg = k.subgroup_id();
     let nsg = k.subgroup_count();
     let first_lane = k.cmp(IntPredicate::Eq, lane, c0);
     let leader = k.cmp(IntPredicate::Eq, lxi, c0);
-    let ninf = k.float(f64::NEG_INFINITY, Scalar::F32);
+    let c = Consts {
+        ninf: k.float(f64::NEG_INFINITY, Scalar::F32),
+        fzero: k.float(0.0, Scalar::F32),
+        none: k.int(NONE, Scalar::I32),
+        before_all: k.int(-1, Scalar::I32),
+    };
     let pinf = k.float(f64::INFINITY, Scalar::F32);
-    let fzero = k.float(0.0, Scalar::F32);
     let fone = k.float(1.0, Scalar::F32);
-    let none = k.int(NONE, Scalar::I32);
-    let before_all = k.int(-1, Scalar::I32);
-    // This work item's column offsets within a trip.
+    // This work item's element offsets within a trip.
     let lanes: Vec<_> = (0..UNROLL)
         .map(|u| {
             let off = k.index((u * wg) as u64);
             k.add(lxi, off)
         })
         .collect();
-    k.for_each(first_row, rows, row_step, |b, r| {
-        let base = b.madd(r, srow, ox);
-        // One trip's columns and their values: every load first (past the
-        // row's end it rereads the last column, masked by `inside`).
-        let trip = |b: &mut Builder, t: Value<Index>| {
-            let js: Vec<_> = lanes.iter().map(|&o| b.add(t, o)).collect();
-            let xs: Vec<_> = js
-                .iter()
-                .map(|&j| {
-                    let jc = b.min(j, last);
-                    let p = b.madd(jc, scol, base);
-                    b.load(xv, &[p])
-                })
-                .collect();
-            let inside: Vec<_> = js
-                .iter()
-                .map(|&j| b.cmp(IntPredicate::Ult, j, cols))
-                .collect();
-            (js, xs, inside)
+    k.for_each(first_unit, units, unit_step, |b, unit| {
+        // The unit's elements: count, and a loader of (value, id) by
+        // element index.
+        let (row, n, base, start) = if scan {
+            let row = b.div(unit, chunks);
+            let h = b.rem(unit, chunks);
+            let (cols, srow, scol, chunk) = (sizes[1], sizes[2], sizes[3], sizes[5]);
+            let start = b.mul(h, chunk);
+            let left = b.sub(cols, start);
+            let n = b.min(left, chunk);
+            let row_base = b.madd(row, srow, ranges[at("x")].0);
+            let base = b.madd(start, scol, row_base);
+            (row, n, base, start)
+        } else {
+            let n = sizes[1];
+            let base = b.mul(unit, n);
+            (unit, n, base, c0)
         };
-        let slot_base_v = b.madd(r, kc, ov);
-        let slot_base_i = b.madd(r, kc, oi);
-        // Carried across rounds: the last pick (value, index) and the
-        // first pick's value.
-        let carried = b.for_carry(c0, kc, c1, &[pinf, before_all, ninf], |b, round, acc| {
-            let (pv, pi, top) = (acc[0], acc[1], acc[2]);
-            let best = b.for_carry(c0, cols, span, &[ninf, none], |b, t, acc| {
-                let (js, xs, inside) = trip(b, t);
-                let (mut m, mut mi) = (acc[0], acc[1]);
-                for ((&j, &x), &inside) in js.iter().zip(&xs).zip(&inside) {
-                    let ji = b.index_cast(j, Scalar::I32);
-                    let below = b.cmpf(FloatPredicate::Olt, x, pv);
-                    let same = b.cmpf(FloatPredicate::Oeq, x, pv);
-                    let later = b.cmpi(IntPredicate::Sgt, ji, pi);
-                    let tie_after = b.and(same, later);
-                    let follows = b.or(below, tie_after);
-                    let above = b.cmpf(FloatPredicate::Ogt, x, m);
-                    let candidate = b.and(follows, above);
-                    let better = b.and(inside, candidate);
-                    m = b.select(better, x, m);
-                    mi = b.select(better, ji, mi);
-                }
-                vec![m, mi]
-            });
-            let (m, mi) = (best[0], best[1]);
-            let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
-            let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
-            let held = b.select(holds, mi, none);
-            let gi = b.subgroup_reduce(ReduceOp::MinSI, held);
-            b.if_(first_lane, |b| {
-                b.store(gm, shv, &[sg]);
-                b.store(gi, shi, &[sg]);
-            });
-            b.barrier(Barrier::Workgroup);
-            let merged = b.for_carry(c0, nsg, c1, &[ninf, none], |b, i, acc| {
-                let v = b.load(shv, &[i]);
-                let vi = b.load(shi, &[i]);
-                let above = b.cmpf(FloatPredicate::Ogt, v, acc[0]);
-                let equal = b.cmpf(FloatPredicate::Oeq, v, acc[0]);
-                let earlier = b.cmpi(IntPredicate::Slt, vi, acc[1]);
-                let tie = b.and(equal, earlier);
-                let better = b.or(above, tie);
-                vec![b.select(better, v, acc[0]), b.select(better, vi, acc[1])]
-            });
-            let missing = b.cmpi(IntPredicate::Eq, merged[1], none);
-            let value = b.select(missing, ninf, merged[0]);
-            b.if_(leader, |b| {
-                let index = b.select(missing, before_all, merged[1]);
-                let pv_slot = b.add(slot_base_v, round);
-                let pi_slot = b.add(slot_base_i, round);
-                b.store(value, vv, &[pv_slot]);
-                b.store(index, iv, &[pi_slot]);
-            });
-            b.barrier(Barrier::Workgroup);
-            let first = b.cmp(IntPredicate::Eq, round, c0);
-            let top = b.select(first, value, top);
-            vec![value, merged[1], top]
-        });
+        let last = b.sub(n, c1);
+        let load = |b: &mut Builder, j: Value<Index>| -> (Value<Num>, Value<Num>) {
+            let jc = b.min(j, last);
+            if scan {
+                let p = b.madd(jc, sizes[3], base);
+                let x = b.load(views[at("x")], &[p]);
+                let column = b.add(start, j);
+                (x, b.index_cast(column, Scalar::I32))
+            } else {
+                let at_c = b.add(base, jc);
+                let pv = b.add(at_c, ranges[at("cv")].0);
+                let pi = b.add(at_c, ranges[at("ci")].0);
+                (
+                    b.load(views[at("cv")], &[pv]),
+                    b.load(views[at("ci")], &[pi]),
+                )
+            }
+        };
+        let slot_v = b.madd(unit, kc, ranges[at("values")].0);
+        let slot_i = b.madd(unit, kc, ranges[at("indices")].0);
+        // Carried across rounds: the last pick (value, id) and the first
+        // pick's value.
+        let carried = b.for_carry(
+            c0,
+            kc,
+            c1,
+            &[pinf, c.before_all, c.ninf],
+            |b, round, acc| {
+                let (pv, pi, top) = (acc[0], acc[1], acc[2]);
+                let best = b.for_carry(c0, n, span, &[c.ninf, c.none], |b, t, acc| {
+                    let js: Vec<_> = lanes.iter().map(|&o| b.add(t, o)).collect();
+                    // Every load first, then the compares.
+                    let xs: Vec<_> = js.iter().map(|&j| load(b, j)).collect();
+                    let (mut m, mut mi) = (acc[0], acc[1]);
+                    for (&j, &(x, id)) in js.iter().zip(&xs) {
+                        let inside = b.cmp(IntPredicate::Ult, j, n);
+                        // -inf and NaN are never taken.
+                        let real = b.cmpf(FloatPredicate::Ogt, x, c.ninf);
+                        let follows = after(b, x, id, pv, pi);
+                        let beats = after(b, m, mi, x, id);
+                        let candidate = b.and(follows, beats);
+                        let taken = b.and(real, candidate);
+                        let better = b.and(inside, taken);
+                        m = b.select(better, x, m);
+                        mi = b.select(better, id, mi);
+                    }
+                    vec![m, mi]
+                });
+                let (value, id) =
+                    workgroup_best(b, best[0], best[1], &c, (shv, shi), (sg, nsg, first_lane));
+                let missing = b.cmpi(IntPredicate::Eq, id, c.none);
+                let value = b.select(missing, c.ninf, value);
+                b.if_(leader, |b| {
+                    let index = b.select(missing, c.before_all, id);
+                    let pv_slot = b.add(slot_v, round);
+                    let pi_slot = b.add(slot_i, round);
+                    b.store(value, views[at("values")], &[pv_slot]);
+                    b.store(index, views[at("indices")], &[pi_slot]);
+                });
+                b.barrier(Barrier::Workgroup);
+                let first = b.cmp(IntPredicate::Eq, round, c0);
+                let top = b.select(first, value, top);
+                vec![value, id, top]
+            },
+        );
         let top = carried[2];
-        let t_slot = b.add(ot, r);
-        let t = b.load(tv, &[t_slot]);
+        let t_slot = b.add(ranges[at("temperature")].0, row);
+        let t = b.load(views[at("temperature")], &[t_slot]);
         let inv = b.divf(fone, t);
-        let partial = b.for_carry(c0, cols, span, &[fzero], |b, t, acc| {
-            let (_, xs, inside) = trip(b, t);
+        // The denominator relative to `top`: over the unit's elements for
+        // the scan, over the chunks' (mass * exp((chunk top - top) / t))
+        // for the merge.
+        let terms = if scan { n } else { chunks };
+        let partial = b.for_carry(c0, terms, span, &[c.fzero], |b, tr, acc| {
             let mut sum = acc[0];
-            for (&x, &inside) in xs.iter().zip(&inside) {
-                let ordered = b.cmpf(FloatPredicate::Ogt, x, ninf);
+            for &o in &lanes {
+                let j = b.add(tr, o);
+                let inside = b.cmp(IntPredicate::Ult, j, terms);
+                let (x, weight) = if scan {
+                    (load(b, j).0, None)
+                } else {
+                    let last_chunk = b.sub(terms, c1);
+                    let h = b.min(j, last_chunk);
+                    let first_of_chunk = b.mul(h, kc);
+                    let p = b.add(base, first_of_chunk);
+                    let pv = b.add(p, ranges[at("cv")].0);
+                    let row_chunk = b.madd(unit, chunks, h);
+                    let pm = b.add(row_chunk, ranges[at("cm")].0);
+                    (
+                        b.load(views[at("cv")], &[pv]),
+                        Some(b.load(views[at("cm")], &[pm])),
+                    )
+                };
+                let ordered = b.cmpf(FloatPredicate::Ogt, x, c.ninf);
                 let counts = b.and(inside, ordered);
                 let d = b.subf(x, top);
                 let scaled = b.mulf(d, inv);
-                let e = b.expf(scaled);
-                let term = b.select(counts, e, fzero);
+                let mut e = b.expf(scaled);
+                if let Some(weight) = weight {
+                    e = b.mulf(e, weight);
+                }
+                let term = b.select(counts, e, c.fzero);
                 sum = b.addf(sum, term);
             }
             vec![sum]
@@ -233,55 +365,117 @@ pub(crate) fn top_k_rows(shape: TopKShape) -> Built {
         b.if_(first_lane, |b| b.store(gs, shv, &[sg]));
         b.barrier(Barrier::Workgroup);
         b.if_(leader, |b| {
-            let total = b.for_carry(c0, nsg, c1, &[fzero], |b, i, acc| {
+            let total = b.for_carry(c0, nsg, c1, &[c.fzero], |b, i, acc| {
                 let v = b.load(shv, &[i]);
                 vec![b.addf(acc[0], v)]
             });
-            let m_slot = b.add(om, r);
-            b.store(total[0], mv, &[m_slot]);
+            let m_slot = b.add(ranges[at("mass")].0, unit);
+            b.store(total[0], views[at("mass")], &[m_slot]);
         });
         b.barrier(Barrier::Workgroup);
     });
     Built::kernel(k.finish())
 }
 
+/// Constants the passes share.
+struct Consts {
+    ninf: Value<Num>,
+    fzero: Value<Num>,
+    none: Value<Num>,
+    before_all: Value<Num>,
+}
+
+/// Whether `(x, id)` comes after `(v, i)` in the order "larger value
+/// first, equal values by smaller id": `x < v`, or `x == v` and `id > i`.
+/// False for a NaN on either side.
+fn after(
+    b: &mut Builder,
+    x: Value<Num>,
+    id: Value<Num>,
+    v: Value<Num>,
+    i: Value<Num>,
+) -> Value<Bool> {
+    let below = b.cmpf(FloatPredicate::Olt, x, v);
+    let same = b.cmpf(FloatPredicate::Oeq, x, v);
+    let later = b.cmpi(IntPredicate::Sgt, id, i);
+    let tie_after = b.and(same, later);
+    b.or(below, tie_after)
+}
+
+/// The first of the work items' `(m, mi)` in the order of [`after`]
+/// (`mi` is `NONE` where a work item has none), held by every work item:
+/// a subgroup reduction, each subgroup's first lane writing its pair to
+/// the workgroup slots, a barrier, and every work item merging the slots.
+/// The caller's next barrier keeps the slots until all have read them.
+fn workgroup_best(
+    b: &mut Builder,
+    m: Value<Num>,
+    mi: Value<Num>,
+    c: &Consts,
+    (shv, shi): (Value<View>, Value<View>),
+    (sg, nsg, first_lane): (Value<Index>, Value<Index>, Value<Bool>),
+) -> (Value<Num>, Value<Num>) {
+    let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
+    let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
+    let held = b.select(holds, mi, c.none);
+    let gi = b.subgroup_reduce(ReduceOp::MinSI, held);
+    b.if_(first_lane, |b| {
+        b.store(gm, shv, &[sg]);
+        b.store(gi, shi, &[sg]);
+    });
+    b.barrier(Barrier::Workgroup);
+    let c0 = b.index(0);
+    let c1 = b.index(1);
+    let merged = b.for_carry(c0, nsg, c1, &[c.ninf, c.none], |b, i, acc| {
+        let v = b.load(shv, &[i]);
+        let vi = b.load(shi, &[i]);
+        let first = after(b, acc[0], acc[1], v, vi);
+        vec![b.select(first, v, acc[0]), b.select(first, vi, acc[1])]
+    });
+    (merged[0], merged[1])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every workgroup size builds a kernel the verifier and naga accept,
-    /// on a CPU and a GPU target.
+    /// Both passes build kernels the verifier and naga accept for every
+    /// workgroup size, on a CPU and a GPU target.
     #[test]
     fn every_shape_compiles() {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
-            for (wg, k) in [(8, 1), (16, 64), (64, 5), (256, 64), (1024, 256)] {
-                let shape = TopKShape {
-                    wg,
-                    max_groups: 4,
-                    k,
-                };
-                compiler
-                    .built(&top_k_rows(shape))
-                    .and_then(|m| m.compile_uncached(&hrx_loom::Specialization::new("top_k_rows")))
-                    .unwrap_or_else(|e| panic!("wg={wg} k={k}: {e}"));
+            for pass in [Pass::Scan, Pass::Merge] {
+                for (wg, k) in [(8, 1), (16, 64), (64, 5), (256, 64), (1024, 256)] {
+                    let shape = TopKShape {
+                        pass,
+                        wg,
+                        max_groups: 4,
+                        k,
+                    };
+                    compiler
+                        .built(&top_k(shape))
+                        .and_then(|m| m.compile_uncached(&hrx_loom::Specialization::new("top_k")))
+                        .unwrap_or_else(|e| panic!("{pass:?} wg={wg} k={k}: {e}"));
+                }
             }
         }
     }
 
-    /// Devices without subgroup arithmetic have no top-k kernel.
+    /// Long rows are chunked; devices without subgroup arithmetic have no
+    /// top-k kernel.
     #[test]
-    fn shapes_follow_the_target() {
+    fn plans_follow_the_target_and_the_row() {
         let gpu = Target::hopper();
-        assert_eq!(TopKShape::for_rows(&gpu, 49_152, 64).unwrap().wg, 1024);
-        assert_eq!(
-            TopKShape::for_rows(&Target::lavapipe(), 49_152, 64)
-                .unwrap()
-                .wg,
-            16
-        );
+        let plan = TopKPlan::for_rows(&gpu, 49_152, 64).unwrap();
+        assert_eq!((plan.chunk, plan.chunks, plan.scan.wg), (2048, 24, 256));
+        assert_eq!(plan.merge.map(|m| (m.pass, m.wg)), Some((Pass::Merge, 256)));
+        let short = TopKPlan::for_rows(&gpu, 100, 8).unwrap();
+        assert_eq!((short.chunk, short.chunks, short.merge), (100, 1, None));
+        let cpu = TopKPlan::for_rows(&Target::lavapipe(), 49_152, 64).unwrap();
+        assert_eq!((cpu.chunk, cpu.chunks, cpu.scan.wg), (4096, 12, 16));
         let mut bare = gpu;
         bare.subgroup_ops.arithmetic = false;
-        assert_eq!(TopKShape::for_rows(&bare, 49_152, 64), None);
+        assert_eq!(TopKPlan::for_rows(&bare, 49_152, 64), None);
     }
 }

@@ -113,6 +113,43 @@ fn nan_and_minus_infinity_are_never_taken() {
     }
 }
 
+/// Rows longer than a chunk (2,048 columns on a GPU, 4,096 on a CPU
+/// device) are scanned in chunks and merged: ties across chunks go to the
+/// smaller column, a last chunk of a few columns counts, and a row with
+/// fewer values than `k` ends with -1.
+#[test]
+fn long_rows_merge_their_chunks() {
+    let mut rng = Gen::new(3);
+    let (rows, cols) = (3, 8_200);
+    let mut data: Vec<f64> = (0..rows * cols)
+        .map(|_| match rng.below(20) {
+            0 => f64::NAN,
+            1 => f64::NEG_INFINITY,
+            v => (v % 7) as f64 * 0.25,
+        })
+        .collect();
+    // Row 1: the largest value only in the last chunk's few columns.
+    data[cols + cols - 3] = 9.0;
+    // Row 2: three values, the rest -inf or NaN.
+    for (j, v) in data[2 * cols..].iter_mut().enumerate() {
+        *v = match j {
+            5 => 1.0,
+            4_500 => 1.0,
+            8_199 => 2.0,
+            _ if j % 2 == 0 => f64::NAN,
+            _ => f64::NEG_INFINITY,
+        };
+    }
+    let layouts = [
+        (Placement::Contiguous, 64),
+        (Placement::Padded, 7),
+        (Placement::Transposed, 64),
+    ];
+    for (placement, k) in layouts {
+        check(rows, cols, k, &data, placement, &[1.0, 0.5, 1.7]);
+    }
+}
+
 #[test]
 fn a_vocabulary_sized_row_of_random_logits() {
     let mut rng = Gen::new(11);
