@@ -160,24 +160,21 @@ pub(crate) fn top_k(shape: TopKShape) -> Built {
     let wgc = k.index(wg as u64);
     let mut k = k.launch_config([groups, one, one], [wgc, one, one]);
     let scan = pass == Pass::Scan;
-    // Scan: rows, cols, srow, scol, chunks, chunk. Merge: rows, n, chunks.
-    let names: &[&str] = if scan {
-        &["rows", "cols", "srow", "scol", "chunks", "chunk"]
+    let (size_names, inputs): (&[&str], &[&'static str]) = if scan {
+        (
+            &["rows", "cols", "srow", "scol", "chunks", "chunk"],
+            &["x", "temperature"],
+        )
     } else {
-        &["rows", "n", "chunks"]
+        (&["rows", "n", "chunks"], &["cv", "ci", "cm", "temperature"])
     };
-    let sizes: Vec<_> = names.iter().map(|n| k.arg_index(n)).collect();
-    let inputs: &[&str] = if scan {
-        &["x", "temperature"]
-    } else {
-        &["cv", "ci", "cm", "temperature"]
-    };
-    let all: Vec<&str> = inputs
+    let sizes: Vec<_> = size_names.iter().map(|n| k.arg_index(n)).collect();
+    let names: Vec<&'static str> = inputs
         .iter()
         .copied()
         .chain(["values", "indices", "mass"])
         .collect();
-    let ranges: Vec<_> = all
+    let ranges: Vec<_> = names
         .iter()
         .map(|n| {
             let offset = k.arg_index(&format!("o_{n}"));
@@ -185,13 +182,13 @@ pub(crate) fn top_k(shape: TopKShape) -> Built {
             (offset, len)
         })
         .collect();
-    let buffers: Vec<_> = all
+    let buffers: Vec<_> = names
         .iter()
         .enumerate()
         .map(|(i, n)| k.arg_buffer(n, i < inputs.len()))
         .collect();
     let zero = k.offset(0);
-    let views: Vec<_> = all
+    let views: Vec<_> = names
         .iter()
         .zip(&buffers)
         .zip(&ranges)
@@ -204,149 +201,283 @@ pub(crate) fn top_k(shape: TopKShape) -> Built {
             k.buffer_view(buffer, zero, [len.into()], elem)
         })
         .collect();
-    let at = |name: &str| all.iter().position(|n| *n == name).expect("a buffer");
-    let shv = slots(&mut k, wg, Scalar::F32);
-    let shi = slots(&mut k, wg, Scalar::I32);
     let [c0, c1] = [0, 1].map(|v| k.index(v));
-    let kc = k.index(picks as u64);
-    let span = k.index((wg * UNROLL) as u64);
-    let rows = sizes[0];
-    let chunks = if scan { sizes[4] } else { sizes[2] };
-    // Workgroups: (row, chunk) pairs for the scan, rows for the merge.
-    let units = if scan { k.mul(rows, chunks) } else { rows };
-    let first_unit = k.workgroup_id(Axis::X);
-    let unit_step = k.workgroup_count(Axis::X);
     let lxi = k.workitem_id(Axis::X);
     let lane = k.subgroup_lane_id();
-    let sg = k.subgroup_id();
-    let nsg = k.subgroup_count();
-    let first_lane = k.cmp(IntPredicate::Eq, lane, c0);
-    let leader = k.cmp(IntPredicate::Eq, lxi, c0);
-    let c = Consts {
-        ninf: k.float(f64::NEG_INFINITY, Scalar::F32),
-        fzero: k.float(0.0, Scalar::F32),
-        none: k.int(NONE, Scalar::I32),
-        before_all: k.int(-1, Scalar::I32),
+    let parts = Parts {
+        scan,
+        chunks: if scan { sizes[4] } else { sizes[2] },
+        sizes,
+        names,
+        views,
+        offsets: ranges.iter().map(|&(offset, _)| offset).collect(),
+        shv: slots(&mut k, wg, Scalar::F32),
+        shi: slots(&mut k, wg, Scalar::I32),
+        c0,
+        c1,
+        kc: k.index(picks as u64),
+        span: k.index((wg * UNROLL) as u64),
+        sg: k.subgroup_id(),
+        nsg: k.subgroup_count(),
+        first_lane: k.cmp(IntPredicate::Eq, lane, c0),
+        leader: k.cmp(IntPredicate::Eq, lxi, c0),
+        // This work item's element offsets within a trip.
+        lanes: (0..UNROLL)
+            .map(|u| {
+                let off = k.index((u * wg) as u64);
+                k.add(lxi, off)
+            })
+            .collect(),
+        c: Consts {
+            ninf: k.float(f64::NEG_INFINITY, Scalar::F32),
+            pinf: k.float(f64::INFINITY, Scalar::F32),
+            fzero: k.float(0.0, Scalar::F32),
+            fone: k.float(1.0, Scalar::F32),
+            none: k.int(NONE, Scalar::I32),
+            before_all: k.int(-1, Scalar::I32),
+        },
     };
-    let pinf = k.float(f64::INFINITY, Scalar::F32);
-    let fone = k.float(1.0, Scalar::F32);
-    // This work item's element offsets within a trip.
-    let lanes: Vec<_> = (0..UNROLL)
-        .map(|u| {
-            let off = k.index((u * wg) as u64);
-            k.add(lxi, off)
-        })
-        .collect();
+    // Workgroups: (row, chunk) pairs for the scan, rows for the merge.
+    let rows = parts.sizes[0];
+    let units = if scan {
+        k.mul(rows, parts.chunks)
+    } else {
+        rows
+    };
+    let first_unit = k.workgroup_id(Axis::X);
+    let unit_step = k.workgroup_count(Axis::X);
     k.for_each(first_unit, units, unit_step, |b, unit| {
-        // The unit's elements: count, and a loader of (value, id) by
-        // element index.
-        let (row, n, base, start) = if scan {
-            let row = b.div(unit, chunks);
-            let h = b.rem(unit, chunks);
-            let (cols, srow, scol, chunk) = (sizes[1], sizes[2], sizes[3], sizes[5]);
+        let u = parts.unit(b, unit);
+        let top = parts.rounds(b, &u);
+        parts.denominator(b, &u, top);
+    });
+    Built::kernel(k.finish())
+}
+
+/// Constants the passes share.
+struct Consts {
+    ninf: Value<Num>,
+    pinf: Value<Num>,
+    fzero: Value<Num>,
+    fone: Value<Num>,
+    none: Value<Num>,
+    before_all: Value<Num>,
+}
+
+/// What the kernel body reads: its pass, launch sizes, buffers by name,
+/// the workgroup's slots and ids, and constants.
+struct Parts {
+    scan: bool,
+    sizes: Vec<Value<Index>>,
+    chunks: Value<Index>,
+    names: Vec<&'static str>,
+    views: Vec<Value<View>>,
+    offsets: Vec<Value<Index>>,
+    shv: Value<View>,
+    shi: Value<View>,
+    c0: Value<Index>,
+    c1: Value<Index>,
+    kc: Value<Index>,
+    span: Value<Index>,
+    sg: Value<Index>,
+    nsg: Value<Index>,
+    first_lane: Value<Bool>,
+    leader: Value<Bool>,
+    lanes: Vec<Value<Index>>,
+    c: Consts,
+}
+
+/// One workgroup's unit: a chunk of a row (scan) or a row's candidates
+/// (merge).
+struct Unit {
+    unit: Value<Index>,
+    row: Value<Index>,
+    /// Its elements, and the last one's index.
+    n: Value<Index>,
+    last: Value<Index>,
+    /// Element 0's place: in `x` (scan) or in the candidates (merge,
+    /// before the buffers' offsets).
+    base: Value<Index>,
+    /// The column of element 0 (scan).
+    start: Value<Index>,
+}
+
+impl Parts {
+    fn at(&self, name: &str) -> usize {
+        self.names
+            .iter()
+            .position(|n| *n == name)
+            .expect("a buffer of this pass")
+    }
+
+    fn view(&self, name: &str) -> Value<View> {
+        self.views[self.at(name)]
+    }
+
+    fn offset(&self, name: &str) -> Value<Index> {
+        self.offsets[self.at(name)]
+    }
+
+    fn unit(&self, b: &mut Builder, unit: Value<Index>) -> Unit {
+        if self.scan {
+            let [cols, srow, scol, chunk] = [1, 2, 3, 5].map(|i| self.sizes[i]);
+            let row = b.div(unit, self.chunks);
+            let h = b.rem(unit, self.chunks);
             let start = b.mul(h, chunk);
             let left = b.sub(cols, start);
             let n = b.min(left, chunk);
-            let row_base = b.madd(row, srow, ranges[at("x")].0);
+            let row_base = b.madd(row, srow, self.offset("x"));
             let base = b.madd(start, scol, row_base);
-            (row, n, base, start)
-        } else {
-            let n = sizes[1];
-            let base = b.mul(unit, n);
-            (unit, n, base, c0)
-        };
-        let last = b.sub(n, c1);
-        let load = |b: &mut Builder, j: Value<Index>| -> (Value<Num>, Value<Num>) {
-            let jc = b.min(j, last);
-            if scan {
-                let p = b.madd(jc, sizes[3], base);
-                let x = b.load(views[at("x")], &[p]);
-                let column = b.add(start, j);
-                (x, b.index_cast(column, Scalar::I32))
-            } else {
-                let at_c = b.add(base, jc);
-                let pv = b.add(at_c, ranges[at("cv")].0);
-                let pi = b.add(at_c, ranges[at("ci")].0);
-                (
-                    b.load(views[at("cv")], &[pv]),
-                    b.load(views[at("ci")], &[pi]),
-                )
+            let last = b.sub(n, self.c1);
+            Unit {
+                unit,
+                row,
+                n,
+                last,
+                base,
+                start,
             }
-        };
-        let slot_v = b.madd(unit, kc, ranges[at("values")].0);
-        let slot_i = b.madd(unit, kc, ranges[at("indices")].0);
-        // Carried across rounds: the last pick (value, id) and the first
-        // pick's value.
-        let carried = b.for_carry(
-            c0,
-            kc,
-            c1,
-            &[pinf, c.before_all, c.ninf],
-            |b, round, acc| {
-                let (pv, pi, top) = (acc[0], acc[1], acc[2]);
-                let best = b.for_carry(c0, n, span, &[c.ninf, c.none], |b, t, acc| {
-                    let js: Vec<_> = lanes.iter().map(|&o| b.add(t, o)).collect();
-                    // Every load first, then the compares.
-                    let xs: Vec<_> = js.iter().map(|&j| load(b, j)).collect();
-                    let (mut m, mut mi) = (acc[0], acc[1]);
-                    for (&j, &(x, id)) in js.iter().zip(&xs) {
-                        let inside = b.cmp(IntPredicate::Ult, j, n);
-                        // -inf and NaN are never taken.
-                        let real = b.cmpf(FloatPredicate::Ogt, x, c.ninf);
-                        let follows = after(b, x, id, pv, pi);
-                        let beats = after(b, m, mi, x, id);
-                        let candidate = b.and(follows, beats);
-                        let taken = b.and(real, candidate);
-                        let better = b.and(inside, taken);
-                        m = b.select(better, x, m);
-                        mi = b.select(better, id, mi);
-                    }
-                    vec![m, mi]
-                });
-                let (value, id) =
-                    workgroup_best(b, best[0], best[1], &c, (shv, shi), (sg, nsg, first_lane));
-                let missing = b.cmpi(IntPredicate::Eq, id, c.none);
-                let value = b.select(missing, c.ninf, value);
-                b.if_(leader, |b| {
-                    let index = b.select(missing, c.before_all, id);
-                    let pv_slot = b.add(slot_v, round);
-                    let pi_slot = b.add(slot_i, round);
-                    b.store(value, views[at("values")], &[pv_slot]);
-                    b.store(index, views[at("indices")], &[pi_slot]);
-                });
-                b.barrier(Barrier::Workgroup);
-                let first = b.cmp(IntPredicate::Eq, round, c0);
-                let top = b.select(first, value, top);
-                vec![value, id, top]
-            },
-        );
-        let top = carried[2];
-        let t_slot = b.add(ranges[at("temperature")].0, row);
-        let t = b.load(views[at("temperature")], &[t_slot]);
-        let inv = b.divf(fone, t);
-        // The denominator relative to `top`: over the unit's elements for
-        // the scan, over the chunks' (mass * exp((chunk top - top) / t))
-        // for the merge.
-        let terms = if scan { n } else { chunks };
-        let partial = b.for_carry(c0, terms, span, &[c.fzero], |b, tr, acc| {
+        } else {
+            let n = self.sizes[1];
+            let base = b.mul(unit, n);
+            let last = b.sub(n, self.c1);
+            Unit {
+                unit,
+                row: unit,
+                n,
+                last,
+                base,
+                start: self.c0,
+            }
+        }
+    }
+
+    /// Element `j` of `u` (clamped to its last; the caller masks) as
+    /// (value, column).
+    fn load(&self, b: &mut Builder, u: &Unit, j: Value<Index>) -> (Value<Num>, Value<Num>) {
+        let jc = b.min(j, u.last);
+        if self.scan {
+            let p = b.madd(jc, self.sizes[3], u.base);
+            let x = b.load(self.view("x"), &[p]);
+            let column = b.add(u.start, j);
+            (x, b.index_cast(column, Scalar::I32))
+        } else {
+            let at = b.add(u.base, jc);
+            let pv = b.add(at, self.offset("cv"));
+            let pi = b.add(at, self.offset("ci"));
+            let x = b.load(self.view("cv"), &[pv]);
+            (x, b.load(self.view("ci"), &[pi]))
+        }
+    }
+
+    /// The `k` rounds: writes the unit's values and columns; returns the
+    /// first pick's value (-inf with none).
+    fn rounds(&self, b: &mut Builder, u: &Unit) -> Value<Num> {
+        let c = &self.c;
+        let slot_v = b.madd(u.unit, self.kc, self.offset("values"));
+        let slot_i = b.madd(u.unit, self.kc, self.offset("indices"));
+        // Carried across rounds: the last pick (value, column) and the
+        // first pick's value.
+        let init = [c.pinf, c.before_all, c.ninf];
+        let carried = b.for_carry(self.c0, self.kc, self.c1, &init, |b, round, acc| {
+            let (pv, pi, top) = (acc[0], acc[1], acc[2]);
+            let init = [c.ninf, c.none];
+            let best = b.for_carry(self.c0, u.n, self.span, &init, |b, t, acc| {
+                let js: Vec<_> = self.lanes.iter().map(|&o| b.add(t, o)).collect();
+                // Every load first, then the compares.
+                let xs: Vec<_> = js.iter().map(|&j| self.load(b, u, j)).collect();
+                let (mut m, mut mi) = (acc[0], acc[1]);
+                for (&j, &(x, id)) in js.iter().zip(&xs) {
+                    let inside = b.cmp(IntPredicate::Ult, j, u.n);
+                    // -inf and NaN are never taken.
+                    let real = b.cmpf(FloatPredicate::Ogt, x, c.ninf);
+                    let follows = after(b, x, id, pv, pi);
+                    let beats = after(b, m, mi, x, id);
+                    let candidate = b.and(follows, beats);
+                    let taken = b.and(real, candidate);
+                    let better = b.and(inside, taken);
+                    m = b.select(better, x, m);
+                    mi = b.select(better, id, mi);
+                }
+                vec![m, mi]
+            });
+            let (value, id) = self.workgroup_best(b, best[0], best[1]);
+            let missing = b.cmpi(IntPredicate::Eq, id, c.none);
+            let value = b.select(missing, c.ninf, value);
+            b.if_(self.leader, |b| {
+                let index = b.select(missing, c.before_all, id);
+                let pv_slot = b.add(slot_v, round);
+                let pi_slot = b.add(slot_i, round);
+                b.store(value, self.view("values"), &[pv_slot]);
+                b.store(index, self.view("indices"), &[pi_slot]);
+            });
+            // Keeps the slots until every work item has merged them.
+            b.barrier(Barrier::Workgroup);
+            let first = b.cmp(IntPredicate::Eq, round, self.c0);
+            let top = b.select(first, value, top);
+            vec![value, id, top]
+        });
+        carried[2]
+    }
+
+    /// The first of the work items' `(m, mi)` in the order of [`after`]
+    /// (`mi` is `NONE` where a work item has none), held by every work
+    /// item: a subgroup reduction, each subgroup's first lane writing its
+    /// pair to the workgroup slots, a barrier, and every work item merging
+    /// the slots. The caller's next barrier keeps the slots until all have
+    /// read them.
+    fn workgroup_best(
+        &self,
+        b: &mut Builder,
+        m: Value<Num>,
+        mi: Value<Num>,
+    ) -> (Value<Num>, Value<Num>) {
+        let c = &self.c;
+        let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
+        let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
+        let held = b.select(holds, mi, c.none);
+        let gi = b.subgroup_reduce(ReduceOp::MinSI, held);
+        b.if_(self.first_lane, |b| {
+            b.store(gm, self.shv, &[self.sg]);
+            b.store(gi, self.shi, &[self.sg]);
+        });
+        b.barrier(Barrier::Workgroup);
+        let init = [c.ninf, c.none];
+        let merged = b.for_carry(self.c0, self.nsg, self.c1, &init, |b, i, acc| {
+            let v = b.load(self.shv, &[i]);
+            let vi = b.load(self.shi, &[i]);
+            let first = after(b, acc[0], acc[1], v, vi);
+            vec![b.select(first, v, acc[0]), b.select(first, vi, acc[1])]
+        });
+        (merged[0], merged[1])
+    }
+
+    /// Writes the unit's denominator relative to `top`: over its elements
+    /// for the scan, over the row's chunks (mass * exp((chunk top - top)
+    /// / t)) for the merge.
+    fn denominator(&self, b: &mut Builder, u: &Unit, top: Value<Num>) {
+        let c = &self.c;
+        let t_slot = b.add(self.offset("temperature"), u.row);
+        let t = b.load(self.view("temperature"), &[t_slot]);
+        let inv = b.divf(c.fone, t);
+        let terms = if self.scan { u.n } else { self.chunks };
+        let partial = b.for_carry(self.c0, terms, self.span, &[c.fzero], |b, tr, acc| {
             let mut sum = acc[0];
-            for &o in &lanes {
+            for &o in &self.lanes {
                 let j = b.add(tr, o);
                 let inside = b.cmp(IntPredicate::Ult, j, terms);
-                let (x, weight) = if scan {
-                    (load(b, j).0, None)
+                let (x, weight) = if self.scan {
+                    (self.load(b, u, j).0, None)
                 } else {
-                    let last_chunk = b.sub(terms, c1);
+                    let last_chunk = b.sub(terms, self.c1);
                     let h = b.min(j, last_chunk);
-                    let first_of_chunk = b.mul(h, kc);
-                    let p = b.add(base, first_of_chunk);
-                    let pv = b.add(p, ranges[at("cv")].0);
-                    let row_chunk = b.madd(unit, chunks, h);
-                    let pm = b.add(row_chunk, ranges[at("cm")].0);
-                    (
-                        b.load(views[at("cv")], &[pv]),
-                        Some(b.load(views[at("cm")], &[pm])),
-                    )
+                    let first_of_chunk = b.mul(h, self.kc);
+                    let p = b.add(u.base, first_of_chunk);
+                    let pv = b.add(p, self.offset("cv"));
+                    let row_chunk = b.madd(u.unit, self.chunks, h);
+                    let pm = b.add(row_chunk, self.offset("cm"));
+                    let x = b.load(self.view("cv"), &[pv]);
+                    (x, Some(b.load(self.view("cm"), &[pm])))
                 };
                 let ordered = b.cmpf(FloatPredicate::Ogt, x, c.ninf);
                 let counts = b.and(inside, ordered);
@@ -362,27 +493,18 @@ pub(crate) fn top_k(shape: TopKShape) -> Built {
             vec![sum]
         });
         let gs = b.subgroup_reduce(ReduceOp::AddF, partial[0]);
-        b.if_(first_lane, |b| b.store(gs, shv, &[sg]));
+        b.if_(self.first_lane, |b| b.store(gs, self.shv, &[self.sg]));
         b.barrier(Barrier::Workgroup);
-        b.if_(leader, |b| {
-            let total = b.for_carry(c0, nsg, c1, &[c.fzero], |b, i, acc| {
-                let v = b.load(shv, &[i]);
+        b.if_(self.leader, |b| {
+            let total = b.for_carry(self.c0, self.nsg, self.c1, &[c.fzero], |b, i, acc| {
+                let v = b.load(self.shv, &[i]);
                 vec![b.addf(acc[0], v)]
             });
-            let m_slot = b.add(ranges[at("mass")].0, unit);
-            b.store(total[0], views[at("mass")], &[m_slot]);
+            let m_slot = b.add(self.offset("mass"), u.unit);
+            b.store(total[0], self.view("mass"), &[m_slot]);
         });
         b.barrier(Barrier::Workgroup);
-    });
-    Built::kernel(k.finish())
-}
-
-/// Constants the passes share.
-struct Consts {
-    ninf: Value<Num>,
-    fzero: Value<Num>,
-    none: Value<Num>,
-    before_all: Value<Num>,
+    }
 }
 
 /// Whether `(x, id)` comes after `(v, i)` in the order "larger value
@@ -400,39 +522,6 @@ fn after(
     let later = b.cmpi(IntPredicate::Sgt, id, i);
     let tie_after = b.and(same, later);
     b.or(below, tie_after)
-}
-
-/// The first of the work items' `(m, mi)` in the order of [`after`]
-/// (`mi` is `NONE` where a work item has none), held by every work item:
-/// a subgroup reduction, each subgroup's first lane writing its pair to
-/// the workgroup slots, a barrier, and every work item merging the slots.
-/// The caller's next barrier keeps the slots until all have read them.
-fn workgroup_best(
-    b: &mut Builder,
-    m: Value<Num>,
-    mi: Value<Num>,
-    c: &Consts,
-    (shv, shi): (Value<View>, Value<View>),
-    (sg, nsg, first_lane): (Value<Index>, Value<Index>, Value<Bool>),
-) -> (Value<Num>, Value<Num>) {
-    let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
-    let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
-    let held = b.select(holds, mi, c.none);
-    let gi = b.subgroup_reduce(ReduceOp::MinSI, held);
-    b.if_(first_lane, |b| {
-        b.store(gm, shv, &[sg]);
-        b.store(gi, shi, &[sg]);
-    });
-    b.barrier(Barrier::Workgroup);
-    let c0 = b.index(0);
-    let c1 = b.index(1);
-    let merged = b.for_carry(c0, nsg, c1, &[c.ninf, c.none], |b, i, acc| {
-        let v = b.load(shv, &[i]);
-        let vi = b.load(shi, &[i]);
-        let first = after(b, acc[0], acc[1], v, vi);
-        vec![b.select(first, v, acc[0]), b.select(first, vi, acc[1])]
-    });
-    (merged[0], merged[1])
 }
 
 #[cfg(test)]
