@@ -321,18 +321,21 @@ async fn every_mistake_gets_its_status_and_an_openai_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_request_times_out_with_504_and_the_server_keeps_serving() {
     // The timeout sits between the two requests' times on lavapipe with
-    // room on both sides (measured with validation on: 0.34 s for one
-    // short sentence, 11.5 s for the two long ones). A timeout near the
-    // short one's time lets timed-out requests queue faster than the
-    // device drains them, and the server never answers in time again.
+    // room on both sides whatever the machine's load. With validation on,
+    // one short sentence took 0.13 s on a quiet 2-core machine and 0.34 s
+    // on a busy one. The slow request is 32 sentences of about 120 tokens:
+    // 16 batches of two, one after another on one slot, 67 s on the quiet
+    // machine. (Two such sentences alone took 2.5-11.5 s, too close to the
+    // timeout on a fast machine.) A timeout near the short one's time
+    // would let timed-out requests queue faster than the device drains
+    // them, and the server would never answer in time again.
     let _alone = crate::serve::HEAVY.lock().await;
     let server = Server::start(&["--timeout-ms", "3000", "--max-batch", "2", "--slots", "1"]);
     let c = client();
-    // Two sentences of about 120 tokens take seconds on lavapipe.
     let long = "the quick brown fox jumps over the lazy dog ".repeat(13);
     let slow = answer(
         c.post(server.url("/v1/embeddings"))
-            .json(&json!({"model": MODEL, "input": [long, long]})),
+            .json(&json!({"model": MODEL, "input": vec![long; 32]})),
     )
     .await;
     assert_eq!(slow.body["error"]["code"], "timeout");
