@@ -325,8 +325,8 @@ async fn a_slow_request_times_out_with_504_and_the_server_keeps_serving() {
     // one short sentence took 0.13 s on a quiet 2-core machine and 0.34 s
     // on a busy one. The slow request is 32 sentences of about 120 tokens:
     // 16 batches of two, one after another on one slot, 67 s on the quiet
-    // machine. (Two such sentences alone took 2.5-11.5 s, too close to the
-    // timeout on a fast machine.) A timeout near the short one's time
+    // machine. (Two such sentences alone took from under 3 s to 11.5 s,
+    // too close to the timeout.) A timeout near the short one's time
     // would let timed-out requests queue faster than the device drains
     // them, and the server would never answer in time again.
     let _alone = crate::serve::HEAVY.lock().await;
