@@ -328,30 +328,30 @@ pub(crate) fn run(
         let graph = steps.for_rows(rows.len());
         let pick_rows: Vec<usize> = picks.iter().map(|&(row, _)| row).collect();
         let after: Vec<Completion> = last.iter().cloned().collect();
-        // Sampled picks' candidates: the top-k, run after the step.
-        let temperatures: Vec<f32> = picks
+        // Sampled picks' candidates: the top-k, run after the step (greedy
+        // steps neither run it nor build its inputs).
+        let sampled = picks
             .iter()
-            .map(|&(_, index)| active[index].sampler.temperature())
-            .collect();
-        let sampled = temperatures.iter().any(|&t| t > 0.0);
+            .any(|&(_, index)| !active[index].sampler.is_greedy());
         let outcome = graph
             .submit(&rows, &pick_rows, &after)
             .and_then(|done| {
                 let candidates = if sampled {
+                    let temperatures: Vec<f32> = picks
+                        .iter()
+                        .map(|&(_, index)| active[index].sampler.temperature())
+                        .collect();
                     graph.submit_candidates(&temperatures, &done)?
                 } else {
                     None
                 };
-                let has_candidates = candidates.is_some();
                 let done = candidates.unwrap_or(done);
                 done.wait()?;
-                Ok((done, has_candidates))
+                Ok(done)
             })
-            .and_then(|(done, has_candidates)| {
-                Ok((graph.read_next(picks.len())?, done, has_candidates))
-            });
+            .and_then(|done| Ok((graph.read_next(picks.len())?, done)));
         counters.steps.fetch_add(1, Ordering::Relaxed);
-        let (next, done, has_candidates) = match outcome {
+        let (next, done) = match outcome {
             Ok(result) => result,
             Err(error) => {
                 // A failed step fails every sequence in it; the caches of
@@ -373,17 +373,17 @@ pub(crate) fn run(
         for (pick, &(_, index)) in picks.iter().enumerate() {
             let seq = &mut active[index];
             let full_row = || graph.read_logits(pick, &done);
+            // A step with a sampled pick ran the candidates' graph where
+            // the step graph has one; without, the draw reads the row.
             let id = if seq.sampler.is_greedy() {
                 Ok(next[pick])
-            } else if has_candidates {
+            } else {
                 graph
                     .read_candidates(pick)
                     .and_then(|candidates| match candidates {
                         Some(c) => seq.sampler.sample_candidates(&c, full_row),
                         None => full_row().map(|logits| seq.sampler.sample(&logits)),
                     })
-            } else {
-                full_row().map(|logits| seq.sampler.sample(&logits))
             };
             match id {
                 Ok(id) => {
