@@ -25,8 +25,11 @@
 //! without the model measures the same work (speed does not depend on
 //! the values). Writes `target/bench/llm.json` (or `HRX_BENCH_OUT`).
 //!
+//! `--quant-splits N` forces N k splits on every tiled quantised matmul
+//! (1: none), for comparing with the built-in choice.
+//!
 //! `--profile ROWS POSITION` instead prints the device time of each
-//! kernel of the step graph for that many rows.
+//! kernel of the step graph for that many rows, by kernel and grid.
 
 use hrx_bench::report::{self, Better, Entry, percentile};
 use hrx_core::{Error, Result};
@@ -36,6 +39,7 @@ use hrx_models::llama::{
     GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling, record_step,
 };
 use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
+use hrx_tensor::ops::Tuning;
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -50,6 +54,7 @@ struct Settings {
     torch: Option<PathBuf>,
     quick: bool,
     profile: Option<(usize, usize)>,
+    quant_splits: Option<usize>,
     write_shapes: Option<(PathBuf, PathBuf)>,
 }
 
@@ -66,6 +71,7 @@ fn settings() -> Settings {
         shapes: value("--shapes"),
         torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
         quick: args.iter().any(|a| a == "--quick"),
+        quant_splits: value("--quant-splits").and_then(|v| v.to_str()?.parse().ok()),
         write_shapes: args
             .iter()
             .position(|a| a == "--write-shapes")
@@ -308,9 +314,8 @@ fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize
             timed.submit()?.wait()?;
             best = best.min(start.elapsed().as_secs_f64() * 1e6 / f64::from(REPS));
         }
-        let entry = by_kernel
-            .entry(kernel.contract().entry_point.clone())
-            .or_default();
+        let name = format!("{} {:?}", kernel.contract().entry_point, workgroups);
+        let entry = by_kernel.entry(name).or_default();
         entry.0 += best;
         entry.1 += 1;
     }
@@ -344,7 +349,12 @@ fn main() -> std::result::Result<(), String> {
         return write_shapes(file, out);
     }
     let e = |e: Error| e.to_string();
-    let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?).map_err(e)?;
+    let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?)
+        .map_err(e)?
+        .with_tuning(Tuning {
+            quant_splits: s.quant_splits,
+            ..Tuning::default()
+        });
     let target = context.runtime().gpu().map_err(e)?.target().clone();
     let cpu = target.kind == DeviceKind::Cpu;
     let file = match (&s.shapes, &s.model) {

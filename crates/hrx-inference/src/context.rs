@@ -51,6 +51,15 @@ impl ModelContext {
         })
     }
 
+    /// The context with `tuning`'s shapes forced on its matmul kernels
+    /// (tuning runs and benchmarks; see [`hrx_tensor::ops::Tuning`]).
+    pub fn with_tuning(self, tuning: hrx_tensor::ops::Tuning) -> Self {
+        ModelContext {
+            ops: self.ops.with_tuning(tuning),
+            ..self
+        }
+    }
+
     /// The runtime shared by every model and tensor of this context.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime

@@ -23,7 +23,9 @@
 //! consecutive values: a Q8_0 span is two words, a Q4_1 span the block's
 //! word 0 and two nibble words (low nibbles for the block's first 16
 //! values, high for the rest), an F16 span 4 words, an F32 span 8. Which
-//! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]).
+//! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]);
+//! a tiled product of few tiles on a GPU is split along k
+//! (`quant_tiled::TiledSplit`), its partial sums in the graph's scratch.
 //!
 //! Contracts: bad input (dtype, shape, domain, a byte count that does not
 //! match) is an error naming the operator and shapes before anything is
@@ -33,7 +35,7 @@ use super::{
     Ops,
     operand::{check_inputs, check_output, operand, quad_offset},
     quant_kernels::{self, GemvKey},
-    quant_tiled,
+    quant_tiled::{self, TiledSplit},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -329,10 +331,37 @@ impl Ops {
                  {QUANT_GATED_MAX_ROWS}; use quant_matmul and swiglu"
             ))),
             None => {
+                let plan = TiledSplit::plan(&target, self.tuning.quant_splits, m, n, w.cols);
+                let elements = plan.scratch_elements(m, n);
+                let split =
+                    plan.splits > 1 && (4 * elements) as u64 <= target.max_storage_buffer_range;
                 let kernel = self
                     .registry
-                    .kernel(quant_tiled::tiled_key(w.format, xvec, tail))?;
-                kernel.record(graph, operation, &views, &scalars, &workload)
+                    .kernel(quant_tiled::tiled_key(w.format, xvec, tail, split))?;
+                if !split {
+                    return kernel.record(graph, operation, &views, &scalars, &workload);
+                }
+                let npad = n.div_ceil(quant_tiled::TILE) * quant_tiled::TILE;
+                let tiles = TiledSplit::tiles(m, n);
+                let scalars: Vec<ScalarValue> = scalars
+                    .into_iter()
+                    .chain([plan.splits, plan.steps, npad, elements / plan.splits].map(index))
+                    .chain([elements, tiles].map(index))
+                    .collect();
+                let launch = kernel.launch(
+                    operation,
+                    &scalars,
+                    &[m as u64, n as u64, plan.splits as u64],
+                )?;
+                // Scratch is taken only now, when nothing else can fail.
+                // The partial sums are bound whole from the scratch's
+                // first byte; every finishing workgroup leaves its tile's
+                // counter at zero, so the graph's split products share
+                // one zeroed storage.
+                let scratch = graph.scratch(4 * elements)?;
+                let counters = graph.zeroed_scratch(4 * tiles)?;
+                let [vx, vw, vo] = views;
+                launch.record(graph, &[vx, vw, vo, scratch, counters])
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Typed tuning of the tensor-core matmul kernels: shapes a tuning run
+//! Typed tuning of the matmul kernels: shapes a tuning run (or a test)
 //! forces instead of the built-in choices, given to
 //! [`Ops::with_tuning`](super::Ops::with_tuning).
 //!
@@ -20,6 +20,10 @@ pub struct Tuning {
     pub coop_tiles: Option<CoopTiling>,
     /// The shape of the split-k cooperative-matrix kernel.
     pub splitk: Option<SplitKShape>,
+    /// The k splits of every tiled quantised matmul (more rows of x than
+    /// the matrix-vector kernel takes), on any device; 1 forces none. At
+    /// most one split per k step of 32 columns is made.
+    pub quant_splits: Option<usize>,
 }
 
 impl Tuning {
@@ -30,6 +34,7 @@ impl Tuning {
         Ok(Tuning {
             coop_tiles: coop_tiles.map(str::parse).transpose()?,
             splitk: splitk.map(str::parse).transpose()?,
+            quant_splits: None,
         })
     }
 }

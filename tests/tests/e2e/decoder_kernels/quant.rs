@@ -7,7 +7,7 @@
 
 use half::f16;
 use hrx_runtime::{Graph, Runtime, RuntimeOptions};
-use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
+use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 const FORMATS: [QuantFormat; 4] = [
@@ -259,6 +259,76 @@ fn quant_matmul_matches_reference_for_every_format_and_m() {
         check_matmul(format, 5, 37, &[1, 2, 20, 70], &mut rng);
         check_matmul(format, 9, 3, &[1, 66], &mut rng);
     }
+}
+
+/// The tiled kernel split along k (forced here; a GPU splits products of
+/// few tiles by itself) against the f64 reference, and against itself:
+/// two split products in one graph share the scratch and its counters,
+/// and replaying the graph gives the same bits (the counters are back at
+/// zero after every run, and the splits are summed in a fixed order).
+#[test]
+fn split_k_tiled_matmul_matches_reference_and_replays() -> Result<()> {
+    let mut rng = Gen::new(7);
+    let cases = [
+        (QuantFormat::Q4_1, 192, 576, 64, 4),
+        (QuantFormat::Q8_0, 40, 256, 33, 3),
+        (QuantFormat::F16, 5, 37, 70, 2),
+        (QuantFormat::F32, 70, 96, 17 + QUANT_GATED_MAX_ROWS, 3),
+        (QuantFormat::Q4_1, 33, 64, 40, 9),
+    ];
+    for (format, rows, cols, m, splits) in cases {
+        let what = format!("{format:?} {rows}x{cols} m={m} splits={splits}");
+        let split = ops().with_tuning(Tuning {
+            quant_splits: Some(splits),
+            ..Tuning::default()
+        });
+        let whole = ops().with_tuning(Tuning {
+            quant_splits: Some(1),
+            ..Tuning::default()
+        });
+        let (w, wv) = matrix(format, rows, cols, &mut rng);
+        let (w2, wv2) = matrix(format, rows, cols, &mut rng);
+        let x: Vec<f64> = (0..m * cols)
+            .map(|_| f64::from(rng.uniform(-1.0, 1.0) as f32))
+            .collect();
+        let xt = x_tensor(&x, m, cols, m % 2 == 1);
+        let out_desc = TensorDesc::new(DType::F32, vec![m, rows])?;
+        let (out, out2) = (split.output(out_desc.clone())?, split.output(out_desc)?);
+        let mut graph = split.runtime().graph();
+        split.record_quant_matmul(&mut graph, &xt, &w, &out)?;
+        split.record_quant_matmul(&mut graph, &xt, &w2, &out2)?;
+        let graph = graph.prepare()?;
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            graph.submit_after(&[xt.completion().clone()])?.wait()?;
+            runs.push((out.to_values()?, out2.to_values()?));
+        }
+        assert!(runs.iter().all(|r| *r == runs[0]), "{what}: replays differ");
+        for (got, wv) in [(&runs[0].0, &wv), (&runs[0].1, &wv2)] {
+            for r in 0..m {
+                let xr = &x[r * cols..(r + 1) * cols];
+                for j in 0..rows {
+                    let wr = &wv[j * cols..(j + 1) * cols];
+                    let want: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+                    let mag: f64 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
+                    let g = got[r * rows + j];
+                    assert!(
+                        (g - want).abs() <= 1e-4 * mag + 1e-30,
+                        "{what}: out[{r}, {j}] = {g}, want {want}"
+                    );
+                }
+            }
+        }
+        // The unsplit kernel sums in another order: close, not equal bits.
+        let unsplit = whole.quant_matmul(&xt, &w)?.to_values()?;
+        for (a, b) in unsplit.iter().zip(&runs[0].0) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                "{what}: {a} vs {b}"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The gated matrix-vector kernel against an f64 reference of `silu(x .
