@@ -25,8 +25,9 @@
 //! without the model measures the same work (speed does not depend on
 //! the values). Writes `target/bench/llm.json` (or `HRX_BENCH_OUT`).
 //!
-//! `--quant-splits N` forces N k splits on every tiled quantised matmul
-//! (1: none), for comparing with the built-in choice.
+//! `--quant-tiling TILE,SPLITS` forces that tile (32 or 64) and those k
+//! splits (1: none) on every tiled quantised matmul, for comparing with
+//! the built-in choice.
 //!
 //! `--profile ROWS POSITION` instead prints the device time of each
 //! kernel of the step graph for that many rows, by kernel and grid.
@@ -54,7 +55,7 @@ struct Settings {
     torch: Option<PathBuf>,
     quick: bool,
     profile: Option<(usize, usize)>,
-    quant_splits: Option<usize>,
+    quant_tiling: Option<String>,
     write_shapes: Option<(PathBuf, PathBuf)>,
 }
 
@@ -71,7 +72,7 @@ fn settings() -> Settings {
         shapes: value("--shapes"),
         torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
         quick: args.iter().any(|a| a == "--quick"),
-        quant_splits: value("--quant-splits").and_then(|v| v.to_str()?.parse().ok()),
+        quant_tiling: value("--quant-tiling").map(|v| v.to_string_lossy().into_owned()),
         write_shapes: args
             .iter()
             .position(|a| a == "--write-shapes")
@@ -352,7 +353,12 @@ fn main() -> std::result::Result<(), String> {
     let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?)
         .map_err(e)?
         .with_tuning(Tuning {
-            quant_splits: s.quant_splits,
+            quant_tiling: s
+                .quant_tiling
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(e)?,
             ..Tuning::default()
         });
     let target = context.runtime().gpu().map_err(e)?.target().clone();

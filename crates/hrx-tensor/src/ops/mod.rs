@@ -64,7 +64,7 @@ pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
 pub use reduce::Reduction;
 pub use rope::Rotary;
 pub use top_k::TOP_K_MAX;
-pub use tuning::{CoopTiling, SplitKShape, Tuning};
+pub use tuning::{CoopTiling, QuantTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::Result;

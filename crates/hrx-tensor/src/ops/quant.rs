@@ -25,7 +25,7 @@
 //! values, high for the rest), an F16 span 4 words, an F32 span 8. Which
 //! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]);
 //! a tiled product of few tiles on a GPU is split along k
-//! (`quant_tiled::TiledSplit`), its partial sums in the graph's scratch.
+//! (`quant_tiled::TiledPlan`), its partial sums in the graph's scratch.
 //!
 //! Contracts: bad input (dtype, shape, domain, a byte count that does not
 //! match) is an error naming the operator and shapes before anything is
@@ -35,7 +35,7 @@ use super::{
     Ops,
     operand::{check_inputs, check_output, operand, quad_offset},
     quant_kernels::{self, GemvKey},
-    quant_tiled::{self, TiledSplit},
+    quant_tiled::TiledPlan,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
@@ -331,22 +331,21 @@ impl Ops {
                  {QUANT_GATED_MAX_ROWS}; use quant_matmul and swiglu"
             ))),
             None => {
-                let plan = TiledSplit::plan(&target, self.tuning.quant_splits, m, n, w.cols);
+                let plan = TiledPlan::new(&target, self.tuning.quant_tiling, m, n, w.cols);
                 let elements = plan.scratch_elements(m, n);
                 let split =
                     plan.splits > 1 && (4 * elements) as u64 <= target.max_storage_buffer_range;
                 let kernel = self
                     .registry
-                    .kernel(quant_tiled::tiled_key(w.format, xvec, tail, split))?;
+                    .kernel(plan.key(w.format, xvec, tail, split))?;
                 if !split {
                     return kernel.record(graph, operation, &views, &scalars, &workload);
                 }
-                let npad = n.div_ceil(quant_tiled::TILE) * quant_tiled::TILE;
-                let tiles = TiledSplit::tiles(m, n);
+                let tiles = plan.tiles(m, n);
                 let scalars: Vec<ScalarValue> = scalars
                     .into_iter()
-                    .chain([plan.splits, plan.steps, npad, elements / plan.splits].map(index))
-                    .chain([elements, tiles].map(index))
+                    .chain([plan.splits, plan.steps, plan.npad(n)].map(index))
+                    .chain([elements / plan.splits, elements, tiles].map(index))
                     .collect();
                 let launch = kernel.launch(
                     operation,

@@ -1,22 +1,25 @@
 //! The tiled quantised matmul for many rows of x (prefill, batched
 //! decode), built with [`hrx_loom::build`]: `out[i, j] = x[i, :] . w[j, :]`.
 //!
-//! A workgroup of 64 work items computes a 32 x 32 tile of out. Per step
-//! along k it stages 32 columns: each work item loads two spans (8 values
-//! each) of x rows and dequantises two spans of weight rows into
-//! workgroup memory (k-major), then computes a 4 x 4 register tile of 4
-//! consecutive rows and columns, reading each k's 4 values of x and of
-//! the weights as one 16-byte load (a subgroup's loads of one k are
-//! consecutive, so they do not conflict). Weights
-//! are read and dequantised once per 32 rows of x. Rows of x and of the
-//! weights past the ends are clamped into range and dropped at the store;
-//! spans past a row's end (unblocked formats only) are zeroed.
+//! A workgroup of 64 work items (8 x 8) computes a square tile of out:
+//! 32 x 32 (each work item 4 x 4 outputs) or, wide, 64 x 64 (each 8 x 8,
+//! twice the multiply-adds per workgroup-memory load, which is what bounds
+//! the narrow tile on a GPU). Per step along k it stages 32 columns: each
+//! work item loads spans (8 values each) of x rows and dequantises spans
+//! of weight rows into workgroup memory (k-major), then accumulates its
+//! outputs, reading each k's values of x and of the weights in 16-byte
+//! quads. A work item's rows (and columns) are quads 32 apart, `t * 4 +
+//! 32 * h`, so the 8 work items of a row of the workgroup read 128
+//! consecutive bytes per quad and do not conflict. Weights are read and
+//! dequantised once per tile of x rows. Rows of x and of the weights past
+//! the ends are clamped into range and dropped at the store; spans past a
+//! row's end (unblocked formats only) are zeroed.
 //!
 //! **Split k.** A product of few tiles (a decode batch of 64 rows by a
 //! 576-wide layer makes 36) leaves most of a GPU idle, each workgroup
 //! walking all of k one dependent step after another. The split variant
 //! runs `splits` workgroups per tile along grid z, each over its own run
-//! of steps, and stores its 4 x 4 partial sums into a scratch of `splits`
+//! of steps, and stores its partial sums into a scratch of `splits`
 //! planes (rows and columns padded to whole tiles, so no guard). Behind a
 //! storage barrier one work item counts the tile's finished splits with
 //! an atomic; the workgroup that finishes last resets the counter and
@@ -27,25 +30,53 @@
 use super::QuantFormat;
 use super::quant_spans::{QuantMatmulArgs, SPAN, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
+use super::tuning::QuantTiling;
 use hrx_core::{DeviceKind, Target};
 use hrx_loom::build::{
     AtomicRmw, Barrier, Body, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
 };
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
-/// Rows of x and of the weights per workgroup tile: 32, so the model's
-/// prefill products (n of 192 to 1536, a few hundred rows) give the H200's
-/// 132 SMs enough workgroups (512 x 576 makes 288 of them).
-pub(crate) const TILE: usize = 32;
 /// Columns (k) staged per step: 4 spans.
 const BK: usize = 32;
-/// Work items per side of the workgroup (8 x 8), each a 4 x 4 tile.
+/// Work items per side of the workgroup (8 x 8).
 const SIDE: usize = 8;
-const REG: usize = TILE / SIDE;
 /// Work items per workgroup.
 const WG: usize = SIDE * SIDE;
-/// Spans of x (and of the weights) each work item stages per step.
-const PER: usize = TILE * (BK / SPAN) / WG;
+/// The narrow tile; the wide one is twice as long.
+const NARROW: usize = 32;
+/// The fewest rows of x for the wide tile on a GPU: below, its tiles are
+/// too few and too empty.
+const WIDE_MIN_ROWS: usize = 128;
+
+/// A workgroup's tile: `4 * quads` outputs per work item and side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Tile {
+    quads: usize,
+}
+
+impl Tile {
+    fn of(side: usize) -> Tile {
+        Tile {
+            quads: side / NARROW,
+        }
+    }
+
+    /// Outputs per side of the tile.
+    fn side(self) -> usize {
+        NARROW * self.quads
+    }
+
+    /// Outputs per side of a work item.
+    fn reg(self) -> usize {
+        4 * self.quads
+    }
+
+    /// Spans of x (and of the weights) each work item stages per step.
+    fn per(self) -> usize {
+        self.side() * (BK / SPAN) / WG
+    }
+}
 
 /// Workgroups a split product aims for on a GPU: about two per SM of a
 /// large part (the H200 has 132), so every SM has a second workgroup's
@@ -57,61 +88,87 @@ const MIN_SPLIT_STEPS: usize = 2;
 /// The most splits of one tile.
 const MAX_SPLITS: usize = 16;
 
-/// How a tiled product is split along k: `splits` workgroups per tile,
-/// each over `steps` k steps of [`BK`] columns (the last may take fewer).
+/// How a tiled product runs: tiles of `tile` x `tile` outputs, `splits`
+/// workgroups per tile along k, each over `steps` k steps of [`BK`]
+/// columns (the last may take fewer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TiledSplit {
+pub(crate) struct TiledPlan {
+    pub(crate) tile: usize,
     pub(crate) splits: usize,
     pub(crate) steps: usize,
 }
 
-impl TiledSplit {
-    /// The split of an `m` x `n` product over `cols` inputs on `target`:
-    /// `forced` splits where given (clamped to the steps there are), else
-    /// enough for [`SPLIT_WORKGROUPS`] on a GPU, none on a CPU device (its
-    /// few threads are busy with the tiles alone).
-    pub(crate) fn plan(
+impl TiledPlan {
+    /// The plan of an `m` x `n` product over `cols` inputs on `target`:
+    /// `forced` where given (its splits clamped to the steps there are);
+    /// else on a GPU the wide tile from [`WIDE_MIN_ROWS`] rows and enough
+    /// splits for [`SPLIT_WORKGROUPS`], on a CPU device the narrow tile
+    /// and no split (its few threads are busy with the tiles alone).
+    pub(crate) fn new(
         target: &Target,
-        forced: Option<usize>,
+        forced: Option<QuantTiling>,
         m: usize,
         n: usize,
         cols: usize,
-    ) -> TiledSplit {
+    ) -> TiledPlan {
         let steps = cols.div_ceil(BK).max(1);
-        let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+        let cpu = target.kind == DeviceKind::Cpu;
+        let tile = match forced {
+            Some(f) => f.tile(),
+            None if !cpu && m >= WIDE_MIN_ROWS => 2 * NARROW,
+            None => NARROW,
+        };
+        let tiles = m.div_ceil(tile) * n.div_ceil(tile);
         let wanted = match forced {
-            Some(s) => s,
-            None if target.kind == DeviceKind::Cpu || tiles >= SPLIT_WORKGROUPS => 1,
+            Some(f) => f.splits(),
+            None if cpu || tiles >= SPLIT_WORKGROUPS => 1,
             None => SPLIT_WORKGROUPS
                 .div_ceil(tiles.max(1))
                 .min(steps / MIN_SPLIT_STEPS)
                 .min(MAX_SPLITS),
         };
         let per = steps.div_ceil(wanted.clamp(1, steps));
-        TiledSplit {
+        TiledPlan {
+            tile,
             splits: steps.div_ceil(per),
             steps: per,
         }
     }
 
+    /// Columns of a scratch plane for `n` (whole tiles).
+    pub(crate) fn npad(&self, n: usize) -> usize {
+        n.div_ceil(self.tile) * self.tile
+    }
+
     /// Elements of the partial sums' scratch for `m` x `n`.
     pub(crate) fn scratch_elements(&self, m: usize, n: usize) -> usize {
-        self.splits * m.div_ceil(TILE) * TILE * n.div_ceil(TILE) * TILE
+        self.splits * m.div_ceil(self.tile) * self.tile * self.npad(n)
     }
 
     /// Tiles of `m` x `n` (one finishing counter each).
-    pub(crate) fn tiles(m: usize, n: usize) -> usize {
-        m.div_ceil(TILE) * n.div_ceil(TILE)
+    pub(crate) fn tiles(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.tile) * n.div_ceil(self.tile)
+    }
+
+    /// The kernel for this plan, `format`, x read in 16-byte quads
+    /// (`xvec`), rows ending in a partial span (`tail`); `split` false
+    /// where the caller runs it unsplit.
+    pub(crate) fn key(
+        &self,
+        format: QuantFormat,
+        xvec: bool,
+        tail: bool,
+        split: bool,
+    ) -> KernelKey {
+        tiled_key(format, xvec, tail, split, Tile::of(self.tile))
     }
 }
 
-/// The tiled kernel for `format`, x read in 16-byte quads (`xvec`), rows
-/// ending in a partial span (`tail`), split along k (`split`).
-pub(crate) fn tiled_key(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> KernelKey {
+fn tiled_key(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: Tile) -> KernelKey {
     KernelKey {
         source: KernelSource::Built(Generator::new(
-            format!("quant_tiled {format:?} {xvec} {tail} {split}"),
-            move || tiled_kernel(format, xvec, tail, split),
+            format!("quant_tiled {format:?} {xvec} {tail} {split} {tile:?}"),
+            move || tiled_kernel(format, xvec, tail, split, tile),
         )),
         symbol: "quant_tiled",
         config: Vec::new(),
@@ -148,12 +205,13 @@ impl SplitArgs {
     }
 }
 
-fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Built {
+fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: Tile) -> Built {
+    let (side, reg) = (tile.side(), tile.reg());
     let mut k = KernelBuilder::new("quant_tiled");
     let [wm, wn] = ["m", "n"].map(|name| k.workload(name));
     let one = k.index(1);
     let gz = if split { k.workload("splits") } else { one };
-    let ct = k.index(n64(TILE));
+    let ct = k.index(n64(side));
     let gx = k.div_ceil(wn, ct);
     let gy = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
@@ -161,9 +219,8 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
     let a = QuantMatmulArgs::declare(&mut k, format, xvec, tail);
     let sa = split.then(|| SplitArgs::declare(&mut k));
     // The launch region's values are not visible in the body.
-    let ct = k.index(n64(TILE));
     let zero = k.offset(0);
-    let elems = BK * TILE;
+    let elems = BK * side;
     let bytes = k.offset(n64(elems * 4));
     let xs_buf = k.alloca_workgroup(bytes, 16);
     let ws_buf = k.alloca_workgroup(bytes, 16);
@@ -171,16 +228,16 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
     let ws = k.buffer_view(ws_buf, zero, [Extent::from(elems)], Scalar::F32);
     let [c0, c1, c4, c7, c8] = [0, 1, 4, 7, 8].map(|v| k.index(v));
     let cside = k.index(n64(SIDE));
-    let ctile = k.index(n64(TILE));
+    let ctile = k.index(n64(side));
     let t = k.workitem_id(Axis::X);
     let tx = k.rem(t, cside);
     let ty = k.div(t, cside);
     let tx4 = k.mul(tx, c4);
     let ty4 = k.mul(ty, c4);
     let col0 = k.workgroup_id(Axis::X);
-    let col0 = k.mul(col0, ct);
+    let col0 = k.mul(col0, ctile);
     let row0 = k.workgroup_id(Axis::Y);
-    let row0 = k.mul(row0, ct);
+    let row0 = k.mul(row0, ctile);
     let m1 = k.sub(a.m, c1);
     let n1 = k.sub(a.n, c1);
     let cols7 = k.add(a.x.cols, c7);
@@ -202,7 +259,7 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
     // The rows of x and of the weights this work item stages, and their
     // spans of the step.
     let cwg = k.index(n64(WG));
-    let staged: Vec<_> = (0..PER)
+    let staged: Vec<_> = (0..tile.per())
         .map(|p| {
             let cp = k.index(n64(p));
             let e = k.madd(cp, cwg, t);
@@ -218,7 +275,7 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
         })
         .collect();
     let zf = k.float(0.0, Scalar::F32);
-    let init = vec![zf; REG * REG];
+    let init = vec![zf; reg * reg];
     let acc = k.for_carry(first, last, c1, &init, |b, step, acc| {
         for &(lr, lsp, xrow, wrow) in &staged {
             let s = b.madd(step, c4, lsp);
@@ -240,37 +297,34 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
         b.barrier(Barrier::Workgroup);
         let mut acc = acc.to_vec();
         for kk in 0..BK {
-            let base = b.index(n64(kk * TILE));
-            let xr = quad(b, xs, base, ty4);
-            let wc = quad(b, ws, base, tx4);
-            for i in 0..REG {
-                for j in 0..REG {
-                    acc[i * REG + j] = b.fmaf(xr[i], wc[j], acc[i * REG + j]);
+            let base = b.index(n64(kk * side));
+            let xr = quads(b, xs, base, ty4, tile);
+            let wc = quads(b, ws, base, tx4, tile);
+            for i in 0..reg {
+                for j in 0..reg {
+                    acc[i * reg + j] = b.fmaf(xr[i], wc[j], acc[i * reg + j]);
                 }
             }
         }
         b.barrier(Barrier::Workgroup);
         acc
     });
-    let row = k.add(row0, ty4);
-    let col = k.add(col0, tx4);
+    // The work item's output rows and columns.
+    let rows = places(&mut k, row0, ty4, tile);
+    let cols = places(&mut k, col0, tx4, tile);
     let Some(sa) = sa else {
-        store_tile(&mut k, &a, row, col, &acc);
+        store_outputs(&mut k, &a, &rows, &cols, &acc);
         return Built::kernel(k.finish());
     };
-    // The partial sums into this split's plane, at the work item's 4 x 4
-    // (inside the padded plane: no guard).
+    // The partial sums into this split's plane (inside the padded plane:
+    // no guard).
     let z = k.workgroup_id(Axis::Z);
     let plane0 = k.mul(z, sa.plane);
-    let at = k.madd(row, sa.npad, col);
-    let at = k.add(plane0, at);
-    for i in 0..REG {
-        let oi = k.index(n64(i));
-        let r = k.madd(oi, sa.npad, at);
-        for j in 0..REG {
-            let oj = k.index(n64(j));
-            let p = k.add(r, oj);
-            k.store(acc[i * REG + j], sa.scratch, &[p]);
+    for (i, &r) in rows.iter().enumerate() {
+        let at = k.madd(r, sa.npad, plane0);
+        for (j, &c) in cols.iter().enumerate() {
+            let p = k.add(at, c);
+            k.store(acc[i * reg + j], sa.scratch, &[p]);
         }
     }
     // Count the finished splits; the last one sums the planes.
@@ -281,64 +335,69 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool) -> Bui
     let tiles_x = k.div(sa.npad, ctile);
     let gy = k.workgroup_id(Axis::Y);
     let gx = k.workgroup_id(Axis::X);
-    let tile = k.madd(gy, tiles_x, gx);
+    let tile_id = k.madd(gy, tiles_x, gx);
     let lead = k.cmp(IntPredicate::Eq, t, c0);
     k.barrier(Barrier::Storage);
     k.if_(lead, |b| {
-        let seen = b.atomic(AtomicRmw::Add, ou, sa.counters, &[tile]);
+        let seen = b.atomic(AtomicRmw::Add, ou, sa.counters, &[tile_id]);
         let seen = b.to_index(seen);
         let final_split = b.sub(sa.splits, c1);
         let last = b.cmp(IntPredicate::Eq, seen, final_split);
         let f = b.select(last, ou, zu);
         b.store(f, flag, &[c0]);
-        b.if_(last, |b| b.store(zu, sa.counters, &[tile]));
+        b.if_(last, |b| b.store(zu, sa.counters, &[tile_id]));
     });
     k.barrier(Barrier::Storage);
     let f = k.load(flag, &[c0]);
     let finish = k.cmpi(IntPredicate::Eq, f, ou);
     k.if_(finish, |b| {
-        let at = b.madd(row, sa.npad, col);
-        let init = vec![zf; REG * REG];
+        let init = vec![zf; reg * reg];
         let sums = b.for_carry(c0, sa.splits, c1, &init, |b, s, acc| {
-            let base = b.madd(s, sa.plane, at);
+            let base = b.mul(s, sa.plane);
             let mut acc = acc.to_vec();
-            for i in 0..REG {
-                let oi = b.index(n64(i));
-                let r = b.madd(oi, sa.npad, base);
-                for j in 0..REG {
-                    let oj = b.index(n64(j));
-                    let p = b.add(r, oj);
+            for (i, &r) in rows.iter().enumerate() {
+                let at = b.madd(r, sa.npad, base);
+                for (j, &c) in cols.iter().enumerate() {
+                    let p = b.add(at, c);
                     let v = b.load(sa.scratch, &[p]);
-                    acc[i * REG + j] = b.addf(acc[i * REG + j], v);
+                    acc[i * reg + j] = b.addf(acc[i * reg + j], v);
                 }
             }
             acc
         });
-        store_tile(b, &a, row, col, &sums);
+        store_outputs(b, &a, &rows, &cols, &sums);
     });
     Built::kernel(k.finish())
 }
 
-/// Store a work item's 4 x 4 `acc` at (`row`, `col`) of out, dropping what
-/// lies past its ends.
-fn store_tile(
+/// A work item's rows (or columns) of the tile starting at `first`: quads
+/// at `at` and every 32 on.
+fn places(k: &mut Builder, first: Value<Index>, at: Value<Index>, tile: Tile) -> Vec<Value<Index>> {
+    let start = k.add(first, at);
+    (0..tile.reg())
+        .map(|i| {
+            let off = k.index(n64(i / 4 * NARROW + i % 4));
+            k.add(start, off)
+        })
+        .collect()
+}
+
+/// Store a work item's `acc` (rows x cols) into out, dropping what lies
+/// past its ends.
+fn store_outputs(
     k: &mut Builder,
     a: &QuantMatmulArgs,
-    row: Value<Index>,
-    col: Value<Index>,
+    rows: &[Value<Index>],
+    cols: &[Value<Index>],
     acc: &[Value<Num>],
 ) {
-    for i in 0..REG {
-        let oi = k.index(n64(i));
-        let r = k.add(row, oi);
+    for (i, &r) in rows.iter().enumerate() {
         let rok = k.cmp(IntPredicate::Ult, r, a.m);
         let orow = k.madd(r, a.n, a.oo);
-        for j in 0..REG {
-            let oj = k.index(n64(j));
-            let c = k.add(col, oj);
+        for (j, &c) in cols.iter().enumerate() {
             let cok = k.cmp(IntPredicate::Ult, c, a.n);
             let ok = k.and(rok, cok);
-            let v = acc[i * REG + j];
+            let v = acc[i * cols.len() + j];
             k.if_(ok, |b| {
                 let p = b.add(orow, c);
                 b.store(v, a.out, &[p]);
@@ -351,21 +410,27 @@ fn n64(v: usize) -> u64 {
     v as u64
 }
 
-/// The 4 values at `base + at` of a staged tile (one 16-byte load).
-fn quad(
+/// A work item's values of one k of a staged tile: quads at `base + at`
+/// and every 32 on (one 16-byte load each).
+fn quads(
     b: &mut Builder,
-    tile: Value<View>,
+    staged: Value<View>,
     base: Value<Index>,
     at: Value<Index>,
+    tile: Tile,
 ) -> Vec<Value<Num>> {
     let p = b.add(base, at);
-    let q = b.vector_load(tile, &[p], 4);
-    (0..REG as u64)
-        .map(|l| {
+    let mut out = Vec::with_capacity(tile.reg());
+    for h in 0..tile.quads {
+        let off = b.index(n64(h * NARROW));
+        let ph = b.add(p, off);
+        let q = b.vector_load(staged, &[ph], 4);
+        for l in 0..4 {
             let l = b.index(l);
-            b.extract(q, l)
-        })
-        .collect()
+            out.push(b.extract(q, l));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -373,53 +438,41 @@ mod tests {
     use super::*;
     use hrx_core::Target;
 
-    /// A GPU splits products of few tiles into runs of at least two
-    /// steps, no split is empty, and a CPU device or a product of many
-    /// tiles is not split unless forced.
+    /// A GPU takes the wide tile for many rows and splits products of few
+    /// tiles into runs of at least two steps; no split is empty; a CPU
+    /// device takes the narrow tile unsplit unless forced.
     #[test]
-    fn splits_fill_the_gpu_and_stay_whole() {
+    fn plans_fill_the_gpu_and_stay_whole() {
         let gpu = Target::hopper();
-        let plan = |m, n, cols| TiledSplit::plan(&gpu, None, m, n, cols);
+        let plan = |m, n, cols| TiledPlan::new(&gpu, None, m, n, cols);
+        let narrow = |splits, steps| TiledPlan {
+            tile: 32,
+            splits,
+            steps,
+        };
+        let wide = |splits, steps| TiledPlan {
+            tile: 64,
+            splits,
+            steps,
+        };
         // A decode batch of 64 rows by SmolLM2's layers.
-        assert_eq!(
-            plan(64, 576, 576),
-            TiledSplit {
-                splits: 6,
-                steps: 3
-            }
-        );
-        assert_eq!(
-            plan(64, 576, 1536),
-            TiledSplit {
-                splits: 8,
-                steps: 6
-            }
-        );
-        assert_eq!(
-            plan(64, 3072, 576),
-            TiledSplit {
-                splits: 2,
-                steps: 9
-            }
-        );
-        assert_eq!(plan(64, 49152, 576).splits, 1);
-        assert_eq!(plan(512, 576, 576).splits, 1);
-        assert_eq!(plan(64, 576, 40).splits, 1);
-        assert_eq!(
-            TiledSplit::plan(&Target::lavapipe(), None, 64, 576, 576).splits,
-            1
-        );
-        for (forced, cols) in [(3, 576), (7, 576), (100, 100), (0, 64), (5, 1)] {
-            let p = TiledSplit::plan(&Target::lavapipe(), Some(forced), 40, 9, cols);
+        assert_eq!(plan(64, 576, 576), narrow(6, 3));
+        assert_eq!(plan(64, 576, 1536), narrow(8, 6));
+        assert_eq!(plan(64, 3072, 576), narrow(2, 9));
+        assert_eq!(plan(64, 49152, 576), narrow(1, 18));
+        assert_eq!(plan(64, 576, 40), narrow(1, 2));
+        // A 512-token prefill.
+        assert_eq!(plan(512, 576, 576), wide(4, 5));
+        assert_eq!(plan(512, 3072, 576), wide(1, 18));
+        let cpu = Target::lavapipe();
+        assert_eq!(TiledPlan::new(&cpu, None, 512, 576, 576), narrow(1, 18));
+        for (forced, cols) in [(3, 576), (7, 576), (64, 100), (1, 64), (5, 1)] {
+            let tiling = QuantTiling::new(64, forced).unwrap();
+            let p = TiledPlan::new(&cpu, Some(tiling), 40, 9, cols);
             let steps = cols.div_ceil(BK);
-            assert!(
-                p.splits >= 1 && p.splits <= steps.max(1),
-                "{forced} {cols}: {p:?}"
-            );
-            assert!(
-                (p.splits - 1) * p.steps < steps.max(1),
-                "{forced} {cols}: {p:?}"
-            );
+            assert_eq!(p.tile, 64);
+            assert!(p.splits >= 1 && p.splits <= steps, "{forced} {cols}: {p:?}");
+            assert!((p.splits - 1) * p.steps < steps, "{forced} {cols}: {p:?}");
             assert!(p.splits * p.steps >= steps, "{forced} {cols}: {p:?}");
         }
     }
@@ -436,19 +489,19 @@ mod tests {
                 QuantFormat::Q8_0,
                 QuantFormat::Q4_1,
             ] {
-                for (xvec, tail, split) in [
-                    (true, false, false),
-                    (false, true, false),
-                    (true, false, true),
-                    (false, true, true),
+                for (xvec, tail, split, side) in [
+                    (true, false, false, 32),
+                    (false, true, false, 64),
+                    (true, false, true, 64),
+                    (false, true, true, 32),
                 ] {
-                    let text = tiled_key(format, xvec, tail, split).source();
+                    let text = tiled_key(format, xvec, tail, split, Tile::of(side)).source();
                     compiler
                         .module(&text)
                         .and_then(|m| {
                             m.compile_uncached(&hrx_loom::Specialization::new("@quant_tiled"))
                         })
-                        .unwrap_or_else(|e| panic!("{format:?} {xvec} {tail} {split}: {e}"));
+                        .unwrap_or_else(|e| panic!("{format:?} {xvec} {tail} {split} {side}: {e}"));
                 }
             }
         }

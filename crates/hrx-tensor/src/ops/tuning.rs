@@ -20,10 +20,9 @@ pub struct Tuning {
     pub coop_tiles: Option<CoopTiling>,
     /// The shape of the split-k cooperative-matrix kernel.
     pub splitk: Option<SplitKShape>,
-    /// The k splits of every tiled quantised matmul (more rows of x than
-    /// the matrix-vector kernel takes), on any device; 1 forces none. At
-    /// most one split per k step of 32 columns is made.
-    pub quant_splits: Option<usize>,
+    /// The tile and k splits of every tiled quantised matmul (more rows
+    /// of x than the matrix-vector kernel takes), on any device.
+    pub quant_tiling: Option<QuantTiling>,
 }
 
 impl Tuning {
@@ -34,7 +33,7 @@ impl Tuning {
         Ok(Tuning {
             coop_tiles: coop_tiles.map(str::parse).transpose()?,
             splitk: splitk.map(str::parse).transpose()?,
-            quant_splits: None,
+            quant_tiling: None,
         })
     }
 }
@@ -179,5 +178,47 @@ mod tests {
             let e = Tuning::parse(None, Some(bad)).unwrap_err().to_string();
             assert!(e.contains("split-k shape"), "{bad}: {e}");
         }
+    }
+}
+
+/// A shape of the tiled quantised matmul: `tile x tile` outputs per
+/// workgroup (32, or 64 with 8 x 8 outputs per work item) and `splits`
+/// workgroups per tile along k (1: none; at most one per k step of 32
+/// columns is made).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantTiling {
+    tile: usize,
+    splits: usize,
+}
+
+impl QuantTiling {
+    /// The shape, checked: `tile` 32 or 64, `splits` in 1..=64.
+    pub fn new(tile: usize, splits: usize) -> Result<QuantTiling> {
+        if !matches!(tile, 32 | 64) || !(1..=64).contains(&splits) {
+            return Err(Error::Message(format!(
+                "quantised tiling {tile},{splits}: needs a tile of 32 or 64 and splits in 1..=64"
+            )));
+        }
+        Ok(QuantTiling { tile, splits })
+    }
+
+    /// Outputs per side of a workgroup's tile.
+    pub fn tile(&self) -> usize {
+        self.tile
+    }
+
+    /// Workgroups per tile along k.
+    pub fn splits(&self) -> usize {
+        self.splits
+    }
+}
+
+impl FromStr for QuantTiling {
+    type Err = Error;
+
+    /// `tile,splits`.
+    fn from_str(text: &str) -> Result<QuantTiling> {
+        let [tile, splits] = numbers("quantised tiling", "tile,splits", text)?;
+        QuantTiling::new(tile, splits)
     }
 }

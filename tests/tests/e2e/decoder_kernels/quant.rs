@@ -7,7 +7,7 @@
 
 use half::f16;
 use hrx_runtime::{Graph, Runtime, RuntimeOptions};
-use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, Tuning};
+use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, QuantTiling, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 const FORMATS: [QuantFormat; 4] = [
@@ -261,31 +261,34 @@ fn quant_matmul_matches_reference_for_every_format_and_m() {
     }
 }
 
-/// The tiled kernel split along k (forced here; a GPU splits products of
-/// few tiles by itself) against the f64 reference, and against itself:
-/// two split products in one graph share the scratch and its counters,
-/// and replaying the graph gives the same bits (the counters are back at
-/// zero after every run, and the splits are summed in a fixed order).
+/// The tiled kernel's narrow and wide tiles, whole and split along k
+/// (forced here; a GPU picks them by itself) against the f64 reference,
+/// and against themselves: two split products in one graph share the
+/// scratch and its counters, and replaying the graph gives the same bits
+/// (the counters are back at zero after every run, and the splits are
+/// summed in a fixed order).
 #[test]
-fn split_k_tiled_matmul_matches_reference_and_replays() -> Result<()> {
+fn tiled_matmul_tiles_and_splits_match_reference_and_replay() -> Result<()> {
     let mut rng = Gen::new(7);
     let cases = [
-        (QuantFormat::Q4_1, 192, 576, 64, 4),
-        (QuantFormat::Q8_0, 40, 256, 33, 3),
-        (QuantFormat::F16, 5, 37, 70, 2),
-        (QuantFormat::F32, 70, 96, 17 + QUANT_GATED_MAX_ROWS, 3),
-        (QuantFormat::Q4_1, 33, 64, 40, 9),
+        (QuantFormat::Q4_1, 192, 576, 64, (32, 4)),
+        (QuantFormat::Q4_1, 130, 576, 70, (64, 3)),
+        (QuantFormat::Q8_0, 40, 256, 33, (32, 3)),
+        (QuantFormat::Q8_0, 70, 96, 130, (64, 1)),
+        (QuantFormat::F16, 5, 37, 70, (32, 2)),
+        (QuantFormat::F16, 67, 37, 20, (64, 2)),
+        (QuantFormat::F32, 70, 96, 17 + QUANT_GATED_MAX_ROWS, (32, 3)),
+        (QuantFormat::Q4_1, 33, 64, 40, (64, 9)),
     ];
-    for (format, rows, cols, m, splits) in cases {
-        let what = format!("{format:?} {rows}x{cols} m={m} splits={splits}");
-        let split = ops().with_tuning(Tuning {
-            quant_splits: Some(splits),
-            ..Tuning::default()
-        });
-        let whole = ops().with_tuning(Tuning {
-            quant_splits: Some(1),
-            ..Tuning::default()
-        });
+    for (format, rows, cols, m, (tile, splits)) in cases {
+        let what = format!("{format:?} {rows}x{cols} m={m} tile={tile} splits={splits}");
+        let forced = |tile, splits| {
+            ops().with_tuning(Tuning {
+                quant_tiling: Some(QuantTiling::new(tile, splits).unwrap()),
+                ..Tuning::default()
+            })
+        };
+        let (split, whole) = (forced(tile, splits), forced(32, 1));
         let (w, wv) = matrix(format, rows, cols, &mut rng);
         let (w2, wv2) = matrix(format, rows, cols, &mut rng);
         let x: Vec<f64> = (0..m * cols)
@@ -319,7 +322,7 @@ fn split_k_tiled_matmul_matches_reference_and_replays() -> Result<()> {
                 }
             }
         }
-        // The unsplit kernel sums in another order: close, not equal bits.
+        // The narrow unsplit kernel sums in another order: close.
         let unsplit = whole.quant_matmul(&xt, &w)?.to_values()?;
         for (a, b) in unsplit.iter().zip(&runs[0].0) {
             assert!(
