@@ -1,6 +1,8 @@
 //! The cached attention kernel, built: one workgroup of `wg` work items
-//! per (token row, query head), reading its kv head's cache rows of its
-//! sequence slot, positions `0..=position`.
+//! per (token row, query head), or per (token row, kv head) taking all of
+//! its `shape.heads` query heads (each key and value row then read once
+//! for all of them), reading the kv head's cache rows of its sequence
+//! slot, positions `0..=position`.
 //!
 //! The row's position is device data, so the number of positions is not
 //! workgroup-uniform to the verifier: no barrier may sit in a loop over
@@ -22,6 +24,10 @@
 //!    dimensions `d = l, l + sg, ..` (reads of a V row are contiguous
 //!    across the lanes). The dimension slots per lane are a static count,
 //!    `ceil(hd / sg_min)` for the device's smallest subgroup size.
+//!
+//! With several query heads per workgroup, every step runs once per head
+//! (its own score, softmax state and accumulators) on the same K vectors
+//! and V values, loaded once.
 //!
 //! Where the subgroup size is fixed and a head is a power-of-two number of
 //! 4-wide vectors (`LaneSplit`), step 1 reads K coalesced instead: `L`
@@ -66,6 +72,9 @@ pub(crate) struct AttentionShape {
     pub(crate) sg_fixed: bool,
     /// q is turned by RoPE on load (arguments `rope`, `c` as for `rope`).
     pub(crate) rotary: bool,
+    /// Query heads per workgroup (consecutive, of one kv head): each key
+    /// and value row is read once for all of them.
+    pub(crate) heads: usize,
 }
 
 impl AttentionShape {
@@ -150,51 +159,61 @@ fn k4(k: &mut Builder) -> Value<Index> {
     k.index(4)
 }
 
-/// Step 1, lane-split: the score this lane ends with after the rounds
-/// (the lowest value for a position at or past `n`). `chunk` is (first
+/// Step 1, lane-split: per head, the score this lane ends with after the
+/// rounds (the lowest value for a position at or past `n`). `qparts`
+/// holds each head's q vectors of this lane's part; `chunk` is (first
 /// position `c`, positions `n`, the kv head's first cache row), `keys` the
-/// K view and its element offset.
+/// K view and its element offset. Each key vector is loaded once for all
+/// the heads.
 #[allow(clippy::too_many_arguments)]
-fn lane_split_score(
+fn lane_split_scores(
     b: &mut Builder,
     ls: LaneSplit,
     (part, sub): (Value<Index>, Value<Index>),
-    qparts: &[Value<Num>],
+    qparts: &[Vec<Value<Num>>],
     (c, n, kvrow): (Value<Index>, Value<Index>, Value<Index>),
     (kv, ok): (Value<View>, Value<Index>),
     hd: usize,
     lowest: Value<Num>,
-) -> Value<Num> {
+) -> Vec<Value<Num>> {
     let c1 = b.index(1);
     let last = b.sub(n, c1);
     let crows = b.index(ls.rows as u64);
     let hdc = b.index(hd as u64);
     let c4 = k4(b);
     let lane_at = b.mul(part, c4);
-    // Partial dots of the chunk's positions `i * rows + sub`, i < lanes
-    // (rows clamped into the sequence: every load reads written data).
-    let mut vals: Vec<Value<Num>> = (0..ls.lanes)
-        .map(|i| {
-            let ic = b.index((i * ls.rows) as u64);
-            let j = b.add(ic, sub);
-            let p = b.add(c, j);
-            let p = b.min(p, last);
-            let row = b.add(kvrow, p);
-            let base = b.madd(row, hdc, ok);
-            let base = b.add(base, lane_at);
-            let mut dot = None;
-            for (v, &qv) in qparts.iter().enumerate() {
+    // Per head, partial dots of the chunk's positions `i * rows + sub`, i
+    // < lanes (rows clamped into the sequence: every load reads written
+    // data).
+    let heads = qparts.len();
+    let mut vals: Vec<Vec<Value<Num>>> = vec![Vec::with_capacity(ls.lanes); heads];
+    for i in 0..ls.lanes {
+        let ic = b.index((i * ls.rows) as u64);
+        let j = b.add(ic, sub);
+        let p = b.add(c, j);
+        let p = b.min(p, last);
+        let row = b.add(kvrow, p);
+        let base = b.madd(row, hdc, ok);
+        let base = b.add(base, lane_at);
+        let keys: Vec<Value<Num>> = (0..ls.loads)
+            .map(|v| {
                 let off = b.index((v * ls.lanes * 4) as u64);
                 let at = b.add(base, off);
-                let kx = b.vector_load(kv, &[at], 4);
+                b.vector_load(kv, &[at], 4)
+            })
+            .collect();
+        for (head, q) in qparts.iter().enumerate() {
+            let mut dot = None;
+            for (&kx, &qv) in keys.iter().zip(q) {
                 dot = Some(match dot {
                     None => b.mulf(kx, qv),
                     Some(d) => b.fmaf(kx, qv, d),
                 });
             }
-            lanes_sum(b, 4, dot.expect("a head has at least one vector"))
-        })
-        .collect();
+            let dot = dot.expect("a head has at least one vector");
+            vals[head].push(lanes_sum(b, 4, dot));
+        }
+    }
     // Halve the values each round: keep one half, trade the other with the
     // lane `mask` away, add.
     let mut mask = ls.lanes / 2;
@@ -205,37 +224,45 @@ fn lane_split_score(
         let bit = b.rem(q, c2);
         let c0 = b.index(0);
         let upper = b.cmp(IntPredicate::Ne, bit, c0);
-        let half = vals.len() / 2;
-        vals = (0..half)
-            .map(|j| {
-                let (lo, hi) = (vals[j], vals[j + half]);
-                let keep = b.select(upper, hi, lo);
-                let send = b.select(upper, lo, hi);
-                let got = b.subgroup_shuffle(ShuffleMode::Xor, send, cm);
-                b.addf(keep, got)
-            })
-            .collect();
+        for head in vals.iter_mut() {
+            let half = head.len() / 2;
+            *head = (0..half)
+                .map(|j| {
+                    let (lo, hi) = (head[j], head[j + half]);
+                    let keep = b.select(upper, hi, lo);
+                    let send = b.select(upper, lo, hi);
+                    let got = b.subgroup_shuffle(ShuffleMode::Xor, send, cm);
+                    b.addf(keep, got)
+                })
+                .collect();
+        }
         mask /= 2;
     }
     let ic = b.mul(part, crows);
     let j = b.add(ic, sub);
     let p = b.add(c, j);
     let valid = b.cmp(IntPredicate::Ult, p, n);
-    b.select(valid, vals[0], lowest)
+    vals.iter()
+        .map(|head| b.select(valid, head[0], lowest))
+        .collect()
 }
 
 /// `out[r, h, :] = softmax(scale * q[r, h, :] . K[s, g, 0..=p, :]) V[s, g,
 /// 0..=p, :]` with `s = seq[r]`, `p = pos[r]`, `g = h / group`; `q`
-/// strided, caches and `out` contiguous.
+/// strided, caches and `out` contiguous. A workgroup takes `shape.heads`
+/// consecutive query heads of one kv head.
 pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let AttentionShape { hd, w, wg, .. } = shape;
+    let hq = shape.heads;
     let (slots_n, max_sg) = (shape.slots(), shape.max_subgroups());
     let mut kb = KernelBuilder::new("cached_attention");
     let heads_n = kb.workload("heads");
     let rows_n = kb.workload("rows");
     let one = kb.index(1);
     let wgc = kb.index(wg as u64);
-    let mut k = kb.launch_config([heads_n, rows_n, one], [wgc, one, one]);
+    let hqc = kb.index(hq as u64);
+    let gx = kb.div(heads_n, hqc);
+    let mut k = kb.launch_config([gx, rows_n, one], [wgc, one, one]);
     let [heads, group, kvh, slots, cap] =
         ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
     let scale = k.arg_scalar("scale", F32);
@@ -272,20 +299,23 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let outv = k.buffer_view(out, zero, [lo.into()], F32);
-    let sq = shared(&mut k, hd);
-    let sm = shared(&mut k, max_sg);
-    let sl = shared(&mut k, max_sg);
-    let sacc = shared(&mut k, max_sg * hd);
+    // Per head: q, the subgroups' maxima and sums, their accumulators.
+    let sq = shared(&mut k, hd * hq);
+    let sm = shared(&mut k, max_sg * hq);
+    let sl = shared(&mut k, max_sg * hq);
+    let sacc = shared(&mut k, max_sg * hd * hq);
 
     let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
     let t = k.workitem_id(Axis::X);
-    let h = k.workgroup_id(Axis::X);
+    let hg = k.workgroup_id(Axis::X);
+    let hq_b = k.index(hq as u64);
+    let h0 = k.mul(hg, hq_b);
     let r = k.workgroup_id(Axis::Y);
     let lane = k.subgroup_lane_id();
     let sg = k.subgroup_id();
     let nsg = k.subgroup_count();
     let sgsize = k.subgroup_size();
-    let g = k.div(h, group);
+    let g = k.div(h0, group);
 
     // The row's slot and position; `n` positions to attend (0: inactive),
     // made subgroup-uniform by a broadcast so chunk loops may reduce.
@@ -311,11 +341,15 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let head_row = k.madd(seqi, kvh, g);
     let kvrow = k.mul(head_row, cap);
 
-    // q, scaled, into workgroup memory.
+    // q of the workgroup's heads, scaled, into workgroup memory.
     let q0 = k.madd(r, qs0, oq);
-    let qbase = k.madd(h, qs1, q0);
     let izero = k.int(0, Scalar::I32);
-    k.for_each(t, hdc, wgs, |b, d| {
+    let all = k.index((hd * hq) as u64);
+    k.for_each(t, all, wgs, |b, e| {
+        let j = b.div(e, hdc);
+        let d = b.rem(e, hdc);
+        let h = b.add(h0, j);
+        let qbase = b.madd(h, qs1, q0);
         let load = |b: &mut Builder| {
             let at = b.madd(d, qs2, qbase);
             b.load(qv, &[at])
@@ -338,7 +372,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             }
         };
         let y = b.mulf(x, scale);
-        b.store(y, sq, &[d]);
+        b.store(y, sq, &[e]);
     });
     k.barrier(Barrier::Workgroup);
 
@@ -355,32 +389,43 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             (d, dl)
         })
         .collect();
-    // Lane-split scores: this lane's part of a row and its q vectors.
+    // Lane-split scores: this lane's part of a row and, per head, its q
+    // vectors.
     let split = shape.lane_split().map(|ls| {
         let cl = k.index(ls.lanes as u64);
         let part = k.rem(lane, cl);
         let sub = k.div(lane, cl);
-        let qparts: Vec<Value<Num>> = (0..ls.loads)
-            .map(|v| {
-                let cv = k.index((v * ls.lanes) as u64);
-                let vec = k.add(part, cv);
-                let c4 = k4(&mut k);
-                let at = k.mul(vec, c4);
-                k.vector_load(sq, &[at], 4)
+        let qparts: Vec<Vec<Value<Num>>> = (0..hq)
+            .map(|j| {
+                (0..ls.loads)
+                    .map(|v| {
+                        let cv = k.index((v * ls.lanes) as u64);
+                        let vec = k.add(part, cv);
+                        let c4 = k4(&mut k);
+                        let head0 = k.index((j * hd) as u64);
+                        let at = k.madd(vec, c4, head0);
+                        k.vector_load(sq, &[at], 4)
+                    })
+                    .collect()
             })
             .collect();
         (ls, part, sub, qparts)
     });
     let first_chunk = k.mul(sg, sgsize);
     let stride = k.mul(nsg, sgsize);
-    let mut init = vec![lowest, zf];
-    init.extend(std::iter::repeat_n(zf, slots_n));
+    // Carried per head: the running maximum, the running sum, then the
+    // head's accumulators.
+    let per = 2 + slots_n;
+    let mut init = Vec::with_capacity(per * hq);
+    for _ in 0..hq {
+        init.extend([lowest, zf]);
+        init.extend(std::iter::repeat_n(zf, slots_n));
+    }
     let state = k.for_carry(first_chunk, n, stride, &init, |b, c, acc| {
-        let (m, l) = (acc[0], acc[1]);
-        // 1. The score of position c + lane (lane-split: of the position
-        // the rounds leave this lane).
-        let s = if let Some((ls, part, sub, qparts)) = &split {
-            lane_split_score(
+        // 1. The scores of position c + lane (lane-split: of the position
+        // the rounds leave this lane), one per head.
+        let scores = if let Some((ls, part, sub, qparts)) = &split {
+            lane_split_scores(
                 b,
                 *ls,
                 (*part, *sub),
@@ -398,115 +443,143 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
                 |b| {
                     let row = b.add(kvrow, p);
                     let kbase = b.madd(row, hdc, ok);
-                    let mut dot = zdot;
+                    let mut dots = vec![zdot; hq];
                     for e in (0..hd).step_by(w) {
                         let ec = b.index(e as u64);
                         let at = b.add(kbase, ec);
                         let kx = load_w(b, w, kv, at);
-                        let qx = load_w(b, w, sq, ec);
-                        dot = b.fmaf(kx, qx, dot);
+                        for (j, dot) in dots.iter_mut().enumerate() {
+                            let qe = b.index((j * hd + e) as u64);
+                            let qx = load_w(b, w, sq, qe);
+                            *dot = b.fmaf(kx, qx, *dot);
+                        }
                     }
-                    vec![lanes_sum(b, w, dot)]
+                    dots.into_iter().map(|d| lanes_sum(b, w, d)).collect()
                 },
-                |_| vec![lowest],
-            )[0]
+                |_| vec![lowest; hq],
+            )
         };
-        // 2. The chunk's maximum, the weights and their sum.
-        let cmax = b.subgroup_reduce(ReduceOp::MaxNumF, s);
-        let m_new = b.maxnumf(m, cmax);
-        let ds = b.subf(s, m_new);
-        let weight = b.expf(ds);
-        let csum = b.subgroup_reduce(ReduceOp::AddF, weight);
-        let dm = b.subf(m, m_new);
-        let alpha = b.expf(dm);
-        let l_new = b.fmaf(l, alpha, csum);
-        let scaled: Vec<Value<Num>> = acc[2..].iter().map(|&a| b.mulf(a, alpha)).collect();
-        // 3. The chunk's weighted values.
+        // 2. Per head: the chunk's maximum, the weights and their sum.
+        let mut next = Vec::with_capacity(per * hq);
+        let mut weights = Vec::with_capacity(hq);
+        for (j, &s) in scores.iter().enumerate() {
+            let (m, l) = (acc[j * per], acc[j * per + 1]);
+            let cmax = b.subgroup_reduce(ReduceOp::MaxNumF, s);
+            let m_new = b.maxnumf(m, cmax);
+            let ds = b.subf(s, m_new);
+            let weight = b.expf(ds);
+            let csum = b.subgroup_reduce(ReduceOp::AddF, weight);
+            let dm = b.subf(m, m_new);
+            let alpha = b.expf(dm);
+            let l_new = b.fmaf(l, alpha, csum);
+            next.extend([m_new, l_new]);
+            for &a in &acc[j * per + 2..(j + 1) * per] {
+                next.push(b.mulf(a, alpha));
+            }
+            weights.push(weight);
+        }
+        // 3. The chunk's weighted values: each V row read once for all
+        // the heads.
         let add_position =
-            |b: &mut Builder, j: Value<Index>, pc: Value<Index>, x: &[Value<Num>]| {
-                let wj = b.subgroup_shuffle(ShuffleMode::Index, weight, j);
+            |b: &mut Builder, from: Value<Index>, pc: Value<Index>, x: &mut [Value<Num>]| {
                 let row = b.add(kvrow, pc);
                 let vb = b.madd(row, hdc, ov);
-                dims.iter()
-                    .zip(x)
-                    .map(|(&(_, dl), &a)| {
+                let values: Vec<Value<Num>> = dims
+                    .iter()
+                    .map(|&(_, dl)| {
                         let at = b.add(vb, dl);
-                        let v = b.load(vv, &[at]);
-                        b.fmaf(wj, v, a)
+                        b.load(vv, &[at])
                     })
-                    .collect::<Vec<_>>()
+                    .collect();
+                for (j, &weight) in weights.iter().enumerate() {
+                    let wj = b.subgroup_shuffle(ShuffleMode::Index, weight, from);
+                    for (slot, &v) in values.iter().enumerate() {
+                        let a = &mut x[j * per + 2 + slot];
+                        *a = b.fmaf(wj, v, *a);
+                    }
+                }
             };
-        let accs = if shape.sg_fixed {
+        if shape.sg_fixed {
             let last = b.sub(n, c1);
-            let mut x = scaled;
-            for j in 0..shape.sg_min {
-                let from = split.as_ref().map_or(j, |(ls, ..)| ls.lane_of(j));
-                let jc = b.index(j as u64);
+            for jpos in 0..shape.sg_min {
+                let from = split.as_ref().map_or(jpos, |(ls, ..)| ls.lane_of(jpos));
+                let jc = b.index(jpos as u64);
                 let fc = b.index(from as u64);
                 let pj = b.add(c, jc);
                 let pc = b.min(pj, last);
-                x = add_position(b, fc, pc, &x);
+                add_position(b, fc, pc, &mut next);
             }
-            x
+            next
         } else {
             let left = b.sub(n, c);
             let count = b.min(sgsize, left);
-            b.for_carry(c0, count, c1, &scaled, |b, j, x| {
-                let pc = b.add(c, j);
-                add_position(b, j, pc, x)
+            b.for_carry(c0, count, c1, &next, |b, jpos, x| {
+                let pc = b.add(c, jpos);
+                let mut x = x.to_vec();
+                add_position(b, jpos, pc, &mut x);
+                x
             })
-        };
-        let mut next = vec![m_new, l_new];
-        next.extend(accs);
-        next
+        }
     });
 
-    // The subgroups' states meet: maxima, sums and accumulators.
+    // The subgroups' states meet, per head: maxima, sums and accumulators.
     let first = k.cmp(IntPredicate::Eq, lane, c0);
-    let (m, l) = (state[0], state[1]);
-    k.if_(first, |b| {
-        b.store(m, sm, &[sg]);
-        b.store(l, sl, &[sg]);
-    });
-    let sbase = k.mul(sg, hdc);
-    for (&(d, _), &a) in dims.iter().zip(&state[2..]) {
-        let inside = k.cmp(IntPredicate::Ult, d, hdc);
-        k.if_(inside, |b| {
-            let at = b.add(sbase, d);
-            b.store(a, sacc, &[at]);
+    for j in 0..hq {
+        let (m, l) = (state[j * per], state[j * per + 1]);
+        let at = k.index((j * max_sg) as u64);
+        let at = k.add(at, sg);
+        k.if_(first, |b| {
+            b.store(m, sm, &[at]);
+            b.store(l, sl, &[at]);
         });
+        let sbase = k.mul(at, hdc);
+        for (&(d, _), &a) in dims.iter().zip(&state[j * per + 2..(j + 1) * per]) {
+            let inside = k.cmp(IntPredicate::Ult, d, hdc);
+            k.if_(inside, |b| {
+                let at = b.add(sbase, d);
+                b.store(a, sacc, &[at]);
+            });
+        }
     }
     k.barrier(Barrier::Workgroup);
-    let mmax = k.for_carry(c0, nsg, c1, &[lowest], |b, i, x| {
-        let v = b.load(sm, &[i]);
-        vec![b.maxnumf(x[0], v)]
-    })[0];
-    let total = k.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
-        let mi = b.load(sm, &[i]);
-        let li = b.load(sl, &[i]);
-        let dmi = b.subf(mi, mmax);
-        let f = b.expf(dmi);
-        vec![b.fmaf(li, f, x[0])]
-    })[0];
     let onef = k.float(1.0, F32);
-    let inv0 = k.divf(onef, total);
-    let some = k.cmpf(hrx_loom::ir::FloatPredicate::Ogt, total, zf);
-    let inv = k.select(some, inv0, zf);
-    let orow = k.madd(r, heads, h);
-    let obase = k.madd(orow, hdc, oo);
-    k.for_each(t, hdc, wgs, |b, d| {
-        let o = b.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
-            let mi = b.load(sm, &[i]);
+    for j in 0..hq {
+        let head_sg = k.index((j * max_sg) as u64);
+        let mmax = k.for_carry(c0, nsg, c1, &[lowest], |b, i, x| {
+            let at = b.add(head_sg, i);
+            let v = b.load(sm, &[at]);
+            vec![b.maxnumf(x[0], v)]
+        })[0];
+        let total = k.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
+            let at = b.add(head_sg, i);
+            let mi = b.load(sm, &[at]);
+            let li = b.load(sl, &[at]);
             let dmi = b.subf(mi, mmax);
             let f = b.expf(dmi);
-            let at = b.madd(i, hdc, d);
-            let a = b.load(sacc, &[at]);
-            vec![b.fmaf(a, f, x[0])]
+            vec![b.fmaf(li, f, x[0])]
         })[0];
-        let y = b.mulf(o, inv);
-        let at = b.add(obase, d);
-        b.store(y, outv, &[at]);
-    });
+        let inv0 = k.divf(onef, total);
+        let some = k.cmpf(hrx_loom::ir::FloatPredicate::Ogt, total, zf);
+        let inv = k.select(some, inv0, zf);
+        let jc = k.index(j as u64);
+        let h = k.add(h0, jc);
+        let orow = k.madd(r, heads, h);
+        let obase = k.madd(orow, hdc, oo);
+        k.for_each(t, hdc, wgs, |b, d| {
+            let o = b.for_carry(c0, nsg, c1, &[zf], |b, i, x| {
+                let at = b.add(head_sg, i);
+                let mi = b.load(sm, &[at]);
+                let dmi = b.subf(mi, mmax);
+                let f = b.expf(dmi);
+                let at = b.madd(at, hdc, d);
+                let a = b.load(sacc, &[at]);
+                vec![b.fmaf(a, f, x[0])]
+            })[0];
+            let y = b.mulf(o, inv);
+            let at = b.add(obase, d);
+            b.store(y, outv, &[at]);
+        });
+    }
     Built::kernel(k.finish())
 }
 
@@ -527,6 +600,7 @@ mod tests {
                 sg_min: sg,
                 sg_fixed: true,
                 rotary: false,
+                heads: 1,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -545,6 +619,7 @@ mod tests {
             sg_min: 32,
             sg_fixed: true,
             rotary: false,
+            heads: 1,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -566,13 +641,16 @@ mod tests {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             let sg_min = target.subgroup_size_min as usize;
             let shapes = [
-                (64, 4, 128, true),
-                (64, 4, 16, false),
-                (6, 1, 16, true),
-                (80, 4, 256, false),
-                (256, 4, 128, true),
+                (64, 4, 128, true, 3),
+                (64, 4, 16, false, 2),
+                (6, 1, 16, true, 1),
+                (80, 4, 128, false, 4),
+                (256, 4, 128, true, 1),
+                (64, 4, 256, true, 1),
             ];
-            for ((hd, w, wg, sg_fixed), rotary) in shapes.into_iter().zip([false, true].repeat(3)) {
+            for ((hd, w, wg, sg_fixed, heads), rotary) in
+                shapes.into_iter().zip([false, true].repeat(3))
+            {
                 let built = cached_attention(AttentionShape {
                     hd,
                     w,
@@ -580,13 +658,16 @@ mod tests {
                     sg_min,
                     sg_fixed,
                     rotary,
+                    heads,
                 });
                 compiler
                     .built(&built)
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
                     })
-                    .unwrap_or_else(|e| panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary}: {e}"));
+                    .unwrap_or_else(|e| {
+                        panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads}: {e}")
+                    });
             }
         }
     }
