@@ -155,6 +155,7 @@ fn lanes_sum(b: &mut Builder, w: usize, v: Value<Num>) -> Value<Num> {
     sum.unwrap_or(v)
 }
 
+/// The index 4: the lanes of a vector load.
 fn k4(k: &mut Builder) -> Value<Index> {
     k.index(4)
 }

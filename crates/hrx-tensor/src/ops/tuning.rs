@@ -154,33 +154,6 @@ impl FromStr for SplitKShape {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_and_checks() {
-        let t = Tuning::parse(Some("128, 256,32,2,8"), Some("1,128,0,1")).unwrap();
-        assert_eq!(t.coop_tiles.unwrap().dims(), [128, 256, 32, 2, 8]);
-        assert_eq!(t.splitk, Some(SplitKShape::new(1, 128, 0, true).unwrap()));
-        assert_eq!(Tuning::parse(None, None).unwrap(), Tuning::default());
-        for bad in [
-            "128,128,64,2",
-            "128,128,64,2,4,1",
-            "a,128,64,2,4",
-            "100,128,64,2,4",
-            "",
-        ] {
-            let e = Tuning::parse(Some(bad), None).unwrap_err().to_string();
-            assert!(e.contains("cooperative-matrix tiling"), "{bad}: {e}");
-        }
-        for bad in ["1,128,0,2", "0,128,0,1", "1,24,0,1", "1,128,0", "x"] {
-            let e = Tuning::parse(None, Some(bad)).unwrap_err().to_string();
-            assert!(e.contains("split-k shape"), "{bad}: {e}");
-        }
-    }
-}
-
 /// A shape of the tiled quantised matmul: `tile x tile` outputs per
 /// workgroup (32, or 64 with 8 x 8 outputs per work item) and `splits`
 /// workgroups per tile along k (1: none; at most one per k step of 32
@@ -220,5 +193,40 @@ impl FromStr for QuantTiling {
     fn from_str(text: &str) -> Result<QuantTiling> {
         let [tile, splits] = numbers("quantised tiling", "tile,splits", text)?;
         QuantTiling::new(tile, splits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks() {
+        let t = Tuning::parse(Some("128, 256,32,2,8"), Some("1,128,0,1")).unwrap();
+        assert_eq!(t.coop_tiles.unwrap().dims(), [128, 256, 32, 2, 8]);
+        assert_eq!(t.splitk, Some(SplitKShape::new(1, 128, 0, true).unwrap()));
+        assert_eq!(Tuning::parse(None, None).unwrap(), Tuning::default());
+        for bad in [
+            "128,128,64,2",
+            "128,128,64,2,4,1",
+            "a,128,64,2,4",
+            "100,128,64,2,4",
+            "",
+        ] {
+            let e = Tuning::parse(Some(bad), None).unwrap_err().to_string();
+            assert!(e.contains("cooperative-matrix tiling"), "{bad}: {e}");
+        }
+        assert_eq!(
+            "64, 4".parse::<QuantTiling>().unwrap(),
+            QuantTiling::new(64, 4).unwrap()
+        );
+        for bad in ["48,2", "32,0", "32,65", "32", "32,1,1", "a,b"] {
+            let e = bad.parse::<QuantTiling>().unwrap_err().to_string();
+            assert!(e.contains("quantised tiling"), "{bad}: {e}");
+        }
+        for bad in ["1,128,0,2", "0,128,0,1", "1,24,0,1", "1,128,0", "x"] {
+            let e = Tuning::parse(None, Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("split-k shape"), "{bad}: {e}");
+        }
     }
 }

@@ -220,24 +220,39 @@ fn check_matmul(format: QuantFormat, rows: usize, cols: usize, ms: &[usize], rng
             .collect();
         let xt = x_tensor(&x, m, cols, i % 2 == 1);
         let got = ops().quant_matmul(&xt, &w).unwrap().to_values().unwrap();
-        assert_eq!(got.len(), m * rows);
         // Large products check a fifth of each row of out (a different
         // fifth per row, and the last column), which keeps the f64
         // reference cheap.
         let every = if m * rows * cols > 4_000_000 { 5 } else { 1 };
-        for r in 0..m {
-            let xr = &x[r * cols..(r + 1) * cols];
-            for j in (0..rows).filter(|j| j % every == r % every || *j == rows - 1) {
-                let wr = &wv[j * cols..(j + 1) * cols];
-                let want: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
-                let mag: f64 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
-                let g = got[r * rows + j];
-                assert!(
-                    (g - want).abs() <= 1e-4 * mag + 1e-30,
-                    "{format:?} {rows}x{cols} m={m}: out[{r}, {j}] = {g}, want {want} {:?}",
-                    &got[..rows.min(20)]
-                );
-            }
+        let what = format!("{format:?} {rows}x{cols} m={m}");
+        check_product(&what, &got, (&x, &wv), (m, rows, cols), every);
+    }
+}
+
+/// `got` (`[m, rows]`) against the f64 product of `x` (`[m, cols]`) and
+/// the weights `wv` (`[rows, cols]`), within 1e-4 of each dot's
+/// magnitude; with `every` over 1, a different `every`-th of each row of
+/// `got` and its last column.
+fn check_product(
+    what: &str,
+    got: &[f64],
+    (x, wv): (&[f64], &[f64]),
+    (m, rows, cols): (usize, usize, usize),
+    every: usize,
+) {
+    assert_eq!(got.len(), m * rows, "{what}");
+    for r in 0..m {
+        let xr = &x[r * cols..(r + 1) * cols];
+        for j in (0..rows).filter(|j| j % every == r % every || *j == rows - 1) {
+            let wr = &wv[j * cols..(j + 1) * cols];
+            let want: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+            let mag: f64 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
+            let g = got[r * rows + j];
+            assert!(
+                (g - want).abs() <= 1e-4 * mag + 1e-30,
+                "{what}: out[{r}, {j}] = {g}, want {want} {:?}",
+                &got[..rows.min(20)]
+            );
         }
     }
 }
@@ -308,19 +323,7 @@ fn tiled_matmul_tiles_and_splits_match_reference_and_replay() -> Result<()> {
         }
         assert!(runs.iter().all(|r| *r == runs[0]), "{what}: replays differ");
         for (got, wv) in [(&runs[0].0, &wv), (&runs[0].1, &wv2)] {
-            for r in 0..m {
-                let xr = &x[r * cols..(r + 1) * cols];
-                for j in 0..rows {
-                    let wr = &wv[j * cols..(j + 1) * cols];
-                    let want: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
-                    let mag: f64 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
-                    let g = got[r * rows + j];
-                    assert!(
-                        (g - want).abs() <= 1e-4 * mag + 1e-30,
-                        "{what}: out[{r}, {j}] = {g}, want {want}"
-                    );
-                }
-            }
+            check_product(&what, got, (&x, wv), (m, rows, cols), 1);
         }
         // The narrow unsplit kernel sums in another order: close.
         let unsplit = whole.quant_matmul(&xt, &w)?.to_values()?;
