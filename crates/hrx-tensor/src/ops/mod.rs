@@ -43,6 +43,7 @@ mod rope;
 mod rotation;
 mod rows;
 mod rows_kernels;
+mod split_count;
 mod swiglu;
 mod token_kernels;
 mod top_k;

@@ -30,10 +30,11 @@
 use super::QuantFormat;
 use super::quant_spans::{QuantMatmulArgs, SPAN, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
+use super::split_count::last_split;
 use super::tuning::QuantTiling;
 use hrx_core::{DeviceKind, Target};
 use hrx_loom::build::{
-    AtomicRmw, Barrier, Body, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
+    Barrier, Body, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
 };
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
@@ -338,28 +339,12 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: 
         }
     }
     // Count the finished splits; the last one sums the planes.
-    let four = k.offset(4);
-    let flag_mem = k.alloca_workgroup(four, 4);
-    let flag = k.buffer_view(flag_mem, zero, [Extent::from(1usize)], Scalar::U32);
-    let (zu, ou) = (k.int(0, Scalar::U32), k.int(1, Scalar::U32));
     let tiles_x = k.div(sa.npad, ctile);
     let gy = k.workgroup_id(Axis::Y);
     let gx = k.workgroup_id(Axis::X);
     let tile_id = k.madd(gy, tiles_x, gx);
     let lead = k.cmp(IntPredicate::Eq, t, c0);
-    k.barrier(Barrier::Storage);
-    k.if_(lead, |b| {
-        let seen = b.atomic(AtomicRmw::Add, ou, sa.counters, &[tile_id]);
-        let seen = b.to_index(seen);
-        let final_split = b.sub(sa.splits, c1);
-        let last = b.cmp(IntPredicate::Eq, seen, final_split);
-        let f = b.select(last, ou, zu);
-        b.store(f, flag, &[c0]);
-        b.if_(last, |b| b.store(zu, sa.counters, &[tile_id]));
-    });
-    k.barrier(Barrier::Storage);
-    let f = k.load(flag, &[c0]);
-    let finish = k.cmpi(IntPredicate::Eq, f, ou);
+    let finish = last_split(&mut k, sa.counters, tile_id, sa.splits, lead);
     k.if_(finish, |b| {
         let init = vec![zf; reg * reg];
         let sums = b.for_carry(c0, sa.splits, c1, &init, |b, s, acc| {

@@ -15,9 +15,9 @@ use super::finish::Finish;
 use super::{BN, SplitK, TileLoad};
 use crate::ops::UnaryOp;
 use crate::ops::registry::{Generator, KernelKey, KernelSource};
+use crate::ops::split_count::last_split;
 use hrx_loom::build::{
-    AtomicRmw, Barrier, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Mat, Num, Value,
-    View,
+    Barrier, Built, CoopLayout as Major, Index, KernelBuilder, Mat, Num, Value, View,
 };
 use hrx_loom::ir::{Axis, CoopMatType, CoopRole, IntPredicate, Scalar};
 
@@ -269,27 +269,10 @@ impl SplitK {
         let cntv = k
             .hint("cntv")
             .buffer_view(cnt, zero, [lcnt.into()], Scalar::U32);
-        let four = k.offset(4);
-        let flagm = k.alloca_workgroup(four, 4);
-        let flag = k.buffer_view(flagm, zero, [Extent::from(1usize)], Scalar::U32);
-        let zu = k.hint("zu").int(0, Scalar::U32);
-        let ou = k.hint("ou").int(1, Scalar::U32);
         let slabs = k.div(npad, cbn);
         let tile = k.madd(bi, slabs, wgx);
         let first = k.cmp(IntPredicate::Eq, tid, c0);
-        k.barrier(Barrier::Storage);
-        k.if_(first, |b| {
-            let seen = b.atomic(AtomicRmw::Add, ou, cntv, &[tile]);
-            let seeni = b.to_index(seen);
-            let lastsplit = b.sub(splits, c1);
-            let islast = b.cmp(IntPredicate::Eq, seeni, lastsplit);
-            let fl0 = b.select(islast, ou, zu);
-            b.store(fl0, flag, &[c0]);
-            b.if_(islast, |b| b.store(zu, cntv, &[tile]));
-        });
-        k.barrier(Barrier::Storage);
-        let fl = k.load(flag, &[c0]);
-        let finish = k.cmpi(IntPredicate::Eq, fl, ou);
+        let finish = last_split(&mut k, cntv, tile, splits, first);
         let act = act.map(|op| op.fragment(Scalar::F32));
         let sums = self.splits;
         k.if_(finish, |b| {
