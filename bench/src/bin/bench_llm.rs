@@ -322,6 +322,20 @@ fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize
     }
     let total: f64 = by_kernel.values().map(|(us, _)| us).sum();
     println!("{rows} rows at position {position}: {total:.0} us over {dispatches} dispatches");
+    // The whole step as the generator replays it: submit and wait.
+    let whole = graph.prepare()?;
+    whole.submit()?.wait()?;
+    let mut samples: Vec<f64> = (0..50)
+        .map(|_| {
+            let start = Instant::now();
+            whole.submit()?.wait()?;
+            Ok(start.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "the whole step, submitted and waited for: {:.0} us p50",
+        percentile(&mut samples, 50.0)
+    );
     let mut sorted: Vec<_> = by_kernel.into_iter().collect();
     sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
     println!("| kernel | dispatches | us | us each | share |\n|---|---:|---:|---:|---:|");

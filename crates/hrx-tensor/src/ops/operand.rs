@@ -98,3 +98,20 @@ pub(crate) fn check_inputs(
         .iter()
         .try_for_each(|t| t.check_runtime(runtime, operation))
 }
+
+/// Refuse a written tensor whose bound range overlaps another operand's
+/// (kernels that read an input in several passes, or after other work
+/// items have stored, would read their own output).
+pub(crate) fn disjoint(
+    operation: &str,
+    written: (&str, &Operand),
+    other: (&str, &Operand),
+) -> Result<()> {
+    if written.1.view.overlaps(&other.1.view) {
+        return Err(Error::Message(format!(
+            "{operation}: {} must not overlap {}",
+            written.0, other.0
+        )));
+    }
+    Ok(())
+}

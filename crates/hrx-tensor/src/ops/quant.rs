@@ -34,7 +34,9 @@
 use super::{
     Ops,
     operand::{check_inputs, check_output, operand, quad_offset},
+    quant_fused::{self, QuantFusion},
     quant_kernels::{self, GemvKey},
+    quant_spans::SPAN,
     quant_tiled::TiledPlan,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -236,7 +238,50 @@ impl Ops {
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("quant_matmul of {} by {}", x.desc(), w.label());
-        self.record_quant(graph, &operation, x, w, out, false)
+        self.record_quant(graph, &operation, x, w, out, false, &QuantFusion::default())
+    }
+
+    /// [`Ops::record_quant_matmul`] with `fusion`'s norm of x and residual
+    /// in the same dispatch: `out[i, j] = residual[i, j] + norm(x)[i, :] .
+    /// w[j, :]`. For decode-sized `m` only: a fusion over more than
+    /// [`QUANT_GATED_MAX_ROWS`] rows is `Unsupported` (record the norm and
+    /// the add as their own operators).
+    ///
+    /// ```
+    /// use hrx_tensor::{DType, DeviceTensor, Ops};
+    /// use hrx_tensor::ops::{QuantFormat, QuantFusion, QuantMatrix, RowNorm};
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let ops = Ops::new(&runtime);
+    /// // An F32 "quantised" 2 x 8 matrix: rows e0 and e1.
+    /// let mut rows = [0f32; 16];
+    /// (rows[0], rows[9]) = (1.0, 1.0);
+    /// let words: Vec<f64> = rows.iter().map(|v| f64::from(v.to_bits())).collect();
+    /// let words = DeviceTensor::from_values(&runtime, DType::U32, vec![16], &words)?;
+    /// let w = QuantMatrix::new(QuantFormat::F32, 2, 8, words)?;
+    /// let x = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 8], &[3.; 8])?;
+    /// let gain = DeviceTensor::from_values(&runtime, DType::F32, vec![8], &[2.; 8])?;
+    /// let residual = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 2], &[10., 20.])?;
+    /// let norm = Some(RowNorm { weight: &gain, eps: 0.0 });
+    /// let fusion = QuantFusion { norm, residual: Some(&residual) };
+    /// let mut out = ops.output(hrx_tensor::TensorDesc::new(DType::F32, vec![1, 2])?)?;
+    /// let mut graph = runtime.graph();
+    /// ops.record_quant_matmul_fused(&mut graph, &x, &w, &fusion, &out)?;
+    /// let inputs = [&x, &gain, &residual, w.words()].map(|t| t.completion().clone());
+    /// out.set_producer(graph.prepare()?.submit_after(&inputs)?);
+    /// // x normalises to ones, times the gain 2: 10 + 2 and 20 + 2.
+    /// assert_eq!(out.to_values()?, [12., 22.]);
+    /// # Ok::<(), hrx_tensor::Error>(())
+    /// ```
+    pub fn record_quant_matmul_fused(
+        &self,
+        graph: &mut Graph,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+        fusion: &QuantFusion,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("quant_matmul of {} by {}", x.desc(), w.label());
+        self.record_quant(graph, &operation, x, w, out, false, fusion)
     }
 
     /// Record a feed-forward gate on a stacked gate-and-up matrix `w` of
@@ -255,16 +300,32 @@ impl Ops {
         w: &QuantMatrix,
         out: &DeviceTensor,
     ) -> Result<()> {
+        self.record_quant_swiglu_fused(graph, x, w, &QuantFusion::default(), out)
+    }
+
+    /// [`Ops::record_quant_swiglu`] with `fusion`'s norm of x (and
+    /// residual, added after the gate) in the same dispatch; see
+    /// [`Ops::record_quant_matmul_fused`].
+    pub fn record_quant_swiglu_fused(
+        &self,
+        graph: &mut Graph,
+        x: &DeviceTensor,
+        w: &QuantMatrix,
+        fusion: &QuantFusion,
+        out: &DeviceTensor,
+    ) -> Result<()> {
         let operation = format!("quant_swiglu of {} by {}", x.desc(), w.label());
         if !w.rows.is_multiple_of(2) {
             return Err(Error::Message(format!(
                 "{operation}: a stacked gate-and-up matrix has an even number of rows"
             )));
         }
-        self.record_quant(graph, &operation, x, w, out, true)
+        self.record_quant(graph, &operation, x, w, out, true, fusion)
     }
 
-    /// `quant_matmul` or its gated form: the checks and the kernel choice.
+    /// `quant_matmul` or its gated form, with fused work: the checks and
+    /// the kernel choice.
+    #[allow(clippy::too_many_arguments)]
     fn record_quant(
         &self,
         graph: &mut Graph,
@@ -273,6 +334,7 @@ impl Ops {
         w: &QuantMatrix,
         out: &DeviceTensor,
         gated: bool,
+        fusion: &QuantFusion,
     ) -> Result<()> {
         let runtime = self.runtime();
         check_inputs(runtime, operation, &[x, w.words()])?;
@@ -313,15 +375,32 @@ impl Ops {
         // Quads of x where its binding and every row start align.
         let tail = !w.cols.is_multiple_of(8);
         let xvec = quad_offset(&kx).is_some() && !tail;
+        if !fusion.is_empty() && quant_kernel_for(m).is_none() {
+            return Err(Error::Unsupported(format!(
+                "{operation}: {m} rows of x are over the fused kernel's \
+                 {QUANT_GATED_MAX_ROWS}; record the norm and the add on their own"
+            )));
+        }
         match quant_kernel_for(m) {
             Some(mt) => {
+                let fused =
+                    quant_fused::bind(runtime, &target, operation, fusion, (m, w.cols, n), &ko)?;
+                let scalars: Vec<ScalarValue> = scalars.into_iter().chain(fused.scalars).collect();
+                let views: Vec<_> = views.into_iter().chain(fused.views).collect();
                 let key = GemvKey {
                     format: w.format,
                     mt,
-                    xvec,
+                    xvec: xvec && fused.norm_quads,
                     tail,
                     subgroup: target.subgroup_size_min as usize,
                     gated,
+                    norm: fusion.norm.is_some(),
+                    residual: fusion.residual.is_some(),
+                    unroll: quant_kernels::gemv_unroll(
+                        mt,
+                        w.cols.div_ceil(SPAN),
+                        target.subgroup_size_min as usize,
+                    ),
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)

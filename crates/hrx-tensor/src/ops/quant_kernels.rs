@@ -19,10 +19,10 @@
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
-use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, span_values, x_span};
+use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, XRows, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::token_kernels::silu_times;
-use hrx_loom::build::{Built, Index, KernelBuilder, Value};
+use hrx_loom::build::{Body, Built, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 /// The largest m the matrix-vector kernel is chosen for; the tiled kernel
@@ -61,6 +61,70 @@ pub(crate) struct GemvKey {
     /// SwiGLU over a stacked gate-and-up matrix: column `j` is
     /// `silu(x . w[j]) * (x . w[n + j])`.
     pub(crate) gated: bool,
+    /// Spans each lane loads per trip of its loop ([`gemv_unroll`]).
+    pub(crate) unroll: usize,
+    /// Each row of x RMS-normalised as it is read (`QuantFusion::norm`).
+    pub(crate) norm: bool,
+    /// A residual added to the output (`QuantFusion::residual`).
+    pub(crate) residual: bool,
+}
+
+/// The fused operands' arguments, declared after [`QuantMatmulArgs`]'s in
+/// the order `Ops::record_quant` pushes them: the scalars (`eps`, the
+/// norm weight's offset and length; the residual's offset and length),
+/// then the buffers (`nw`, `res`).
+struct FusedArgs {
+    /// The norm weight, read in spans like a row of x from element `on`,
+    /// and eps.
+    norm: Option<(XRows, Value<Index>, Value<Num>)>,
+    /// The residual's view and element offset (contiguous `[m, n]`).
+    residual: Option<(Value<View>, Value<Index>)>,
+}
+
+impl FusedArgs {
+    fn declare(k: &mut Body, key: &GemvKey, cols: Value<Index>) -> FusedArgs {
+        let norm = key.norm.then(|| {
+            let eps = k.arg_scalar("eps", Scalar::F32);
+            let [on, ln] = ["on", "ln"].map(|a| k.arg_index(a));
+            (eps, on, ln)
+        });
+        let residual = key.residual.then(|| ["or", "lr"].map(|a| k.arg_index(a)));
+        let zero = k.offset(0);
+        let norm = norm.map(|(eps, on, ln)| {
+            let buffer = k.arg_buffer("nw", true);
+            let view = k.buffer_view(buffer, zero, [ln.into()], Scalar::F32);
+            let rows = XRows {
+                view,
+                cols,
+                quads: key.xvec,
+                tail: key.tail,
+            };
+            (rows, on, eps)
+        });
+        let residual = residual.map(|[or, lr]| {
+            let buffer = k.arg_buffer("res", true);
+            (k.buffer_view(buffer, zero, [lr.into()], Scalar::F32), or)
+        });
+        FusedArgs { norm, residual }
+    }
+}
+
+/// Spans each lane loads per trip for a row tile of `mt` rows over rows
+/// of `spans` spans: enough that a weight row takes one trip where the
+/// registers allow, because at decode a product is bound by the latency
+/// of its dependent loads, not by their bytes (the 1,536-wide down
+/// projection of one row took three trips at two spans a trip). At
+/// least two for few rows, which the DRAM-bound vocabulary projection
+/// needs in flight; one for many rows, whose loads of x already keep a
+/// lane busy.
+pub(crate) fn gemv_unroll(mt: usize, spans: usize, subgroup: usize) -> usize {
+    let (least, most) = match mt {
+        1 => (2, 6),
+        2 => (2, 4),
+        3..=4 => (2, 2),
+        _ => (1, 1),
+    };
+    spans.div_ceil(subgroup.max(1)).clamp(least, most)
 }
 
 /// The matrix-vector kernel for `key`.
@@ -90,6 +154,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gy, gx, one], [wg, one, one]);
     let a = QuantMatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
+    let fused = FusedArgs::declare(&mut k, &key, a.x.cols);
     // The launch region's values are not visible in the body.
     let cp = k.index(n64(cols_per));
     let ct = k.index(n64(mt));
@@ -107,22 +172,28 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let cols7 = k.add(a.x.cols, c7);
     let spans = k.div(cols7, c8);
     let spans1 = k.sub(spans, c1);
-    // Spans per lane per trip: two for few rows (twice the weight bytes in
-    // flight, which the DRAM-bound vocabulary projection needs), one for
-    // many (their loads of x already keep a lane busy).
-    let unroll = if mt <= 4 { 2 } else { 1 };
+    let unroll = key.unroll.max(1);
     let cu = k.index(n64(unroll));
     let stride = k.mul(sgsize, cu);
     let zf = k.float(0.0, Scalar::F32);
-    // Rows of the tile, clamped into x (dropped at the store).
-    let rows: Vec<(Value<Index>, Value<Index>)> = (0..mt)
+    // Rows of the tile: the row, clamped into x (dropped at the store),
+    // and where it starts in x.
+    let rows: Vec<(Value<Index>, Value<Index>, Value<Index>)> = (0..mt)
         .map(|r| {
             let dr = k.index(n64(r));
             let row = k.add(row0, dr);
             let rc = k.min(row, m1);
-            (row, k.madd(rc, a.x.cols, a.ox))
+            (row, rc, k.madd(rc, a.x.cols, a.ox))
         })
         .collect();
+    // Rows of x are normalised by `1 / sqrt(mean square + eps)`, each lane
+    // summing the squares of the spans it reads.
+    let inv_cols = fused.norm.as_ref().map(|_| {
+        let cu = k.index_cast(a.x.cols, Scalar::U32);
+        let cf = k.uitofp(cu, Scalar::F32);
+        let onef = k.float(1.0, Scalar::F32);
+        k.divf(onef, cf)
+    });
     let first = k.cmp(IntPredicate::Eq, lane, c0);
     k.for_each(sg, cp, nsg, |b, jj| {
         let j = b.add(j0, jj);
@@ -135,7 +206,25 @@ fn gemv_kernel(key: GemvKey) -> Built {
             let upper = b.mul(a.n, a.w.row_words);
             wrows.push(b.add(wrow, upper));
         }
-        let init = vec![zf; mt * wrows.len()];
+        // The residual of this column, loaded before the products so
+        // that its latency hides behind them.
+        let residuals: Vec<_> = fused
+            .residual
+            .map(|(view, or)| {
+                rows.iter()
+                    .map(|&(_, rc, _)| {
+                        let at = b.madd(rc, a.n, or);
+                        let at = b.add(at, jc);
+                        b.load(view, &[at])
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Accumulators: the products (`mt` a weight row), then with a norm
+        // the rows' sums of squares.
+        let products = mt * wrows.len();
+        let squares = if fused.norm.is_some() { mt } else { 0 };
+        let init = vec![zf; products + squares];
         let acc = b.for_carry(lane, spans, stride, &init, |b, s, acc| {
             // Every span of the trip loads before any is used, so each
             // lane has `unroll` spans of weights in flight; a span past the
@@ -159,8 +248,24 @@ fn gemv_kernel(key: GemvKey) -> Built {
             let mut acc = acc.to_vec();
             for (guard, wvs) in &spans_of_trip {
                 let at = guard.map_or(s, |(_, sc)| sc);
-                for (r, &(_, xrow)) in rows.iter().enumerate() {
-                    let xs = x_span(b, &a.x, xrow, at);
+                // The norm weight's span, shared by the tile's rows.
+                let scale = fused
+                    .norm
+                    .as_ref()
+                    .map(|(nw, on, _)| x_span(b, nw, *on, at));
+                for (r, &(_, _, xrow)) in rows.iter().enumerate() {
+                    let mut xs = x_span(b, &a.x, xrow, at);
+                    if let Some(scale) = &scale {
+                        let mut sq = zf;
+                        for &xv in &xs {
+                            sq = b.fmaf(xv, xv, sq);
+                        }
+                        if let Some((ok, _)) = guard {
+                            sq = b.select(*ok, sq, zf);
+                        }
+                        acc[products + r] = b.addf(acc[products + r], sq);
+                        xs = xs.iter().zip(scale).map(|(&x, &w)| b.mulf(x, w)).collect();
+                    }
                     for (wi, wv) in wvs.iter().enumerate() {
                         // Two chains per row, so the adds overlap.
                         let mut even = zf;
@@ -183,21 +288,40 @@ fn gemv_kernel(key: GemvKey) -> Built {
             }
             acc
         });
-        let sums: Vec<_> = acc
+        let mut sums: Vec<_> = acc
             .iter()
             .map(|&v| b.subgroup_reduce(ReduceOp::AddF, v))
             .collect();
+        if let (Some((_, _, eps)), Some(inv_cols)) = (&fused.norm, inv_cols) {
+            for r in 0..mt {
+                let mean = b.mulf(sums[products + r], inv_cols);
+                let shifted = b.addf(mean, *eps);
+                let factor = b.rsqrtf(shifted);
+                for wi in 0..wrows.len() {
+                    let slot = wi * mt + r;
+                    sums[slot] = b.mulf(sums[slot], factor);
+                }
+            }
+        }
         let tot: Vec<_> = if key.gated {
             (0..mt)
                 .map(|r| silu_times(b, sums[r], sums[mt + r]))
                 .collect()
         } else {
-            sums
+            sums[..mt].to_vec()
+        };
+        let tot: Vec<_> = match residuals.is_empty() {
+            true => tot,
+            false => tot
+                .iter()
+                .zip(&residuals)
+                .map(|(&t, &r)| b.addf(t, r))
+                .collect(),
         };
         let jok = b.cmp(IntPredicate::Ult, j, a.n);
         let store = b.and(first, jok);
         b.if_(store, |b| {
-            for (r, &(row, _)) in rows.iter().enumerate() {
+            for (r, &(row, _, _)) in rows.iter().enumerate() {
                 let rok = b.cmp(IntPredicate::Ult, row, a.m);
                 b.if_(rok, |b| {
                     let orow = b.madd(row, a.n, a.oo);
@@ -304,28 +428,34 @@ mod tests {
         QuantFormat::Q4_1,
     ];
 
-    /// Every format, row tile and load variant builds kernels the
+    /// Every format, row tile, load variant and fusion builds kernels the
     /// verifier and naga accept.
     #[test]
     fn every_variant_compiles() {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for format in FORMATS {
+                // (rows, x in quads, partial span, gated, norm, residual)
                 let variants = [
-                    (1, true, false, false),
-                    (4, false, true, false),
-                    (16, false, false, false),
-                    (1, true, false, true),
-                    (8, false, true, true),
+                    (1, true, false, false, false, false),
+                    (4, false, true, false, true, false),
+                    (16, false, false, false, false, true),
+                    (1, true, false, true, true, true),
+                    (8, false, true, true, false, false),
+                    (3, true, false, false, true, true),
                 ];
-                for (mt, xvec, tail, gated) in variants {
+                for (mt, xvec, tail, gated, norm, residual) in variants {
                     let key = GemvKey {
                         format,
                         mt,
                         xvec,
                         tail,
+                        norm,
+                        residual,
                         subgroup: target.subgroup_size_min as usize,
                         gated,
+                        // The widest trip a row tile of `mt` takes.
+                        unroll: gemv_unroll(mt, 1 << 12, 1),
                     };
                     let text = gemv_key(key).source();
                     compiler

@@ -7,7 +7,7 @@
 use super::{
     Ops,
     indexing::coalesce,
-    operand::{Operand, check_inputs, check_output, operand, quad_offset},
+    operand::{Operand, check_inputs, check_output, disjoint, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
     rows_kernels,
 };
@@ -95,19 +95,6 @@ struct NormCall<'a> {
     /// `a + addend`, stored to the sum. Both contiguous like `a`.
     add: Option<(&'a DeviceTensor, &'a DeviceTensor)>,
     operation: &'a str,
-}
-
-/// Refuse a written tensor whose bound range overlaps another operand's
-/// (the fused add reads its inputs in several passes and after other
-/// work items have stored).
-fn disjoint(operation: &str, written: (&str, &Operand), other: (&str, &Operand)) -> Result<()> {
-    if written.1.view.overlaps(&other.1.view) {
-        return Err(Error::Message(format!(
-            "{operation}: {} must not overlap {}",
-            written.0, other.0
-        )));
-    }
-    Ok(())
 }
 
 impl Ops {

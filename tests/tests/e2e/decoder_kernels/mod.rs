@@ -2,7 +2,8 @@
 //! (lavapipe in CI, validation on), each against an f64 reference: one test
 //! binary for the attention side (RoPE, the key/value cache store, cached
 //! attention, SwiGLU) and the quantised weights (packing, fused
-//! dequantising matmul, row gather).
+//! dequantising matmul with its fused norm and residual, row gather).
 
 mod attention;
 mod quant;
+mod quant_fused;

@@ -10,7 +10,7 @@ use hrx_runtime::{Graph, Runtime, RuntimeOptions};
 use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, QuantTiling, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
-const FORMATS: [QuantFormat; 4] = [
+pub(super) const FORMATS: [QuantFormat; 4] = [
     QuantFormat::F32,
     QuantFormat::F16,
     QuantFormat::Q8_0,
@@ -18,7 +18,7 @@ const FORMATS: [QuantFormat; 4] = [
 ];
 
 /// The library of the calling test's thread (no device outlives its test).
-fn ops() -> Ops {
+pub(super) fn ops() -> Ops {
     thread_local! {
         static OPS: Ops = Ops::new(
             &Runtime::with_options(RuntimeOptions::from_env().expect("options")).expect("runtime"),
@@ -28,10 +28,10 @@ fn ops() -> Ops {
 }
 
 /// A small deterministic generator (xorshift64*).
-struct Gen(u64);
+pub(super) struct Gen(u64);
 
 impl Gen {
-    fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     fn next(&mut self) -> u64 {
@@ -40,7 +40,7 @@ impl Gen {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+    pub(super) fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
     }
     fn byte(&mut self) -> u8 {
@@ -157,7 +157,12 @@ fn upload_words(words: &[u32]) -> DeviceTensor {
 }
 
 /// A random matrix: its packed device form and its values.
-fn matrix(format: QuantFormat, rows: usize, cols: usize, rng: &mut Gen) -> (QuantMatrix, Vec<f64>) {
+pub(super) fn matrix(
+    format: QuantFormat,
+    rows: usize,
+    cols: usize,
+    rng: &mut Gen,
+) -> (QuantMatrix, Vec<f64>) {
     let bytes = ggml_bytes(format, rows, cols, rng);
     let words = format.pack(rows, cols, &bytes).unwrap();
     let w = QuantMatrix::new(format, rows, cols, upload_words(&words)).unwrap();
@@ -200,7 +205,7 @@ fn packing_keeps_every_value_and_refuses_bad_lengths() {
 
 /// x as a `[m, cols]` f32 tensor: contiguous, or (`offset`) starting one
 /// element into its storage, so rows start off 16-byte boundaries.
-fn x_tensor(x: &[f64], m: usize, cols: usize, offset: bool) -> DeviceTensor {
+pub(super) fn x_tensor(x: &[f64], m: usize, cols: usize, offset: bool) -> DeviceTensor {
     let rt = ops().runtime().clone();
     if !offset {
         return DeviceTensor::from_values(&rt, DType::F32, vec![m, cols], x).unwrap();
@@ -233,7 +238,7 @@ fn check_matmul(format: QuantFormat, rows: usize, cols: usize, ms: &[usize], rng
 /// the weights `wv` (`[rows, cols]`), within 1e-4 of each dot's
 /// magnitude; with `every` over 1, a different `every`-th of each row of
 /// `got` and its last column.
-fn check_product(
+pub(super) fn check_product(
     what: &str,
     got: &[f64],
     (x, wv): (&[f64], &[f64]),
@@ -462,7 +467,7 @@ fn quant_gather_dequantises_rows_and_zeroes_strangers() {
 
 /// Record into a fresh graph; it must fail naming `want` and record
 /// nothing.
-fn refused(want: &str, record: impl FnOnce(&mut Graph) -> Result<()>) {
+pub(super) fn refused(want: &str, record: impl FnOnce(&mut Graph) -> Result<()>) {
     let mut graph = ops().runtime().graph();
     match record(&mut graph) {
         Ok(()) => panic!("{want}: recorded without an error"),
