@@ -36,7 +36,6 @@ use super::{
     operand::{check_inputs, check_output, operand, quad_offset},
     quant_fused::{self, QuantFusion},
     quant_kernels::{self, GemvKey},
-    quant_spans::SPAN,
     quant_tiled::TiledPlan,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -396,11 +395,6 @@ impl Ops {
                     gated,
                     norm: fusion.norm.is_some(),
                     residual: fusion.residual.is_some(),
-                    unroll: quant_kernels::gemv_unroll(
-                        mt,
-                        w.cols.div_ceil(SPAN),
-                        target.subgroup_size_min as usize,
-                    ),
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)

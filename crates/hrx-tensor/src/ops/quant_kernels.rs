@@ -61,8 +61,6 @@ pub(crate) struct GemvKey {
     /// SwiGLU over a stacked gate-and-up matrix: column `j` is
     /// `silu(x . w[j]) * (x . w[n + j])`.
     pub(crate) gated: bool,
-    /// Spans each lane loads per trip of its loop ([`gemv_unroll`]).
-    pub(crate) unroll: usize,
     /// Each row of x RMS-normalised as it is read (`QuantFusion::norm`).
     pub(crate) norm: bool,
     /// A residual added to the output (`QuantFusion::residual`).
@@ -107,24 +105,6 @@ impl FusedArgs {
         });
         FusedArgs { norm, residual }
     }
-}
-
-/// Spans each lane loads per trip for a row tile of `mt` rows over rows
-/// of `spans` spans: enough that a weight row takes one trip where the
-/// registers allow, because at decode a product is bound by the latency
-/// of its dependent loads, not by their bytes (the 1,536-wide down
-/// projection of one row took three trips at two spans a trip). At
-/// least two for few rows, which the DRAM-bound vocabulary projection
-/// needs in flight; one for many rows, whose loads of x already keep a
-/// lane busy.
-pub(crate) fn gemv_unroll(mt: usize, spans: usize, subgroup: usize) -> usize {
-    let (least, most) = match mt {
-        1 => (2, 6),
-        2 => (2, 4),
-        3..=4 => (2, 2),
-        _ => (1, 1),
-    };
-    spans.div_ceil(subgroup.max(1)).clamp(least, most)
 }
 
 /// The matrix-vector kernel for `key`.
@@ -172,7 +152,12 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let cols7 = k.add(a.x.cols, c7);
     let spans = k.div(cols7, c8);
     let spans1 = k.sub(spans, c1);
-    let unroll = key.unroll.max(1);
+    // Spans per lane per trip: two for few rows (twice the weight bytes in
+    // flight, which the DRAM-bound vocabulary projection needs), one for
+    // many (their loads of x already keep a lane busy). Loading a whole
+    // row in one trip measured slower on the H200 (three spans a trip for
+    // a 576-wide row, six for a 1,536-wide one: 0.5 us a product).
+    let unroll = if mt <= 4 { 2 } else { 1 };
     let cu = k.index(n64(unroll));
     let stride = k.mul(sgsize, cu);
     let zf = k.float(0.0, Scalar::F32);
@@ -454,8 +439,6 @@ mod tests {
                         residual,
                         subgroup: target.subgroup_size_min as usize,
                         gated,
-                        // The widest trip a row tile of `mt` takes.
-                        unroll: gemv_unroll(mt, 1 << 12, 1),
                     };
                     let text = gemv_key(key).source();
                     compiler
