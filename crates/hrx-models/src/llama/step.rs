@@ -11,12 +11,13 @@
 //!
 //! Dependent dispatches bound a decode step, so a layer takes few: the
 //! query-key-value projection (which RMS-normalises its input as it reads
-//! it), the key rotation with the cache store, the attention (which turns
-//! the queries as it reads them), the output projection (which adds the
-//! residual), the gate-and-up projection with its norm and SwiGLU, and the
-//! down projection with the second residual: six at decode. Above
-//! `QUANT_GATED_MAX_ROWS` rows the tiled products fuse nothing, and each
-//! residual add with the next norm, and the SwiGLU, are dispatches of
+//! it, and stores the keys, turned by RoPE, and the values into the
+//! caches), the attention (which turns the queries as it reads them), the
+//! output projection (which adds the residual), the gate-and-up
+//! projection with its norm and SwiGLU, and the down projection with the
+//! second residual: five at decode. Above `QUANT_GATED_MAX_ROWS` rows the
+//! tiled products fuse nothing: the key rotation with the cache store,
+//! each residual add with the next norm, and the SwiGLU are dispatches of
 //! their own (nine a layer).
 //!
 //! Inputs (host-visible, written before each replay): `tokens`,
@@ -39,7 +40,7 @@ use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
-use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFusion, Rotary, RowNorm};
+use hrx_tensor::ops::{KvStore, QUANT_GATED_MAX_ROWS, QuantFusion, Rotary, RowNorm};
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
@@ -213,11 +214,11 @@ impl StepGraph {
         let fused = rows <= QUANT_GATED_MAX_ROWS;
         let normed = |weight| QuantFusion {
             norm: Some(RowNorm { weight, eps }),
-            residual: None,
+            ..QuantFusion::default()
         };
         let plus = |residual| QuantFusion {
-            norm: None,
             residual: Some(residual),
+            ..QuantFusion::default()
         };
         let unfused = QuantFusion::default();
         let mut g = context.runtime().graph();
@@ -227,10 +228,24 @@ impl StepGraph {
             ops.record_rms_norm(&mut g, &s.x, Some(first_norm), None, eps, &s.norm)?;
         }
         for (layer, b) in weights.blocks.iter().enumerate() {
-            // `s.x` holds this layer's input.
+            // `s.x` holds this layer's input. A decode-sized stacked
+            // projection also stores the keys (turned) and values.
+            let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
+            let stored = fused && matches!(b.qkv, Stacked::One(_));
             let (input, fusion) = match fused {
                 true => (&s.x, normed(&b.attn_norm)),
                 false => (&s.norm, unfused),
+            };
+            let fusion = QuantFusion {
+                kv_store: stored.then_some(KvStore {
+                    query_width: w,
+                    sequence: &sequence,
+                    position: &position,
+                    rotary,
+                    k_cache: keys,
+                    v_cache: values,
+                }),
+                ..fusion
             };
             let [q, k, v] = &s.qkv.project(ops, &mut g, input, &b.qkv, &fusion)?[..] else {
                 return Err(Error::Message(
@@ -242,18 +257,19 @@ impl StepGraph {
                 heads(k, c.kv_heads)?,
                 heads(v, c.kv_heads)?,
             );
-            let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
-            ops.record_rope_kv_store(
-                &mut g,
-                &k,
-                &v,
-                &sequence,
-                &position,
-                rotary.dims,
-                rotary.base,
-                keys,
-                values,
-            )?;
+            if !stored {
+                ops.record_rope_kv_store(
+                    &mut g,
+                    &k,
+                    &v,
+                    &sequence,
+                    &position,
+                    rotary.dims,
+                    rotary.base,
+                    keys,
+                    values,
+                )?;
+            }
             // q turns as the attention reads it.
             ops.record_rotary_attention(
                 &mut g,

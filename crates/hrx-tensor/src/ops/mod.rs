@@ -35,6 +35,7 @@ mod operand;
 mod quant;
 mod quant_fused;
 mod quant_kernels;
+mod quant_kv;
 mod quant_spans;
 mod quant_tiled;
 mod reduce;
@@ -63,7 +64,7 @@ pub use matmul_dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
-pub use quant_fused::{QuantFusion, RowNorm};
+pub use quant_fused::{KvStore, QuantFusion, RowNorm};
 pub use reduce::Reduction;
 pub use rope::Rotary;
 pub use top_k::TOP_K_MAX;

@@ -261,7 +261,7 @@ impl Ops {
     /// let gain = DeviceTensor::from_values(&runtime, DType::F32, vec![8], &[2.; 8])?;
     /// let residual = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 2], &[10., 20.])?;
     /// let norm = Some(RowNorm { weight: &gain, eps: 0.0 });
-    /// let fusion = QuantFusion { norm, residual: Some(&residual) };
+    /// let fusion = QuantFusion { norm, residual: Some(&residual), kv_store: None };
     /// let mut out = ops.output(hrx_tensor::TensorDesc::new(DType::F32, vec![1, 2])?)?;
     /// let mut graph = runtime.graph();
     /// ops.record_quant_matmul_fused(&mut graph, &x, &w, &fusion, &out)?;
@@ -382,8 +382,13 @@ impl Ops {
         }
         match quant_kernel_for(m) {
             Some(mt) => {
+                let shape = (m, w.cols, n, gated);
+                let operands = [&kx, &kw, &ko];
                 let fused =
-                    quant_fused::bind(runtime, &target, operation, fusion, (m, w.cols, n), &ko)?;
+                    quant_fused::bind(runtime, &target, operation, fusion, shape, operands)?;
+                // The paired form's subgroups take two columns each.
+                let paired = fusion.kv_store.is_some();
+                let workload = [m as u64, if paired { n / 2 } else { n } as u64];
                 let scalars: Vec<ScalarValue> = scalars.into_iter().chain(fused.scalars).collect();
                 let views: Vec<_> = views.into_iter().chain(fused.views).collect();
                 let key = GemvKey {
@@ -395,6 +400,7 @@ impl Ops {
                     gated,
                     norm: fusion.norm.is_some(),
                     residual: fusion.residual.is_some(),
+                    kv_store: paired,
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)

@@ -19,6 +19,7 @@
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
+use super::quant_kv::{KvArgs, KvScalars};
 use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, XRows, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::token_kernels::silu_times;
@@ -65,18 +66,24 @@ pub(crate) struct GemvKey {
     pub(crate) norm: bool,
     /// A residual added to the output (`QuantFusion::residual`).
     pub(crate) residual: bool,
+    /// The paired form storing keys and values into caches
+    /// (`QuantFusion::kv_store`, `quant_kv`): a subgroup takes output
+    /// columns `2j` and `2j + 1`.
+    pub(crate) kv_store: bool,
 }
 
 /// The fused operands' arguments, declared after [`QuantMatmulArgs`]'s in
 /// the order `Ops::record_quant` pushes them: the scalars (`eps`, the
-/// norm weight's offset and length; the residual's offset and length),
-/// then the buffers (`nw`, `res`).
+/// norm weight's offset and length; the residual's offset and length;
+/// the cache store's), then the buffers (`nw`, `res`, the store's).
 struct FusedArgs {
     /// The norm weight, read in spans like a row of x from element `on`,
     /// and eps.
     norm: Option<(XRows, Value<Index>, Value<Num>)>,
     /// The residual's view and element offset (contiguous `[m, n]`).
     residual: Option<(Value<View>, Value<Index>)>,
+    /// The key/value cache store.
+    kv: Option<KvArgs>,
 }
 
 impl FusedArgs {
@@ -87,6 +94,7 @@ impl FusedArgs {
             (eps, on, ln)
         });
         let residual = key.residual.then(|| ["or", "lr"].map(|a| k.arg_index(a)));
+        let kv = key.kv_store.then(|| KvScalars::declare(k));
         let zero = k.offset(0);
         let norm = norm.map(|(eps, on, ln)| {
             let buffer = k.arg_buffer("nw", true);
@@ -103,7 +111,8 @@ impl FusedArgs {
             let buffer = k.arg_buffer("res", true);
             (k.buffer_view(buffer, zero, [lr.into()], Scalar::F32), or)
         });
-        FusedArgs { norm, residual }
+        let kv = kv.map(|scalars| KvArgs::declare(k, scalars));
+        FusedArgs { norm, residual, kv }
     }
 }
 
@@ -148,7 +157,16 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let j0 = k.mul(slab, cp);
     let row0 = k.mul(tile, ct);
     let m1 = k.sub(a.m, c1);
-    let n1 = k.sub(a.n, c1);
+    // A subgroup's job: output column j, or the pair 2j, 2j + 1.
+    let paired = key.kv_store;
+    let jobs = match paired {
+        true => {
+            let c2 = k.index(2);
+            k.div(a.n, c2)
+        }
+        false => a.n,
+    };
+    let jobs1 = k.sub(jobs, c1);
     let cols7 = k.add(a.x.cols, c7);
     let spans = k.div(cols7, c8);
     let spans1 = k.sub(spans, c1);
@@ -182,15 +200,29 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let first = k.cmp(IntPredicate::Eq, lane, c0);
     k.for_each(sg, cp, nsg, |b, jj| {
         let j = b.add(j0, jj);
-        let jc = b.min(j, n1);
-        let wrow = b.madd(jc, a.w.row_words, a.ow);
-        // The weight rows this subgroup reads: row j, and for the gated
-        // kernel the up row n + j too.
+        let jc = b.min(j, jobs1);
+        // The first output column, and the weight rows this subgroup
+        // reads: row j; for the gated kernel the up row n + j too; for the
+        // paired one rows 2j and 2j + 1.
+        let col = match paired {
+            true => b.add(jc, jc),
+            false => jc,
+        };
+        let wrow = b.madd(col, a.w.row_words, a.ow);
         let mut wrows = vec![wrow];
         if key.gated {
             let upper = b.mul(a.n, a.w.row_words);
             wrows.push(b.add(wrow, upper));
         }
+        if paired {
+            wrows.push(b.add(wrow, a.w.row_words));
+        }
+        // The rows' cache places, loaded before the products.
+        let places: Vec<_> = fused
+            .kv
+            .as_ref()
+            .map(|kv| rows.iter().map(|&(_, rc, _)| kv.place(b, rc)).collect())
+            .unwrap_or_default();
         // The residual of this column, loaded before the products so
         // that its latency hides behind them.
         let residuals: Vec<_> = fused
@@ -199,7 +231,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
                 rows.iter()
                     .map(|&(_, rc, _)| {
                         let at = b.madd(rc, a.n, or);
-                        let at = b.add(at, jc);
+                        let at = b.add(at, col);
                         b.load(view, &[at])
                     })
                     .collect()
@@ -288,12 +320,18 @@ fn gemv_kernel(key: GemvKey) -> Built {
                 }
             }
         }
+        // Each row's outputs: one column, or the pair's two.
         let tot: Vec<_> = if key.gated {
             (0..mt)
                 .map(|r| silu_times(b, sums[r], sums[mt + r]))
                 .collect()
         } else {
             sums[..mt].to_vec()
+        };
+        let second: Vec<_> = if paired {
+            sums[mt..2 * mt].to_vec()
+        } else {
+            Vec::new()
         };
         let tot: Vec<_> = match residuals.is_empty() {
             true => tot,
@@ -303,15 +341,23 @@ fn gemv_kernel(key: GemvKey) -> Built {
                 .map(|(&t, &r)| b.addf(t, r))
                 .collect(),
         };
-        let jok = b.cmp(IntPredicate::Ult, j, a.n);
+        // Past the last job, `col` is the last job's column: not stored.
+        let jok = b.cmp(IntPredicate::Ult, j, jobs);
         let store = b.and(first, jok);
         b.if_(store, |b| {
             for (r, &(row, _, _)) in rows.iter().enumerate() {
                 let rok = b.cmp(IntPredicate::Ult, row, a.m);
                 b.if_(rok, |b| {
                     let orow = b.madd(row, a.n, a.oo);
-                    let oi = b.add(orow, j);
+                    let oi = b.add(orow, col);
                     b.store(tot[r], a.out, &[oi]);
+                    if let Some(&y1) = second.get(r) {
+                        let oi1 = b.add(oi, c1);
+                        b.store(y1, a.out, &[oi1]);
+                    }
+                    if let (Some(kv), Some(&place)) = (&fused.kv, places.get(r)) {
+                        kv.store_pair(b, col, place, (tot[r], second[r]));
+                    }
                 });
             }
         });
@@ -437,6 +483,7 @@ mod tests {
                         tail,
                         norm,
                         residual,
+                        kv_store: false,
                         subgroup: target.subgroup_size_min as usize,
                         gated,
                     };

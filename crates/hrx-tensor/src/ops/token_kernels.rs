@@ -123,6 +123,21 @@ pub(crate) fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
     let p1 = b.madd(d1, xs2, xbase);
     let x0 = b.load(xv, &[p0]);
     let x1 = b.load(xv, &[p1]);
+    let (out0, out1) = turned(b, (x0, x1), i, pos, c);
+    let odd = b.cmp(IntPredicate::Ne, d, d0);
+    b.select(odd, out1, out0)
+}
+
+/// Pair `i` of a row at position `pos` (i32) turned by `pos * exp(-i *
+/// c)`: `(x0 cos - x1 sin, x0 sin + x1 cos)`, the arithmetic of
+/// [`rotated`] for a pair already in registers (the same bits).
+pub(crate) fn turned(
+    b: &mut Builder,
+    (x0, x1): (Value<Num>, Value<Num>),
+    i: Value<Index>,
+    pos: Value<Num>,
+    c: Value<Num>,
+) -> (Value<Num>, Value<Num>) {
     let iu = b.index_cast(i, Scalar::U32);
     let fi = b.uitofp(iu, F32);
     let nc = b.negf(c);
@@ -131,13 +146,12 @@ pub(crate) fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
     let pf = b.sitofp(pos, F32);
     let angle = b.mulf(pf, freq);
     let (sin, cos) = sin_cos(b, angle);
-    let odd = b.cmp(IntPredicate::Ne, d, d0);
     let x1s = b.mulf(x1, sin);
     let nx1s = b.negf(x1s);
     let out0 = b.fmaf(x0, cos, nx1s);
     let x1c = b.mulf(x1, cos);
     let out1 = b.fmaf(x0, sin, x1c);
-    b.select(odd, out1, out0)
+    (out0, out1)
 }
 
 /// RoPE on adjacent pairs of `x: [rows, heads, hd]` (strided), written to

@@ -1,11 +1,14 @@
 //! The decode-sized quantised products with fused work: each row of x
 //! RMS-normalised as it is read, a residual added to the output, and both
-//! with the gated (SwiGLU) product, against f64 references; and the
-//! fusions' refusals.
+//! with the gated (SwiGLU) product, against f64 references; the key/value
+//! cache store against the product followed by `rope_kv_store`, bit for
+//! bit; and the fusions' refusals.
 
 use super::quant::{FORMATS, Gen, check_product, matrix, ops, refused, x_tensor};
 use hrx_runtime::Graph;
-use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantFusion, QuantMatrix, RowNorm};
+use hrx_tensor::ops::{
+    KvStore, QUANT_GATED_MAX_ROWS, QuantFormat, QuantFusion, QuantMatrix, Rotary, RowNorm,
+};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
 const EPS: f64 = 1e-5;
@@ -84,16 +87,11 @@ fn fused_norm_and_residual_match_reference() -> Result<()> {
                 weight: &gain_t,
                 eps: EPS as f32,
             });
-            let got = run(
-                &xt,
-                &w,
-                &QuantFusion {
-                    norm,
-                    residual: None,
-                },
-                false,
-                rows,
-            )?;
+            let fusion = QuantFusion {
+                norm,
+                ..QuantFusion::default()
+            };
+            let got = run(&xt, &w, &fusion, false, rows)?;
             let xn = normalised(&x, &gain, m, cols);
             check_product(
                 &format!("{what} norm"),
@@ -106,8 +104,8 @@ fn fused_norm_and_residual_match_reference() -> Result<()> {
             let residual = random(&mut rng, m * rows, -4.0, 4.0);
             let residual_t = values(&residual, vec![m, rows]);
             let fusion = QuantFusion {
-                norm: None,
                 residual: Some(&residual_t),
+                ..QuantFusion::default()
             };
             let got = run(&xt, &w, &fusion, false, rows)?;
             let product: Vec<f64> = got.iter().zip(&residual).map(|(g, r)| g - r).collect();
@@ -143,6 +141,7 @@ fn fused_gate_normalises_before_silu() -> Result<()> {
                     eps: EPS as f32,
                 }),
                 residual: Some(&residual_t),
+                kv_store: None,
             };
             let got = run(&values(&x, vec![m, cols]), &w, &fusion, true, half)?;
             let xn = normalised(&x, &gain, m, cols);
@@ -183,11 +182,11 @@ fn fusion_mismatches_are_refused() -> Result<()> {
     let out = ops.output(TensorDesc::new(DType::F32, vec![2, 8])?)?;
     let norm = |weight, eps| QuantFusion {
         norm: Some(RowNorm { weight, eps }),
-        residual: None,
+        ..QuantFusion::default()
     };
     let plus = |residual| QuantFusion {
-        norm: None,
         residual: Some(residual),
+        ..QuantFusion::default()
     };
     let record = |want: &str, fusion: QuantFusion, out: &DeviceTensor, x: &DeviceTensor| {
         refused(want, |g: &mut Graph| {
@@ -203,5 +202,181 @@ fn fusion_mismatches_are_refused() -> Result<()> {
     let many = values(&vec![0.5; 17 * 32], vec![17, 32]);
     let out17 = ops.output(TensorDesc::new(DType::F32, vec![17, 8])?)?;
     record("17 rows", norm(&gain, 1e-5), &out17, &many);
+    Ok(())
+}
+
+/// Caches of `[slots, kv_heads, capacity, head_dim]` filled with a marker,
+/// so that entries the store must leave alone are checked too.
+fn caches(shape: &[usize]) -> [DeviceTensor; 2] {
+    let n = shape.iter().product();
+    [7.0, -7.0].map(|v| values(&vec![v; n], shape.to_vec()))
+}
+
+fn i32s(v: &[i32]) -> DeviceTensor {
+    let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
+}
+
+fn bits(t: &DeviceTensor) -> Vec<u32> {
+    t.to_values()
+        .unwrap()
+        .iter()
+        .map(|&v| (v as f32).to_bits())
+        .collect()
+}
+
+/// The stacked query-key-value product storing its keys (turned) and
+/// values into the caches equals, bit for bit, the same product followed
+/// by `rope_kv_store` of its key and value columns: the output, and both
+/// whole caches (inactive rows, a slot past the caches and a position
+/// past their capacity store nothing). Partial rotation included.
+#[test]
+fn fused_cache_store_equals_product_then_rope_kv_store() -> Result<()> {
+    let mut rng = Gen::new(14);
+    let ops = ops();
+    let (heads, kvh, hd, cols) = (4, 2, 8, 64);
+    let (qw, n) = (heads * hd, (heads + 2 * kvh) * hd);
+    let shape = [3, kvh, 6, hd];
+    for (format, rope_dims, m) in [
+        (QuantFormat::Q4_1, 8, 1),
+        (QuantFormat::Q8_0, 6, 5),
+        (QuantFormat::F16, 8, 3),
+    ] {
+        let (w, _) = matrix(format, n, cols, &mut rng);
+        let x = values(&random(&mut rng, m * cols, -1.0, 1.0), vec![m, cols]);
+        let gain = values(&random(&mut rng, cols, 0.5, 1.5), vec![cols]);
+        // Rows: active ones, an inactive one (-1), a slot past the
+        // caches and a position past their capacity.
+        let (slot, pos) = ([2, -1, 0, 3, 1], [5, 0, 2, 1, 6]);
+        let (sequence, position) = (i32s(&slot[..m]), i32s(&pos[..m]));
+        let rotary = Rotary {
+            dims: rope_dims,
+            base: 10_000.0,
+        };
+        let norm = Some(RowNorm {
+            weight: &gain,
+            eps: EPS as f32,
+        });
+        let inputs = [&x, &gain, w.words(), &sequence, &position];
+        let after: Vec<_> = inputs.iter().map(|t| t.completion().clone()).collect();
+
+        let [k_cache, v_cache] = caches(&shape);
+        let mut fused_out = ops.output(TensorDesc::new(DType::F32, vec![m, n])?)?;
+        let mut g = ops.runtime().graph();
+        let store = KvStore {
+            query_width: qw,
+            sequence: &sequence,
+            position: &position,
+            rotary,
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+        };
+        let fusion = QuantFusion {
+            norm,
+            kv_store: Some(store),
+            ..QuantFusion::default()
+        };
+        ops.record_quant_matmul_fused(&mut g, &x, &w, &fusion, &fused_out)?;
+        let mut after_fused = after.clone();
+        after_fused.extend([&k_cache, &v_cache].map(|t| t.completion().clone()));
+        let done = g.prepare()?.submit_after(&after_fused)?;
+        fused_out.set_producer(done.clone());
+        let (mut kf, mut vf) = (k_cache.clone(), v_cache.clone());
+        kf.set_producer(done.clone());
+        vf.set_producer(done);
+
+        let [k_ref, v_ref] = caches(&shape);
+        let mut out = ops.output(TensorDesc::new(DType::F32, vec![m, n])?)?;
+        let mut g = ops.runtime().graph();
+        let plain = QuantFusion {
+            norm,
+            ..QuantFusion::default()
+        };
+        ops.record_quant_matmul_fused(&mut g, &x, &w, &plain, &out)?;
+        let view = |start: usize, heads: usize| {
+            let desc = TensorDesc::strided(DType::F32, vec![m, heads, hd], vec![n, hd, 1])?;
+            out.view(start * 4, desc)
+        };
+        let (k, v) = (view(qw, kvh)?, view(qw + kvh * hd, kvh)?);
+        ops.record_rope_kv_store(
+            &mut g,
+            &k,
+            &v,
+            &sequence,
+            &position,
+            rope_dims,
+            rotary.base,
+            &k_ref,
+            &v_ref,
+        )?;
+        let mut after_ref = after;
+        after_ref.extend([&k_ref, &v_ref].map(|t| t.completion().clone()));
+        let done = g.prepare()?.submit_after(&after_ref)?;
+        out.set_producer(done.clone());
+        let (mut kr, mut vr) = (k_ref.clone(), v_ref.clone());
+        kr.set_producer(done.clone());
+        vr.set_producer(done);
+
+        let what = format!("{format:?} rope {rope_dims} m={m}");
+        assert_eq!(bits(&fused_out), bits(&out), "{what}: output");
+        assert_eq!(bits(&kf), bits(&kr), "{what}: keys");
+        assert_eq!(bits(&vf), bits(&vr), "{what}: values");
+        let stored = bits(&kf).iter().filter(|&&b| b != 7f32.to_bits()).count();
+        let active = slot[..m]
+            .iter()
+            .zip(&pos[..m])
+            .filter(|&(&s, &p)| (0..3).contains(&s) && (0..6).contains(&p))
+            .count();
+        assert_eq!(stored, active * kvh * hd, "{what}: keys stored");
+    }
+    Ok(())
+}
+
+/// A cache store with a gate or a residual, or caches that do not match
+/// the output's columns, is refused before anything is recorded.
+#[test]
+fn cache_store_mismatches_are_refused() -> Result<()> {
+    let mut rng = Gen::new(15);
+    let ops = ops();
+    let (kvh, hd) = (1, 8);
+    let (w, _) = matrix(QuantFormat::Q8_0, 32, 32, &mut rng);
+    let x = values(&[0.5; 32], vec![1, 32]);
+    let (sequence, position) = (i32s(&[0]), i32s(&[0]));
+    let [k_cache, v_cache] = caches(&[2, kvh, 4, hd]);
+    let store = |query_width, k_cache| KvStore {
+        query_width,
+        sequence: &sequence,
+        position: &position,
+        rotary: Rotary {
+            dims: hd,
+            base: 1e4,
+        },
+        k_cache,
+        v_cache: &v_cache,
+    };
+    let out = ops.output(TensorDesc::new(DType::F32, vec![1, 32])?)?;
+    let half = ops.output(TensorDesc::new(DType::F32, vec![1, 16])?)?;
+    let residual = values(&[0.0; 32], vec![1, 32]);
+    let try_record = |want: &str, fusion: QuantFusion, gated: bool, out: &DeviceTensor| {
+        refused(want, |g: &mut Graph| match gated {
+            true => ops.record_quant_swiglu_fused(g, &x, &w, &fusion, out),
+            false => ops.record_quant_matmul_fused(g, &x, &w, &fusion, out),
+        })
+    };
+    let with = |query_width, k_cache| QuantFusion {
+        kv_store: Some(store(query_width, k_cache)),
+        ..QuantFusion::default()
+    };
+    try_record("neither a gate", with(16, &k_cache), true, &half);
+    let both = QuantFusion {
+        residual: Some(&residual),
+        ..with(16, &k_cache)
+    };
+    try_record("neither a gate", both, false, &out);
+    try_record("output columns", with(8, &k_cache), false, &out);
+    try_record("output columns", with(15, &k_cache), false, &out);
+    let [other, _] = caches(&[2, kvh, 5, hd]);
+    try_record("v_cache", with(16, &other), false, &out);
+    try_record("must not overlap", with(16, &v_cache), false, &out);
     Ok(())
 }
