@@ -30,7 +30,8 @@
 //! the built-in choice.
 //!
 //! `--profile ROWS POSITION` instead prints the device time of each
-//! kernel of the step graph for that many rows, by kernel and grid.
+//! kernel of the step graph for that many rows, by kernel and grid, and
+//! the whole step submitted and waited for.
 
 use hrx_bench::report::{self, Better, Entry, percentile};
 use hrx_core::{Error, Result};

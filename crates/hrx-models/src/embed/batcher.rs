@@ -1,6 +1,8 @@
 //! Dynamic batching: one task per length bucket takes sentences from a
-//! bounded queue, gathers what is queued (waiting at most the batch
-//! window for more), picks the smallest batch tier that holds them,
+//! bounded queue, waits for one of the bucket's `slots` places on the
+//! device, gathers what is queued (waiting at most the batch window for
+//! more, and while another of its batches runs, until the batch is full
+//! or that one is done), picks the smallest batch tier that holds them,
 //! submits them as one inference and answers each sentence from the
 //! readback while the next batch gathers.
 
@@ -13,7 +15,7 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    sync::{OnceCell, mpsc, oneshot},
+    sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
     time::Instant,
 };
 
@@ -36,6 +38,11 @@ pub(crate) struct BucketWorker {
     /// Ascending batch sizes, the last equal to the bucket's batch.
     pub tiers: Vec<Tier>,
     pub slots: usize,
+    /// The bucket's batches on the device: `slots` permits, one held from
+    /// before a batch is gathered until its readback is answered.
+    pub in_flight: Arc<Semaphore>,
+    /// Told when one of the bucket's batches has been answered.
+    pub finished: Notify,
     pub encoder: Arc<BertEncoder>,
     pub window: Duration,
     pub stats: Arc<Stats>,
@@ -83,16 +90,44 @@ impl BucketWorker {
     /// Serve `queue` until every sender is gone and the queue is drained.
     pub async fn run(self: Arc<Self>, mut queue: mpsc::Receiver<Job>) {
         while let Some(first) = queue.recv().await {
-            let jobs = self.gather(first, &mut queue).await;
+            // Gathering only once a place is free lets the batch take
+            // everything that queued while the device was busy.
+            let Ok(place) = Arc::clone(&self.in_flight).acquire_owned().await else {
+                return answer_all(vec![first], &Error::msg("the embedder is closing"));
+            };
+            let mut jobs = self.gather(first, &mut queue).await;
+            self.fill_while_busy(&mut jobs, &mut queue).await;
+            self.stats.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
+            jobs.retain(|job| !job.reply.is_closed());
             if !jobs.is_empty() {
-                self.submit(jobs).await;
+                self.submit(jobs, place).await;
+            }
+        }
+    }
+
+    /// While another of the bucket's batches is on the device, keep taking
+    /// sentences until the batch is full or the device has none of the
+    /// bucket's batches left: a partial batch started beside a running
+    /// one would split the load into small batches (each answered batch's
+    /// callers come back a moment later, and the first of them would go
+    /// alone), and a small batch uses the device poorly. A lone batch is
+    /// never held back.
+    async fn fill_while_busy(&self, jobs: &mut Vec<Job>, queue: &mut mpsc::Receiver<Job>) {
+        // This batch holds one place; the others free are not running.
+        let busy = || self.in_flight.available_permits() + 1 < self.slots;
+        while jobs.len() < self.bucket.batch && busy() {
+            tokio::select! {
+                job = queue.recv() => match job {
+                    Some(job) => jobs.push(job),
+                    None => break,
+                },
+                () = self.finished.notified() => {}
             }
         }
     }
 
     /// `first` and whatever else is queued, up to the bucket's batch,
-    /// waiting at most the window after `first` for more; callers that
-    /// went away are dropped.
+    /// waiting at most the window after `first` for more.
     async fn gather(&self, first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
         let deadline = Instant::now() + self.window;
         let mut jobs = vec![first];
@@ -109,14 +144,13 @@ impl BucketWorker {
                 }
             }
         }
-        self.stats.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
-        jobs.retain(|job| !job.reply.is_closed());
         jobs
     }
 
     /// Run `jobs` as one inference of the smallest tier that holds them;
-    /// a task answers them when the readback lands.
-    async fn submit(self: &Arc<Self>, jobs: Vec<Job>) {
+    /// a task answers them when the readback lands, then gives `place`
+    /// back.
+    async fn submit(self: &Arc<Self>, jobs: Vec<Job>, place: OwnedSemaphorePermit) {
         let Some(tier) = self.tiers.iter().find(|t| t.batch >= jobs.len()) else {
             let e = Error::msg(format!(
                 "{} sentences exceed the bucket's batch",
@@ -144,10 +178,13 @@ impl BucketWorker {
                 self.stats.running.fetch_add(1, Ordering::Relaxed);
                 let width = self.encoder.config().hidden;
                 let stats = self.stats.clone();
+                let worker = Arc::clone(self);
                 tokio::spawn(async move {
                     let outputs = readback.await;
                     stats.running.fetch_sub(1, Ordering::Relaxed);
-                    answer(jobs, width, outputs)
+                    answer(jobs, width, outputs);
+                    drop(place);
+                    worker.finished.notify_one();
                 });
             }
             Err(e) => answer_all(jobs, &e),

@@ -13,11 +13,17 @@
 //!   a pool is prepared by its first batch unless
 //!   [`EmbedderOptions::prepare_all`] asks for all at load.
 //! - **Batching above the pool.** One task per bucket takes sentences
-//!   from a bounded queue, gathers what is queued (waiting at most the
-//!   batch window for more, up to the bucket's batch), reserves a slot of
-//!   the smallest tier that holds them, submits once, and splits the
-//!   readback in a task of its own. While the slots are busy, sentences
-//!   queue and join the next batch, so batches grow with the load.
+//!   from a bounded queue. It waits until fewer than `slots` of the
+//!   bucket's batches are on the device, then gathers what is queued
+//!   (waiting at most the batch window for more, up to the bucket's
+//!   batch), runs it on a slot of the smallest tier that holds it, and
+//!   splits the readback in a task of its own. While the slots are busy,
+//!   sentences queue and all join the next batch, so batches grow with
+//!   the load (a batch gathered before its slot was free would have
+//!   left out everything that arrived while it waited). While another
+//!   of the bucket's batches runs, a batch goes only once full or once
+//!   that one is done: a partial batch beside a running one would split
+//!   the load into small batches. An idle device takes a batch at once.
 //! - **Results do not depend on batching.** Padding changes nothing (see
 //!   [`bert`](crate::bert)); the same sentence gives the same embedding
 //!   (to within float rounding of the kernels chosen for a shape)
@@ -55,7 +61,7 @@ use std::{
     },
     time::Duration,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 /// How a [`SentenceEmbedder`] batches and how much it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,6 +248,8 @@ impl SentenceEmbedder {
                 bucket,
                 tiers,
                 slots: options.slots,
+                in_flight: Arc::new(Semaphore::new(options.slots)),
+                finished: Notify::new(),
                 encoder: Arc::clone(&encoder),
                 window: options.batch_window,
                 stats: Arc::clone(&stats),
