@@ -18,7 +18,7 @@ use hrx_test_support::{
 use serde::Deserialize;
 use std::{
     sync::{Arc, OnceLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 #[derive(Deserialize)]
@@ -181,6 +181,69 @@ fn concurrent_clients_match_one_at_a_time() {
         }
     });
     assert!(embedder.stats().batches > 0);
+}
+
+/// While a batch runs, sentences arriving one by one wait for a full
+/// batch (or that batch's end) instead of going beside it: one sentence,
+/// then 8 of the same bucket one every 5 ms while it runs, take two
+/// batches (sent beside the running batch, the first of the 8 would go
+/// alone). Asserted where the first batch outlasted the arrivals, as it
+/// does on lavapipe by far.
+#[test]
+fn sentences_arriving_while_a_batch_runs_fill_the_next_batch() {
+    let embedder = load(&EmbedderOptions {
+        max_batch: 8,
+        slots: 2,
+        ..EmbedderOptions::default()
+    });
+    // About 100 tokens: the 128-token bucket.
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(11);
+    let text: &'static str = Box::leak(long.into_boxed_str());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("tokio");
+    // Prepare the pools of one and of eight sentences first, so that the
+    // first batch goes at once.
+    embedder.embed(&[text; 8]).expect("warm-up of 8");
+    embedder.embed(&[text]).expect("warm-up of 1");
+    let before = embedder.stats();
+    let (results, first_done, last_sent) = runtime.block_on(async {
+        let first = {
+            let embedder = embedder.clone();
+            tokio::spawn(async move {
+                let result = embedder.embed_async(&[text]).await;
+                (result, Instant::now())
+            })
+        };
+        let mut singles = Vec::new();
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let embedder = embedder.clone();
+            singles.push(tokio::spawn(
+                async move { embedder.embed_async(&[text]).await },
+            ));
+        }
+        let last_sent = Instant::now();
+        let (result, first_done) = first.await.expect("task");
+        let mut results = result.expect("embed");
+        for single in singles {
+            results.extend(single.await.expect("task").expect("embed"));
+        }
+        (results, first_done, last_sent)
+    });
+    let after = embedder.stats();
+    assert_eq!(after.sentences - before.sentences, 9);
+    for got in &results[1..] {
+        assert!(max_difference(&got.vector, &results[0].vector) <= 1e-5);
+    }
+    let batches = after.batches - before.batches;
+    if first_done > last_sent {
+        assert_eq!(batches, 2, "9 sentences took {batches} batches");
+    } else {
+        eprintln!("the first batch ended before the last arrival: {batches} batches, not checked");
+    }
 }
 
 #[test]
