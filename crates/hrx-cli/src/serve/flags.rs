@@ -51,7 +51,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "B", default_value_t = 16, value_parser = positive)]
     pub max_batch: usize,
     /// How long a batch waits for more sentences after its first, in
-    /// microseconds (0: a batch takes what queued while the slots were busy).
+    /// microseconds (0: a batch takes what queued while the slots were busy;
+    /// beside a running batch of its bucket, a batch also waits to be
+    /// full or for that batch's end).
     #[arg(long, value_name = "W", default_value_t = 0)]
     pub batch_window_us: u64,
     /// A device index or a name fragment, as `hrx devices` lists them, or
