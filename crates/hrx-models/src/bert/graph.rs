@@ -104,8 +104,8 @@ impl<'e> Recorder<'e, '_, '_> {
             .record_matmul(self.slot.graph(), a, w, Some(b), options, out)
     }
 
-    /// `out = layer_norm(a + b)` with the weights `{name}.*`; `sum` holds
-    /// the residual sum.
+    /// `out = layer_norm(a + b)` with the weights `{name}.*`, one dispatch;
+    /// `sum` holds the residual sum.
     fn add_norm(
         &mut self,
         a: &DeviceTensor,
@@ -114,15 +114,13 @@ impl<'e> Recorder<'e, '_, '_> {
         out: &DeviceTensor,
     ) -> Result<()> {
         let (weight, bias) = (
-            self.weight(&format!("{name}.weight"))?,
-            self.weight(&format!("{name}.bias"))?,
+            Some(self.weight(&format!("{name}.weight"))?),
+            Some(self.weight(&format!("{name}.bias"))?),
         );
         let sum = self.s.sum.clone();
-        self.ops
-            .record_binary(self.slot.graph(), BinaryOp::Add, a, b, &sum)?;
         let eps = self.config().layer_norm_eps;
         self.ops
-            .record_layer_norm(self.slot.graph(), &sum, Some(weight), Some(bias), eps, out)
+            .record_add_layer_norm(self.slot.graph(), a, b, weight, bias, eps, &sum, out)
     }
 
     /// Self-attention of `x` into `s.packed` (the per-head contexts by

@@ -350,7 +350,12 @@ impl Ops {
             None => None,
         };
         if let Some((kc, ks)) = &added {
-            let read = [("a", &ka), ("b", kc), ("the weight", &kw)];
+            let read = [
+                ("a", &ka),
+                ("b", kc),
+                ("the weight", &kw),
+                ("the bias", &kb),
+            ];
             for (name, k) in read.into_iter().chain([("out", &ko)]) {
                 disjoint(operation, ("sum", ks), (name, k))?;
             }
@@ -496,10 +501,46 @@ impl Ops {
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("add_rms_norm of {} and {}", a.desc(), b.desc());
-        let operation = operation.as_str();
+        let norm = (Norm::Rms, Some(weight), None, eps);
+        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out))
+    }
+
+    /// Record `sum = a + b` and `out = layer_norm(sum) * weight + bias`
+    /// over the last axis in one dispatch (a post-norm encoder layer's
+    /// residual update): the values of [`Ops::record_binary`] (`Add`)
+    /// followed by [`Ops::record_layer_norm`], with the operands of
+    /// [`Ops::record_add_rms_norm`]; weight and bias optional.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_add_layer_norm(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        sum: &DeviceTensor,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!("add_layer_norm of {} and {}", a.desc(), b.desc());
+        let norm = (Norm::Layer, weight, bias, eps);
+        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out))
+    }
+
+    /// The fused residual add and norm: checks, then the row kernels.
+    fn record_add_norm(
+        &self,
+        graph: &mut Graph,
+        operation: &str,
+        (a, b): (&DeviceTensor, &DeviceTensor),
+        (kind, weight, bias, eps): (Norm, Option<&DeviceTensor>, Option<&DeviceTensor>, f32),
+        (sum, out): (&DeviceTensor, &DeviceTensor),
+    ) -> Result<()> {
         let runtime = self.runtime();
-        check_inputs(runtime, operation, &[a, b, weight])?;
-        for t in [a, b, weight] {
+        let params: Vec<&DeviceTensor> = weight.into_iter().chain(bias).collect();
+        check_inputs(runtime, operation, &[a, b])?;
+        check_inputs(runtime, operation, &params)?;
+        for t in [a, b].into_iter().chain(params.iter().copied()) {
             if t.desc().dtype() != DType::F32 {
                 return Err(Error::Unsupported(format!(
                     "{operation}: {} is not f32",
@@ -522,11 +563,13 @@ impl Ops {
             }
         }
         let cols = shape.last().copied().unwrap_or(1);
-        if weight.desc().shape() != [cols] {
-            return Err(Error::Message(format!(
-                "{operation}: weight must have shape [{cols}], got {}",
-                weight.desc()
-            )));
+        for (what, t) in [("weight", weight), ("bias", bias)] {
+            if let Some(t) = t.filter(|t| t.desc().shape() != [cols]) {
+                return Err(Error::Message(format!(
+                    "{operation}: {what} must have shape [{cols}], got {}",
+                    t.desc()
+                )));
+            }
         }
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(Error::Message(format!(
@@ -539,9 +582,9 @@ impl Ops {
             return Ok(());
         }
         let call = NormCall {
-            kind: Norm::Rms,
-            weight: Some(weight),
-            bias: None,
+            kind,
+            weight,
+            bias,
             eps,
             out,
             add: Some((b, sum)),

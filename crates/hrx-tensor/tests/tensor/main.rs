@@ -4,7 +4,7 @@
 //! reference within its error bound. Kernels for targets lavapipe cannot
 //! run (cooperative matrices) go through `spirv-val` instead.
 
-mod add_rms_norm;
+mod add_norm;
 mod cast;
 mod common;
 mod desc_props;

@@ -1,16 +1,19 @@
-//! The fused residual add and RMS norm (`record_add_rms_norm`) against an
-//! f64 reference and against the two dispatches it replaces (`Add`, then
-//! `record_rms_norm`), on rows that take the 4-wide kernel (576 columns,
-//! SmolLM2's width, one and 64 rows, also as row views of larger tensors)
-//! and the strided one (7 columns, unaligned row views); plus its errors.
+//! The fused residual adds and norms (`record_add_rms_norm`,
+//! `record_add_layer_norm`) against an f64 reference and against the two
+//! dispatches each replaces (`Add`, then the norm), on rows that take the
+//! 4-wide kernel (576 columns, SmolLM2's width, and 384, MiniLM's; one
+//! and 64 rows, also as row views of larger tensors) and the strided one
+//! (7 columns, unaligned row views); plus their errors.
 //!
 //! Tolerances: `sum` is one correctly rounded f32 add, so it must equal
-//! the f64 sum of the f32 inputs rounded to f32 exactly. `out` is the norm
-//! of those sums: the mean square within 6(n + 16)u max|s|^2 (the bound the
-//! row tests use, covering the 4-wide kernel's shifted one-pass sums), so
-//! rstd within half that relative to ms + eps plus 8u, and the output
-//! relative to it plus its roundings (u = 2^-24). Against the two
-//! dispatches the results must agree to 1 ulp (same reductions, same
+//! the f64 sum of the f32 inputs rounded to f32 exactly. The RMS `out` is
+//! the norm of those sums: the mean square within 6(n + 16)u max|s|^2
+//! (the bound the row tests use, covering the 4-wide kernel's shifted
+//! one-pass sums), so rstd within half that relative to ms + eps plus 8u,
+//! and the output relative to it plus its roundings (u = 2^-24). The
+//! layer norm's `out` is held to 1e-5 of the row's largest output (its
+//! centred sums cancel). Against the two dispatches the results must
+//! agree to 1 ulp of the row's largest output (same reductions, same
 //! workgroup size; measured: bit-equal).
 
 use crate::common::*;
@@ -85,6 +88,84 @@ fn reference(cols: usize, a: &[f64], b: &[f64], w: &[f64]) -> (Vec<f64>, Vec<f64
     (sum, out, tol)
 }
 
+/// The layer-norm reference: the f32-rounded sums, their layer norm with
+/// `w` and `b`, and each output's bound (1e-5 of its row's largest).
+fn layer_reference(
+    cols: usize,
+    (a, b): (&[f64], &[f64]),
+    (w, bias): (&[f64], &[f64]),
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let sum: Vec<f64> = f32_held(a.iter().zip(b).map(|(x, y)| x + y).collect());
+    let (mut out, mut tol) = (Vec::new(), Vec::new());
+    let n = cols as f64;
+    for row in sum.chunks(cols) {
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        let rstd = 1.0 / (var + f64::from(EPS)).sqrt();
+        let ys: Vec<f64> = row
+            .iter()
+            .enumerate()
+            .map(|(j, x)| (x - mean) * rstd * w[j] + bias[j])
+            .collect();
+        let largest = ys.iter().fold(0.0f64, |m, y| m.max(y.abs()));
+        tol.extend(std::iter::repeat_n(1e-5 * largest.max(1.0), cols));
+        out.extend(ys);
+    }
+    (sum, out, tol)
+}
+
+/// Check the layer-norm form on one shape.
+fn check_layer(rows: usize, cols: usize, views: bool, seed: u64) {
+    let what = format!("add_layer_norm [{rows}, {cols}] views {views}");
+    let mut rng = Gen::new(seed);
+    let n = rows * cols;
+    let av = f32_held(values(&mut rng, n, -2.0, 2.0));
+    // An offset, so the centring matters.
+    let bv = f32_held(values(&mut rng, n, 1.0, 3.0));
+    let wv = f32_held(values(&mut rng, cols, 0.5, 1.5));
+    let biasv = f32_held(values(&mut rng, cols, -0.5, 0.5));
+    let shape = [rows, cols];
+    let (a, b) = if views {
+        (row_view(rows, cols, &av), row_view(rows, cols, &bv))
+    } else {
+        let whole = |v: &[f64]| input(DType::F32, &shape, v, Placement::Contiguous);
+        (whole(&av), whole(&bv))
+    };
+    let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
+    let bias = input(DType::F32, &[cols], &biasv, Placement::Contiguous);
+    let inputs = [&a, &b, &w, &bias];
+    let (sum, out) = run_pair(&inputs, &shape, |g, sum, out| {
+        ops()
+            .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, sum, out)
+            .unwrap()
+    });
+    let (want_sum, want_out, tol) = layer_reference(cols, (&av, &bv), (&wv, &biasv));
+    assert_eq!(sum, want_sum, "{what}: sum");
+    for (i, ((g, w), t)) in out.iter().zip(&want_out).zip(&tol).enumerate() {
+        assert!(
+            (g - w).abs() <= *t,
+            "{what}: out {i}: got {g}, want {w} ± {t}"
+        );
+    }
+    let (sum2, out2) = run_pair(&inputs, &shape, |g, sum, out| {
+        ops().record_binary(g, BinaryOp::Add, &a, &b, sum).unwrap();
+        ops()
+            .record_layer_norm(g, sum, Some(&w), Some(&bias), EPS, out)
+            .unwrap()
+    });
+    assert_eq!(sum, sum2, "{what}: sum against add");
+    for (row, (got, two)) in out.chunks(cols).zip(out2.chunks(cols)).enumerate() {
+        let largest = two.iter().fold(0.0f64, |m, y| m.max(y.abs()));
+        let ulp = f64::from(f32::EPSILON) * largest;
+        for (j, (g, w)) in got.iter().zip(two).enumerate() {
+            assert!(
+                (g - w).abs() <= ulp,
+                "{what}: out [{row}, {j}]: got {g}, add then layer_norm gave {w}"
+            );
+        }
+    }
+}
+
 /// Check one shape, the inputs as whole tensors or as row views.
 fn check(rows: usize, cols: usize, views: bool, seed: u64) {
     let what = format!("add_rms_norm [{rows}, {cols}] views {views}");
@@ -139,6 +220,48 @@ fn add_rms_norm_matches_reference_and_two_dispatches() {
             check(rows, cols, views, (rows * 1000 + cols) as u64);
         }
     }
+}
+
+#[test]
+fn add_layer_norm_matches_reference_and_two_dispatches() {
+    for (rows, cols) in [(1, 384), (64, 384), (3, 7)] {
+        for views in [false, true] {
+            check_layer(rows, cols, views, (rows * 1000 + cols) as u64 + 1);
+        }
+    }
+}
+
+/// The layer-norm form's own checks: its name, an optional bias of the
+/// wrong shape, and no weight or bias at all.
+#[test]
+fn add_layer_norm_errors_and_bare_norm() {
+    let a = input(DType::F32, &[2, 8], &[1.0; 16], Placement::Contiguous);
+    let b = input(DType::F32, &[2, 8], &[2.0; 16], Placement::Contiguous);
+    let bias4 = input(DType::F32, &[4], &[1.0; 4], Placement::Contiguous);
+    let (sum, out) = (output(&[2, 8]), output(&[2, 8]));
+    let mut graph = ops().runtime().graph();
+    let e = ops()
+        .record_add_layer_norm(&mut graph, &a, &b, None, Some(&bias4), EPS, &sum, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("add_layer_norm of f32[2, 8] and f32[2, 8]: bias must have shape [8]"),
+        "{e}"
+    );
+    let e = ops()
+        .record_add_layer_norm(&mut graph, &a, &b, None, None, EPS, &sum, &a)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out must not overlap a"), "{e}");
+    assert!(graph.is_empty(), "an error recorded nothing");
+    // Without weight and bias: rows of 3 then 3 give zeros.
+    let (sum, out) = run_pair(&[&a, &b], &[2, 8], |g, sum, out| {
+        ops()
+            .record_add_layer_norm(g, &a, &b, None, None, EPS, sum, out)
+            .unwrap()
+    });
+    assert_eq!(sum, vec![3.0; 16]);
+    assert_eq!(out, vec![0.0; 16]);
 }
 
 #[test]
