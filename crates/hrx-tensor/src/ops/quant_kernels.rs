@@ -16,6 +16,15 @@
 //! of `2n` rows: the subgroup of output column `j` takes weight rows `j`
 //! (gate) and `n + j` (up) and stores `silu(gate) * up`, so a decode
 //! step's feed-forward gate costs no dispatch of its own.
+//!
+//! The fused forms (`quant_fused`) add work to the same loop: with
+//! `GemvKey::norm` each lane also sums the squares of the spans of x it
+//! reads and multiplies them by the norm weight's span, and the subgroup
+//! scales its dots by `1 / sqrt(mean square + eps)` after the sum; with
+//! `GemvKey::residual` the residual of each output is loaded before the
+//! loop and added at the store; with `GemvKey::kv_store` a subgroup takes
+//! the adjacent weight rows `2j` and `2j + 1` and stores the pair into the
+//! key or value cache as well (`quant_kv`).
 
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
