@@ -35,6 +35,7 @@ mod state;
 
 pub use flags::ServeArgs;
 
+use axum::serve::ListenerExt;
 use hrx::{
     Error, Result,
     models::{
@@ -105,6 +106,14 @@ async fn serve(args: &ServeArgs, (embeddings, generation): Models) -> Result<()>
     let signals = shutdown::Signals::register()?;
     let sampler = tokio::spawn(batch_sizes::sample(Arc::clone(&state)));
     outln!("listening on http://{address}");
+    // Small writes go out at once: with Nagle's algorithm a streamed
+    // event that follows another unacknowledged one would wait for the
+    // client's delayed acknowledgement.
+    let listener = listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            eprintln!("hrx serve: could not set TCP_NODELAY on a connection: {e}");
+        }
+    });
     axum::serve(listener, routes::router(Arc::clone(&state), args))
         .with_graceful_shutdown(signals.drained(Arc::clone(&state)))
         .await
