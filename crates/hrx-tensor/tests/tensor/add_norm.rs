@@ -114,14 +114,28 @@ fn layer_reference(
     (sum, out, tol)
 }
 
-/// Check the layer-norm form on one shape.
-fn check_layer(rows: usize, cols: usize, views: bool, seed: u64) {
-    let what = format!("add_layer_norm [{rows}, {cols}] views {views}");
+/// Which fused form a check runs.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Form {
+    Rms,
+    Layer,
+}
+
+/// Check one form on one shape, the inputs as whole tensors or as row
+/// views: against the f64 reference and against the two dispatches it
+/// replaces (`Add`, then the norm).
+fn check(form: Form, rows: usize, cols: usize, views: bool, seed: u64) {
+    let what = format!("add {form:?} norm [{rows}, {cols}] views {views}");
     let mut rng = Gen::new(seed);
     let n = rows * cols;
     let av = f32_held(values(&mut rng, n, -2.0, 2.0));
-    // An offset, so the centring matters.
-    let bv = f32_held(values(&mut rng, n, 1.0, 3.0));
+    // The layer norm's addend is offset, so that the centring matters.
+    let (lo, hi) = if form == Form::Layer {
+        (1.0, 3.0)
+    } else {
+        (-2.0, 2.0)
+    };
+    let bv = f32_held(values(&mut rng, n, lo, hi));
     let wv = f32_held(values(&mut rng, cols, 0.5, 1.5));
     let biasv = f32_held(values(&mut rng, cols, -0.5, 0.5));
     let shape = [rows, cols];
@@ -135,60 +149,17 @@ fn check_layer(rows: usize, cols: usize, views: bool, seed: u64) {
     let bias = input(DType::F32, &[cols], &biasv, Placement::Contiguous);
     let inputs = [&a, &b, &w, &bias];
     let (sum, out) = run_pair(&inputs, &shape, |g, sum, out| {
-        ops()
-            .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, sum, out)
-            .unwrap()
-    });
-    let (want_sum, want_out, tol) = layer_reference(cols, (&av, &bv), (&wv, &biasv));
-    assert_eq!(sum, want_sum, "{what}: sum");
-    for (i, ((g, w), t)) in out.iter().zip(&want_out).zip(&tol).enumerate() {
-        assert!(
-            (g - w).abs() <= *t,
-            "{what}: out {i}: got {g}, want {w} ± {t}"
-        );
-    }
-    let (sum2, out2) = run_pair(&inputs, &shape, |g, sum, out| {
-        ops().record_binary(g, BinaryOp::Add, &a, &b, sum).unwrap();
-        ops()
-            .record_layer_norm(g, sum, Some(&w), Some(&bias), EPS, out)
-            .unwrap()
-    });
-    assert_eq!(sum, sum2, "{what}: sum against add");
-    for (row, (got, two)) in out.chunks(cols).zip(out2.chunks(cols)).enumerate() {
-        let largest = two.iter().fold(0.0f64, |m, y| m.max(y.abs()));
-        let ulp = f64::from(f32::EPSILON) * largest;
-        for (j, (g, w)) in got.iter().zip(two).enumerate() {
-            assert!(
-                (g - w).abs() <= ulp,
-                "{what}: out [{row}, {j}]: got {g}, add then layer_norm gave {w}"
-            );
+        let o = ops();
+        match form {
+            Form::Rms => o.record_add_rms_norm(g, &a, &b, &w, EPS, sum, out),
+            Form::Layer => o.record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, sum, out),
         }
-    }
-}
-
-/// Check one shape, the inputs as whole tensors or as row views.
-fn check(rows: usize, cols: usize, views: bool, seed: u64) {
-    let what = format!("add_rms_norm [{rows}, {cols}] views {views}");
-    let mut rng = Gen::new(seed);
-    let n = rows * cols;
-    let av = f32_held(values(&mut rng, n, -2.0, 2.0));
-    let bv = f32_held(values(&mut rng, n, -2.0, 2.0));
-    let wv = f32_held(values(&mut rng, cols, 0.5, 1.5));
-    let shape = [rows, cols];
-    let (a, b) = if views {
-        (row_view(rows, cols, &av), row_view(rows, cols, &bv))
-    } else {
-        let whole = |v: &[f64]| input(DType::F32, &shape, v, Placement::Contiguous);
-        (whole(&av), whole(&bv))
-    };
-    let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
-    let inputs = [&a, &b, &w];
-    let (sum, out) = run_pair(&inputs, &shape, |g, sum, out| {
-        ops()
-            .record_add_rms_norm(g, &a, &b, &w, EPS, sum, out)
-            .unwrap()
+        .unwrap()
     });
-    let (want_sum, want_out, tol) = reference(cols, &av, &bv, &wv);
+    let (want_sum, want_out, tol) = match form {
+        Form::Rms => reference(cols, &av, &bv, &wv),
+        Form::Layer => layer_reference(cols, (&av, &bv), (&wv, &biasv)),
+    };
     assert_eq!(sum, want_sum, "{what}: sum");
     for (i, ((g, w), t)) in out.iter().zip(&want_out).zip(&tol).enumerate() {
         assert!(
@@ -198,18 +169,26 @@ fn check(rows: usize, cols: usize, views: bool, seed: u64) {
     }
     // The two dispatches it replaces.
     let (sum2, out2) = run_pair(&inputs, &shape, |g, sum, out| {
-        ops().record_binary(g, BinaryOp::Add, &a, &b, sum).unwrap();
-        ops()
-            .record_rms_norm(g, sum, Some(&w), None, EPS, out)
-            .unwrap()
+        let o = ops();
+        o.record_binary(g, BinaryOp::Add, &a, &b, sum).unwrap();
+        match form {
+            Form::Rms => o.record_rms_norm(g, sum, Some(&w), None, EPS, out),
+            Form::Layer => o.record_layer_norm(g, sum, Some(&w), Some(&bias), EPS, out),
+        }
+        .unwrap()
     });
     assert_eq!(sum, sum2, "{what}: sum against add");
-    for (i, (g, w)) in out.iter().zip(&out2).enumerate() {
-        let ulp = f64::from(f32::EPSILON) * w.abs();
-        assert!(
-            (g - w).abs() <= ulp,
-            "{what}: out {i}: got {g}, add then rms_norm gave {w}"
-        );
+    for (row, (got, two)) in out.chunks(cols).zip(out2.chunks(cols)).enumerate() {
+        // RMS: 1 ulp of each output; layer norm (whose bias can bring an
+        // output near zero): 1 ulp of the row's largest.
+        let largest = two.iter().fold(0.0f64, |m, y| m.max(y.abs()));
+        for (j, (g, w)) in got.iter().zip(two).enumerate() {
+            let scale = if form == Form::Rms { w.abs() } else { largest };
+            assert!(
+                (g - w).abs() <= f64::from(f32::EPSILON) * scale,
+                "{what}: out [{row}, {j}]: got {g}, add then the norm gave {w}"
+            );
+        }
     }
 }
 
@@ -217,7 +196,7 @@ fn check(rows: usize, cols: usize, views: bool, seed: u64) {
 fn add_rms_norm_matches_reference_and_two_dispatches() {
     for (rows, cols) in [(1, 576), (64, 576), (3, 7)] {
         for views in [false, true] {
-            check(rows, cols, views, (rows * 1000 + cols) as u64);
+            check(Form::Rms, rows, cols, views, (rows * 1000 + cols) as u64);
         }
     }
 }
@@ -226,7 +205,13 @@ fn add_rms_norm_matches_reference_and_two_dispatches() {
 fn add_layer_norm_matches_reference_and_two_dispatches() {
     for (rows, cols) in [(1, 384), (64, 384), (3, 7)] {
         for views in [false, true] {
-            check_layer(rows, cols, views, (rows * 1000 + cols) as u64 + 1);
+            check(
+                Form::Layer,
+                rows,
+                cols,
+                views,
+                (rows * 1000 + cols) as u64 + 1,
+            );
         }
     }
 }
