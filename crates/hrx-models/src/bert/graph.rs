@@ -15,7 +15,7 @@
 //! the graph derives the ordering between the layers' reads and writes.
 
 use super::{BertConfig, BertEncoder, Pooling, Precision};
-use hrx_core::Result;
+use hrx_core::{Error, Result};
 use hrx_inference::SlotBuilder;
 use hrx_tensor::{
     DType, DeviceTensor, Ops, TensorDesc,
@@ -39,9 +39,8 @@ struct Scratch {
     /// q, k and v by head, in the matmul precision: `[batch, heads, seq, dh]`.
     heads: [DeviceTensor; 3],
     scores: DeviceTensor,
+    /// The attention probabilities, in the matmul precision.
     probs: DeviceTensor,
-    /// `probs` in f16 when the matmuls are f16.
-    probs_low: Option<DeviceTensor>,
     context: DeviceTensor,
     /// The context by position, in the matmul precision: `[rows, d]`.
     packed: DeviceTensor,
@@ -153,14 +152,9 @@ impl<'e> Recorder<'e, '_, '_> {
         };
         self.ops
             .record_matmul(self.slot.graph(), &q, &k, None, transposed, &scores)?;
-        let key_bias = bias.reshape(vec![b, 1, 1, s])?;
         let probs = self.s.probs.clone();
-        self.ops
-            .record_binary(self.slot.graph(), BinaryOp::Add, &scores, &key_bias, &probs)?;
-        self.ops
-            .record_softmax(self.slot.graph(), &probs, &scores)?;
-        let probs_low = self.s.probs_low.clone();
-        let p = self.operand(&scores, &probs_low)?;
+        self.masked_softmax(&scores, bias, &probs)?;
+        let p = &probs;
         let context = self.s.context.clone();
         self.ops.record_matmul(
             self.slot.graph(),
@@ -178,6 +172,37 @@ impl<'e> Recorder<'e, '_, '_> {
         } else {
             self.ops
                 .record_cast(self.slot.graph(), &by_position, &packed)
+        }
+    }
+
+    /// `probs = softmax(scores + bias)` over the keys, `bias` `[batch, seq]`
+    /// broadcast over heads and queries: one pass where the layout allows
+    /// (rows a multiple of 4 long, 16-byte aligned tensors); otherwise the
+    /// add, the softmax and (in f16) a cast, through an f32 scratch.
+    fn masked_softmax(
+        &mut self,
+        scores: &DeviceTensor,
+        bias: &DeviceTensor,
+        probs: &DeviceTensor,
+    ) -> Result<()> {
+        match self
+            .ops
+            .record_biased_softmax(self.slot.graph(), scores, bias, probs)
+        {
+            Err(Error::Unsupported(_)) => {}
+            done => return done,
+        }
+        let shape = scores.desc().shape().to_vec();
+        let summed = self.slot.scratch_f32(&shape)?;
+        let key_bias = bias.reshape(vec![self.batch, 1, 1, self.seq])?;
+        let g = self.slot.graph();
+        self.ops
+            .record_binary(g, BinaryOp::Add, scores, &key_bias, &summed)?;
+        if probs.desc().dtype() == DType::F32 {
+            self.ops.record_softmax(g, &summed, probs)
+        } else {
+            self.ops.record_softmax(g, &summed, scores)?;
+            self.ops.record_cast(g, scores, probs)
         }
     }
 
@@ -239,7 +264,6 @@ impl Scratch {
         );
         let qkv = f32s(&[rows, 3 * d])?;
         let scores = f32s(&[batch, h, seq, seq])?;
-        let probs = f32s(&[batch, h, seq, seq])?;
         let context = f32s(&[batch, h, seq, dh])?;
         let up = f32s(&[rows, c.intermediate])?;
         let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
@@ -249,10 +273,10 @@ impl Scratch {
             typed(&[batch, h, seq, dh])?,
         ];
         let packed = typed(&[rows, d])?;
-        let (probs_low, x_low, up_low) = match precision {
-            Precision::F32 => (None, None, None),
+        let probs = typed(&[batch, h, seq, seq])?;
+        let (x_low, up_low) = match precision {
+            Precision::F32 => (None, None),
             Precision::F16 => (
-                Some(typed(&[batch, h, seq, seq])?),
                 Some(typed(&[rows, d])?),
                 Some(typed(&[rows, c.intermediate])?),
             ),
@@ -266,7 +290,6 @@ impl Scratch {
             heads,
             scores,
             probs,
-            probs_low,
             context,
             packed,
             up,

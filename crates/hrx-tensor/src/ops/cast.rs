@@ -4,7 +4,7 @@
 use super::{
     Ops, cast_kernel,
     indexing::coalesce,
-    operand::{Operand, check_inputs, check_output, operand},
+    operand::{Operand, check_inputs, check_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -49,6 +49,52 @@ fn word_operand(tensor: &DeviceTensor, target: &Target, operation: &str) -> Resu
         offset: ((absolute - aligned) / 2) as u64,
         len: words as u64,
     })
+}
+
+/// How the 4-wide kernel addresses a cast: its axes and strides in quads
+/// (d1, d2, d3, sa0, sa1, sa2, then the input's quad offset) and the
+/// output's quad offset.
+struct Quads {
+    scalars: [u64; 7],
+    output: u64,
+}
+
+impl Quads {
+    /// The quads of a float-to-float cast whose coalesced innermost axis is
+    /// unit-stride and a multiple of 4 long, every other stride a multiple
+    /// of 4, both operands 16-byte aligned at a multiple of 4 elements.
+    fn of(
+        from: DType,
+        to: DType,
+        dims: &[usize],
+        strides: &[usize],
+        a: &Operand,
+        out: &Operand,
+    ) -> Option<Quads> {
+        let floats = |d| matches!(d, DType::F32 | DType::F16);
+        let fits = floats(from)
+            && floats(to)
+            && strides[3] == 1
+            && dims[3].is_multiple_of(4)
+            && strides[..3].iter().all(|s| s.is_multiple_of(4));
+        if !fits {
+            return None;
+        }
+        let (qa, qo) = (quad_offset(a)?, quad_offset(out)?);
+        let q = |v: usize| (v / 4) as u64;
+        Some(Quads {
+            scalars: [
+                dims[1] as u64,
+                dims[2] as u64,
+                q(dims[3]),
+                q(strides[0]),
+                q(strides[1]),
+                q(strides[2]),
+                qa,
+            ],
+            output: qo,
+        })
+    }
 }
 
 impl Ops {
@@ -125,6 +171,23 @@ impl Ops {
             }
         };
         let (ka, ko) = (bind(a)?, bind(out)?);
+        if let Some(quads) = Quads::of(from, to, &dims, &strides[0], &ka, &ko) {
+            let kernel = self.registry.kernel(KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("cast4 {from:?} {to:?}"),
+                    move || cast_kernel::cast4(from, to),
+                )),
+                symbol: "cast4",
+                config: self.grid_config("cast4.wg", "cast4.max_groups")?,
+            })?;
+            let n4 = (out.desc().elements() / 4) as u64;
+            let scalars: Vec<ScalarValue> = std::iter::once(n4)
+                .chain(quads.scalars)
+                .chain([ka.len, quads.output, ko.len])
+                .map(ScalarValue::Index)
+                .collect();
+            return kernel.record(graph, operation, &[ka.view, ko.view], &scalars, &[n4]);
+        }
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cast {from:?} {to:?}"),

@@ -16,6 +16,8 @@ mod activation;
 mod argmax_kernel;
 mod attention;
 mod attention_kernels;
+mod biased_softmax;
+mod biased_softmax_kernel;
 mod cast;
 mod cast_kernel;
 mod copy_kernels;

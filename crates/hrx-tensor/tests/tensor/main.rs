@@ -5,6 +5,7 @@
 //! run (cooperative matrices) go through `spirv-val` instead.
 
 mod add_norm;
+mod biased_softmax;
 mod cast;
 mod common;
 mod desc_props;
