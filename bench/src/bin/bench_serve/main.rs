@@ -20,9 +20,11 @@
 //! open loop at half the HTTP saturation (arrivals at a fixed rate,
 //! latency from the scheduled arrival) measures latency under load on
 //! both sides. The HTTP overhead is the throughput lost and the p50 added
-//! against the library at the same client count. Before measuring, the
-//! first sentences' embeddings over HTTP are checked against the
-//! library's.
+//! against the library at the same client count. Two figures split it:
+//! the mean time a request spends inside the server (from its own
+//! metrics), and the round trip alone (`GET /health` from one client).
+//! Before measuring, the first sentences' embeddings over HTTP are
+//! checked against the library's.
 //!
 //! Flags: `--model DIR` (default `target/models/all-MiniLM-L6-v2`);
 //! `--seeded` (or a folder without `model.safetensors`): serve a copy of
@@ -50,7 +52,7 @@ use hrx_models::{
 use hrx_runtime::{DeviceKind, RuntimeOptions};
 use load::{Measured, Window};
 use server::{Server, Shape};
-use sides::{Encoding, Http, Library};
+use sides::{Encoding, Http, Library, ServerTime};
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -145,6 +147,8 @@ pub struct Row {
     pub clients: usize,
     pub http: Measured,
     pub library: Measured,
+    /// Mean time an HTTP request spent inside the server (its metrics).
+    pub inside_ms: Option<f64>,
 }
 
 /// Everything measured on the hrx side.
@@ -154,6 +158,8 @@ pub struct Results {
     pub rate: f64,
     pub http_open: Measured,
     pub library_open: Measured,
+    /// `GET /health` from one client: the round trip under every request.
+    pub floor: Measured,
 }
 
 impl Results {
@@ -167,6 +173,7 @@ impl Results {
 async fn measure(
     s: &Settings,
     http: &Arc<Http>,
+    (health, metrics): (String, String),
     library: &Arc<Library>,
 ) -> Result<Results, String> {
     for index in 0..CHECKED {
@@ -178,11 +185,15 @@ async fn measure(
             ));
         }
     }
+    eprintln!("bench_serve: 1 client, GET /health (the HTTP round trip alone)");
+    let floor = load::closed_loop(&sides::health_call(http.client(), health), 1, s.window).await?;
+    eprintln!("bench_serve:   health  {}", floor.line());
     let (http_call, library_call) = (http.call(), library.call());
     let mut rows = Vec::new();
     for (i, &clients) in s.clients.iter().enumerate() {
         eprintln!("bench_serve: {clients} clients, closed loop");
-        let (http, library) = if i % 2 == 0 {
+        let before = ServerTime::read(&http.client(), &metrics).await?;
+        let (over_http, library) = if i % 2 == 0 {
             let h = load::closed_loop(&http_call, clients, s.window).await?;
             (
                 h,
@@ -192,12 +203,16 @@ async fn measure(
             let l = load::closed_loop(&library_call, clients, s.window).await?;
             (load::closed_loop(&http_call, clients, s.window).await?, l)
         };
-        eprintln!("bench_serve:   HTTP    {}", http.line());
+        let inside_ms = ServerTime::read(&http.client(), &metrics)
+            .await?
+            .mean_ms_since(before);
+        eprintln!("bench_serve:   HTTP    {}", over_http.line());
         eprintln!("bench_serve:   library {}", library.line());
         rows.push(Row {
             clients,
-            http,
+            http: over_http,
             library,
+            inside_ms,
         });
     }
     let mut results = Results {
@@ -205,6 +220,7 @@ async fn measure(
         rate: 0.0,
         http_open: Measured::default(),
         library_open: Measured::default(),
+        floor,
     };
     results.rate = results.saturation().0 / 2.0;
     eprintln!(
@@ -304,7 +320,13 @@ fn run() -> Result<(), String> {
             dimensions,
             Arc::clone(&sentences),
         )?);
-        measure(&s, &http, &library).await
+        measure(
+            &s,
+            &http,
+            (server.url("/health"), server.url("/metrics")),
+            &library,
+        )
+        .await
     });
     drop(tokio);
     let stopped = server.stop();

@@ -137,6 +137,11 @@ impl Http {
         Ok(vector)
     }
 
+    /// The client this side sends with.
+    pub fn client(&self) -> reqwest::Client {
+        self.client.clone()
+    }
+
     /// The load generator's view: one checked request.
     pub fn call(self: &Arc<Self>) -> Call {
         let http = Arc::clone(self);
@@ -144,6 +149,72 @@ impl Http {
             let http = Arc::clone(&http);
             Box::pin(async move { http.embed(index).await.map(drop) })
         })
+    }
+}
+
+/// The floor under every HTTP request: `GET /health` on the same server
+/// with the same client (no body, no model), answered 200.
+pub fn health_call(client: reqwest::Client, url: String) -> Call {
+    Arc::new(move |_| {
+        let (client, url) = (client.clone(), url.clone());
+        Box::pin(async move {
+            let response = client
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| format!("GET {url}: {e}"))?;
+            let status = response.status();
+            response
+                .bytes()
+                .await
+                .map_err(|e| format!("GET {url}: {e}"))?;
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(format!("GET {url}: {status}"))
+            }
+        })
+    })
+}
+
+/// The server's own count of its embeddings answers and the seconds it
+/// spent on them (from `GET /metrics`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerTime {
+    answers: f64,
+    seconds: f64,
+}
+
+impl ServerTime {
+    /// Read the server's counters.
+    pub async fn read(client: &reqwest::Client, url: &str) -> Result<ServerTime, String> {
+        let text = client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?
+            .text()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let value = |name: &str| {
+            let prefix = format!("{name}{{route=\"/v1/embeddings\"}} ");
+            text.lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(ServerTime {
+            answers: value("hrx_http_request_duration_seconds_count"),
+            seconds: value("hrx_http_request_duration_seconds_sum"),
+        })
+    }
+
+    /// The mean milliseconds inside the server of the answers since
+    /// `earlier`: the time the client saw, less the round trip and the
+    /// client's own work.
+    pub fn mean_ms_since(&self, earlier: ServerTime) -> Option<f64> {
+        let answers = self.answers - earlier.answers;
+        (answers > 0.0).then(|| 1e3 * (self.seconds - earlier.seconds) / answers)
     }
 }
 

@@ -105,6 +105,15 @@ pub fn records(r: &Results, torch: Option<&Torch>, s: &Settings, device: &str) -
             )
         });
     }
+    out.push(Record::new(
+        "serve: HTTP round trip alone (GET /health, 1 client), p50",
+        "ms",
+        Some(r.floor.p50),
+        None,
+        "none: the floor under every HTTP request",
+        Better::Lower,
+        device,
+    ));
     for row in &r.rows {
         let c = row.clients;
         out.push(against_torch(
@@ -165,16 +174,16 @@ pub fn markdown(r: &Results, torch: Option<&Torch>, s: &Settings, device: &str) 
     );
     out.push_str(
         "| clients | HTTP req/s | library req/s | throughput lost | HTTP p50 ms | library p50 ms \
-         | p50 added ms | HTTP p99 ms | HTTP p999 ms | PyTorch req/s | PyTorch p50 ms \
-         | HTTP / PyTorch req/s |\n",
+         | p50 added ms | HTTP p99 ms | HTTP p999 ms | inside the server, mean ms \
+         | PyTorch req/s | PyTorch p50 ms | HTTP / PyTorch req/s |\n",
     );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &r.rows {
         let c = row.clients;
         let torch_rps = torch_value(torch, &format!("closed_{c}_rps"));
         let _ = writeln!(
             out,
-            "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(Some(row.http.throughput), 1),
             cell(Some(row.library.throughput), 1),
             cell(
@@ -186,6 +195,7 @@ pub fn markdown(r: &Results, torch: Option<&Torch>, s: &Settings, device: &str) 
             cell(Some(row.http.p50 - row.library.p50), 3),
             cell(Some(row.http.p99), 3),
             cell(Some(row.http.p999), 3),
+            cell(row.inside_ms, 3),
             cell(torch_rps, 1),
             cell(torch_value(torch, &format!("closed_{c}_p50_ms")), 3),
             cell(torch_rps.map(|t| row.http.throughput / t), 3),
@@ -218,6 +228,13 @@ pub fn markdown(r: &Results, torch: Option<&Torch>, s: &Settings, device: &str) 
         cell(torch_value(torch, "open50_p50_ms"), 3),
         cell(torch_value(torch, "open50_p99_ms"), 3),
         cell(torch_value(torch, "open50_p999_ms"), 3),
+    );
+    let _ = writeln!(
+        out,
+        "The HTTP round trip alone (GET /health, one client): p50 {} ms, p99 {} ms, {} req/s.",
+        cell(Some(r.floor.p50), 3),
+        cell(Some(r.floor.p99), 3),
+        cell(Some(r.floor.throughput), 1),
     );
     let _ = writeln!(out, "\nBaselines:\n- {LIBRARY}\n- {}", torch_name(torch, s));
     out
