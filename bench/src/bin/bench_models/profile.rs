@@ -11,6 +11,8 @@ use std::{collections::BTreeMap, time::Instant};
 
 /// Repetitions of an operation in its timed submission.
 const REPS: u32 = 20;
+/// Dispatches listed one by one.
+const FIRST: usize = 24;
 
 pub fn run(
     context: &ModelContext,
@@ -41,7 +43,8 @@ pub fn run(
         })
         .collect();
     let mut by_kernel: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for (kernel, views, constants, workgroups) in &dispatches {
+    let mut first_layer = String::new();
+    for (i, (kernel, views, constants, workgroups)) in dispatches.iter().enumerate() {
         let mut graph = context.runtime().graph();
         for _ in 0..REPS {
             graph
@@ -55,6 +58,12 @@ pub fn run(
             let start = Instant::now();
             graph.submit().map_err(e)?.wait().map_err(e)?;
             best = best.min(start.elapsed().as_secs_f64() * 1e6 / f64::from(REPS));
+        }
+        if i < FIRST {
+            first_layer.push_str(&format!(
+                "| {i} | {} | {workgroups:?} | {best:.1} |\n",
+                kernel.contract().entry_point
+            ));
         }
         let entry = by_kernel
             .entry(kernel.contract().entry_point.clone())
@@ -77,5 +86,7 @@ pub fn run(
     for (name, (us, n)) in sorted {
         println!("| {name} | {n} | {us:.1} | {:.1}% |", 100.0 * us / total);
     }
+    println!("\nThe first {FIRST} dispatches (the embeddings and the first layer):");
+    println!("| # | kernel | workgroups | us |\n|---:|---|---|---:|\n{first_layer}");
     Ok(())
 }

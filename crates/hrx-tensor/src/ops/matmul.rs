@@ -359,7 +359,7 @@ fn choose(
     b: &BLayout,
 ) -> Choice {
     let coop = (input == DType::F16)
-        .then(|| coop_tiles_for(target, tuning.coop_tiles, m, n, batch))
+        .then(|| coop_tiles_for(target, tuning.coop_tiles, (m, n, k), batch))
         .flatten();
     let load = b_load(input, b);
     let few = k > 0 && m <= gemv_max_rows(coop.is_some(), batch);

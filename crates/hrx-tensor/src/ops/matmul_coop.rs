@@ -60,15 +60,24 @@ const WIDE_TILES: [usize; 5] = [128, 256, 32, 2, 8];
 /// units idle (about two waves of a 132-SM H200 at one workgroup each).
 const WIDE_MIN_WORKGROUPS: usize = 256;
 
-/// The cooperative-matrix tiling for a `batch` of `m x n` outputs: the
-/// wide one where its workgroups are many, else `coop_tiles`'s. A
-/// `forced` tiling (a tuning run's) replaces them for large m where it
-/// fits the target.
+/// Tiles for products narrower than the wide tiling: at most 64 columns,
+/// and at most 128 (attention's `p v` and `q k^T` over a few hundred
+/// keys, batched by heads). A tile wider than `n` computes zeros: on the
+/// H200 the encoder's batched attention products, `n` = 32 and 128 in the
+/// 128 x 256 tile, ran at 10-13 TFLOP/s.
+const NARROW_N_TILES: [usize; 5] = [64, 64, 32, 2, 2];
+const SHALLOW_K_TILES: [usize; 5] = [128, 128, 32, 2, 4];
+
+/// The cooperative-matrix tiling for a `batch` of `m x n` outputs over
+/// `k`: the wide one where its workgroups are many and `n` fills its
+/// columns (to within 1/16), a
+/// tile no wider than 64 or 128 columns for narrower products (32 deep
+/// for `k` <= 32), else `coop_tiles`'s. A `forced` tiling (a tuning
+/// run's) replaces them for large m where it fits the target.
 pub(crate) fn coop_tiles_for(
     target: &Target,
     forced: Option<CoopTiling>,
-    m: usize,
-    n: usize,
+    (m, n, k): (usize, usize, usize),
     batch: usize,
 ) -> Option<CoopTiles> {
     let narrow = coop_tiles(target, m)?;
@@ -80,13 +89,30 @@ pub(crate) fn coop_tiles_for(
     {
         return Some(forced);
     }
+    let sized = |dims| Some(CoopTiles::new(dims, narrow.sg)).filter(|t| t.fits(target));
+    if n <= 64 {
+        return sized(NARROW_N_TILES).or(Some(narrow));
+    }
+    if n <= 128 {
+        let shallow = if k <= 32 {
+            sized(SHALLOW_K_TILES)
+        } else {
+            None
+        };
+        return shallow.or(Some(narrow));
+    }
     let wide = CoopTiles::new(WIDE_TILES, narrow.sg);
     let workgroups = m.div_ceil(wide.bm) * n.div_ceil(wide.bn) * batch;
-    Some(if workgroups >= WIDE_MIN_WORKGROUPS && wide.fits(target) {
-        wide
-    } else {
-        narrow
-    })
+    // Past n's last multiple of 256 the wide tile computes zeros: 384
+    // columns would cost the products of 512.
+    let filled = n.next_multiple_of(wide.bn) * 16 <= n * 17;
+    Some(
+        if workgroups >= WIDE_MIN_WORKGROUPS && filled && wide.fits(target) {
+            wide
+        } else {
+            narrow
+        },
+    )
 }
 
 /// The subgroup size the kernel runs with on `target`, or `None` when the
@@ -186,7 +212,7 @@ pub fn coop_matmul_source(
     transposed_b: bool,
     activation: Option<UnaryOp>,
 ) -> Option<String> {
-    let tiles = coop_tiles_for(target, None, m, 4096, 1)?;
+    let tiles = coop_tiles_for(target, None, (m, 4096, 4096), 1)?;
     let layout = CoopLayout {
         a_k_fast: true,
         b_n_fast: !transposed_b,

@@ -14,11 +14,36 @@ fn hopper_tilings() -> Vec<(String, CoopTiles)> {
         .into_iter()
         .map(|m| (format!("m={m}"), coop_tiles(&target, m).unwrap()))
         .collect();
-    let wide = coop_tiles_for(&target, None, 8192, 8192, 1).unwrap();
+    let wide = coop_tiles_for(&target, None, (8192, 8192, 8192), 1).unwrap();
     assert_eq!((wide.bm, wide.bn, wide.bk), (128, 256, 32));
     assert!(all.iter().all(|(_, t)| *t != wide));
     all.push(("m=n=8192".into(), wide));
+    for (name, shape) in [("p v", (128, 32, 128)), ("q k^T", (128, 128, 32))] {
+        let t = coop_tiles_for(&target, None, shape, 12 * 1024).unwrap();
+        if !all.iter().any(|(_, seen)| *seen == t) {
+            all.push((name.into(), t));
+        }
+    }
     all
+}
+
+/// Batched products narrower than the wide tile get tiles no wider than
+/// they are: the encoder's attention (`p v`: n = 32; `q k^T`: n = 128
+/// over k = 32); of its projections only n = 1536 fills the wide tile's
+/// 256 columns.
+#[test]
+fn narrow_products_get_narrow_tiles() {
+    let target = Target::hopper();
+    let tiles = |m, n, k| {
+        let t = coop_tiles_for(&target, None, (m, n, k), 12 * 1024).unwrap();
+        (t.bm, t.bn, t.bk)
+    };
+    assert_eq!(tiles(128, 32, 128), (64, 64, 32));
+    assert_eq!(tiles(128, 128, 32), (128, 128, 32));
+    assert_eq!(tiles(128, 128, 64), (128, 128, 64));
+    assert_eq!(tiles(131_072, 1536, 384), (128, 256, 32));
+    assert_eq!(tiles(131_072, 384, 1536), (128, 128, 64));
+    assert_eq!(tiles(131_072, 1152, 384), (128, 128, 64));
 }
 
 /// The built-in tilings obey the rules a forced one is checked against.
