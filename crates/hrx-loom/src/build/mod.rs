@@ -280,12 +280,23 @@ impl Builder {
     /// The function's ops, leaving the builder ready for the next function
     /// (whose names start afresh).
     fn take_function(&mut self) -> Vec<ast::Op> {
+        // The next function reuses names from the start, so a handle of
+        // this one would print as whatever value of the next function took
+        // its name. Renamed, it prints as a name no value has, which the
+        // verifier reports as undefined.
+        for slot in &mut self.values {
+            slot.name = format!("{}{}", slot.name, ENDED_FUNCTION);
+        }
         self.names.clear();
         self.suffixes.clear();
         self.regions.truncate(1);
         std::mem::take(&mut self.regions[0])
     }
 }
+
+/// Marks the printed name of a value of a function already ended (the
+/// launch region, used from the body).
+const ENDED_FUNCTION: &str = "__of_the_launch_region";
 
 /// The name of a value of type `ty` when no hint is given.
 fn default_name(ty: &Ty) -> &'static str {

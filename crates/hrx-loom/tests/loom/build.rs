@@ -231,6 +231,30 @@ fn launch_values_do_not_reach_the_body() {
     );
 }
 
+/// Also when the body has a value of the same name: the body's own names
+/// start afresh, and a launch-region handle must not print as one of
+/// them (it would silently read the body's value).
+#[test]
+fn launch_values_do_not_alias_body_values_of_their_name() {
+    let mut k = KernelBuilder::new("s");
+    let one = k.index(1);
+    let launch_name = k.name(one).to_string();
+    let mut k = k.launch_config([one, one, one], [one, one, one]);
+    let sixteen = k.index(16);
+    assert_eq!(
+        k.name(sixteen),
+        launch_name,
+        "the body reuses the launch region's names"
+    );
+    k.add(sixteen, one);
+    let d = compile_error(&Built::kernel(k.finish()));
+    assert!(
+        d.iter()
+            .any(|d| d.code.starts_with("E02") && d.message.contains("of_the_launch_region")),
+        "{d:#?}"
+    );
+}
+
 /// Storing through a readonly buffer is the verifier's access error.
 #[test]
 fn stores_through_readonly_buffers_are_diagnosed() {
