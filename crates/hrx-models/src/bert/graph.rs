@@ -13,8 +13,14 @@
 //!
 //! Intermediates are allocated once per slot and reused by every layer;
 //! the graph derives the ordering between the layers' reads and writes.
+//!
+//! Attention is one dispatch (`record_encoder_attention`: the stacked
+//! projection in, the contexts by position out) or separate operators
+//! (q, k and v packed by head, the batched `q k^T`, the masked softmax,
+//! `p v`, and the contexts copied back by position), as the encoder's
+//! [`AttentionPath`] and the heads decide.
 
-use super::{BertConfig, BertEncoder, Pooling, Precision};
+use super::{AttentionPath, BertConfig, BertEncoder, Pooling, Precision};
 use hrx_core::{Error, Result};
 use hrx_inference::SlotBuilder;
 use hrx_tensor::{
@@ -36,18 +42,26 @@ struct Scratch {
     /// A projection's output: `[rows, d]`.
     proj: DeviceTensor,
     qkv: DeviceTensor,
-    /// q, k and v by head, in the matmul precision: `[batch, heads, seq, dh]`.
-    heads: [DeviceTensor; 3],
-    scores: DeviceTensor,
-    /// The attention probabilities, in the matmul precision.
-    probs: DeviceTensor,
-    context: DeviceTensor,
+    /// The per-head path's intermediates, allocated by its first use.
+    by_head: Option<ByHead>,
     /// The context by position, in the matmul precision: `[rows, d]`.
     packed: DeviceTensor,
     up: DeviceTensor,
     /// `x`-shaped and `up`-shaped f16 copies when the matmuls are f16.
     x_low: Option<DeviceTensor>,
     up_low: Option<DeviceTensor>,
+}
+
+/// What attention as separate operators needs (where the one-dispatch
+/// kernel does not apply).
+#[derive(Clone)]
+struct ByHead {
+    /// q, k and v by head, in the matmul precision: `[batch, heads, seq, dh]`.
+    heads: [DeviceTensor; 3],
+    scores: DeviceTensor,
+    /// The attention probabilities, in the matmul precision.
+    probs: DeviceTensor,
+    context: DeviceTensor,
 }
 
 struct Recorder<'e, 's, 'a> {
@@ -132,9 +146,26 @@ impl<'e> Recorder<'e, '_, '_> {
         let x = self.operand(x, &x_low)?;
         let qkv = self.s.qkv.clone();
         self.linear(x, &format!("layer.{layer}.qkv"), None, &qkv)?;
+        let packed = self.s.packed.reshape(vec![b, s, d])?;
+        let stacked = qkv.reshape(vec![b, s, 3 * d])?;
+        if self.fused_attention()? {
+            // The query is pre-scaled in the weights: scale 1.
+            match self.ops.record_encoder_attention(
+                self.slot.graph(),
+                &stacked,
+                bias,
+                h,
+                1.0,
+                &packed,
+            ) {
+                Err(Error::Unsupported(_)) => {}
+                done => return done,
+            }
+        }
+        let by_head = self.by_head(dh)?;
         // q, k and v by head: one packing copy each (a cast in f16), since
         // a matmul batches over one merged axis.
-        for (part, out) in self.s.heads.clone().iter().enumerate() {
+        for (part, out) in by_head.heads.iter().enumerate() {
             let desc =
                 TensorDesc::strided(DType::F32, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
             let view = qkv.view(part * d * 4, desc)?;
@@ -144,27 +175,23 @@ impl<'e> Recorder<'e, '_, '_> {
                 self.ops.record_cast(self.slot.graph(), &view, out)?;
             }
         }
-        let [q, k, v] = self.s.heads.clone();
-        let scores = self.s.scores.clone();
+        let [q, k, v] = &by_head.heads;
         let transposed = MatmulOptions {
             transpose_b: true,
             ..MatmulOptions::default()
         };
         self.ops
-            .record_matmul(self.slot.graph(), &q, &k, None, transposed, &scores)?;
-        let probs = self.s.probs.clone();
-        self.masked_softmax(&scores, bias, &probs)?;
-        let p = &probs;
-        let context = self.s.context.clone();
+            .record_matmul(self.slot.graph(), q, k, None, transposed, &by_head.scores)?;
+        self.masked_softmax(&by_head.scores, bias, &by_head.probs)?;
         self.ops.record_matmul(
             self.slot.graph(),
-            p,
-            &v,
+            &by_head.probs,
+            v,
             None,
             MatmulOptions::default(),
-            &context,
+            &by_head.context,
         )?;
-        let by_position = Ops::permuted(&context, &[0, 2, 1, 3])?;
+        let by_position = Ops::permuted(&by_head.context, &[0, 2, 1, 3])?;
         let packed = self.s.packed.reshape(vec![b, s, h, dh])?;
         if packed.desc().dtype() == DType::F32 {
             self.ops
@@ -173,6 +200,49 @@ impl<'e> Recorder<'e, '_, '_> {
             self.ops
                 .record_cast(self.slot.graph(), &by_position, &packed)
         }
+    }
+
+    /// Whether to try the one-dispatch attention kernel (see
+    /// [`AttentionPath`]).
+    fn fused_attention(&self) -> Result<bool> {
+        Ok(match self.encoder.attention {
+            AttentionPath::Fused => true,
+            AttentionPath::ByHead => false,
+            AttentionPath::Auto => {
+                let tensor_cores = self
+                    .ops
+                    .runtime()
+                    .gpu()?
+                    .target()
+                    .supports_cooperative_matrix();
+                !(self.encoder.precision == Precision::F16 && tensor_cores)
+            }
+        })
+    }
+
+    /// The per-head path's intermediates (allocated once per slot).
+    fn by_head(&mut self, dh: usize) -> Result<ByHead> {
+        if let Some(by_head) = &self.s.by_head {
+            return Ok(by_head.clone());
+        }
+        let (b, s, h) = (self.batch, self.seq, self.config().heads);
+        let low = self.s.packed.desc().dtype();
+        let mut typed = |shape: &[usize]| self.slot.scratch(TensorDesc::new(low, shape.to_vec())?);
+        let heads = [
+            typed(&[b, h, s, dh])?,
+            typed(&[b, h, s, dh])?,
+            typed(&[b, h, s, dh])?,
+        ];
+        let probs = typed(&[b, h, s, s])?;
+        let scores = self.slot.scratch_f32(&[b, h, s, s])?;
+        let context = self.slot.scratch_f32(&[b, h, s, dh])?;
+        self.s.by_head = Some(ByHead {
+            heads,
+            scores,
+            probs,
+            context,
+        });
+        self.by_head(dh)
     }
 
     /// `probs = softmax(scores + bias)` over the keys, `bias` `[batch, seq]`
@@ -249,7 +319,7 @@ impl Scratch {
         batch: usize,
         seq: usize,
     ) -> Result<Scratch> {
-        let (d, h, dh) = (c.hidden, c.heads, c.head_dim());
+        let d = c.hidden;
         let rows = batch * seq;
         let low = match precision {
             Precision::F32 => DType::F32,
@@ -263,17 +333,9 @@ impl Scratch {
             f32s(&[rows, d])?,
         );
         let qkv = f32s(&[rows, 3 * d])?;
-        let scores = f32s(&[batch, h, seq, seq])?;
-        let context = f32s(&[batch, h, seq, dh])?;
         let up = f32s(&[rows, c.intermediate])?;
         let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
-        let heads = [
-            typed(&[batch, h, seq, dh])?,
-            typed(&[batch, h, seq, dh])?,
-            typed(&[batch, h, seq, dh])?,
-        ];
         let packed = typed(&[rows, d])?;
-        let probs = typed(&[batch, h, seq, seq])?;
         let (x_low, up_low) = match precision {
             Precision::F32 => (None, None),
             Precision::F16 => (
@@ -287,10 +349,7 @@ impl Scratch {
             sum,
             proj,
             qkv,
-            heads,
-            scores,
-            probs,
-            context,
+            by_head: None,
             packed,
             up,
             x_low,

@@ -8,8 +8,9 @@
 
 use hrx_core::Error;
 use hrx_inference::ModelContext;
-use hrx_models::bert::Precision;
+use hrx_models::bert::{AttentionPath, BertEncoder, Precision};
 use hrx_models::embed::{EmbedderOptions, Embedding, SentenceEmbedder};
+use hrx_models::tokenizer::WordPieceTokenizer;
 use hrx_runtime::RuntimeOptions;
 use hrx_test_support::{
     compare::{cosine, max_difference},
@@ -117,6 +118,29 @@ fn embeddings_match_the_float64_reference() {
     let pair = &reference().pair;
     let cos = cosine(&results[pair.a].vector, &results[pair.b].vector);
     assert!((cos - 0.7553).abs() <= 5e-4, "published pair: cosine {cos}");
+}
+
+/// The attention as separate operators (the path for heads the one-dispatch
+/// kernel does not take) against the same reference and the fused path.
+#[test]
+fn attention_by_head_matches_the_reference_and_the_fused_kernel() {
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
+    let encoder = BertEncoder::load(&context, &minilm_dir(), Precision::F32)
+        .expect("encoder")
+        .with_attention(AttentionPath::ByHead);
+    let tokenizer = WordPieceTokenizer::from_dir(&minilm_dir()).expect("tokenizer");
+    let options = EmbedderOptions {
+        max_batch: 16,
+        ..EmbedderOptions::default()
+    };
+    let by_head = SentenceEmbedder::new(tokenizer, encoder, &options).expect("embedder");
+    let results = by_head.embed(&texts()).expect("embed");
+    check(&results, 0.99999, 1e-4);
+    let fused = shared().embed(&texts()).expect("embed");
+    for (i, (a, b)) in results.iter().zip(&fused).enumerate() {
+        let diff = max_difference(&a.vector, &b.vector);
+        assert!(diff <= 1e-5, "sentence {i}: the two paths differ by {diff}");
+    }
 }
 
 #[test]

@@ -23,6 +23,8 @@ mod cast_kernel;
 mod copy_kernels;
 mod elementwise;
 mod elementwise_kernels;
+mod encoder_attention;
+mod encoder_attention_kernel;
 mod gather;
 mod indexing;
 mod matmul;
@@ -55,6 +57,7 @@ mod top_k_kernel;
 mod tuning;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
 pub use indexing::broadcast_shapes;
 pub use matmul::MatmulOptions;
 #[cfg(feature = "kernel-sources")]

@@ -1,0 +1,282 @@
+//! `record_encoder_attention` against an f64 reference: MiniLM's shape (12
+//! heads of 32 over 128 tokens), heads of 4, 64 and 128, sequences
+//! shorter than a workgroup and spanning several key blocks, a padding
+//! mask (about a fifth of the keys at -10000) with one sequence fully
+//! masked, a scale, f32 and f16 outputs; and its refusals, which record
+//! nothing.
+//!
+//! Tolerance per output value, for a query over n keys (u = 2^-24): each
+//! score's f32 error is at most (head + 4)u of the sum of |scale q k|
+//! terms plus the rounding of adding the bias (|score| u: in a fully
+//! masked sequence, about 6e-4 at -10000), which moves a probability by
+//! about twice that, relative; the
+//! online softmax's exponentials, rescalings and sums add (16 + 2R + n)u
+//! relative, R the largest |score - max| of a key with any weight. The
+//! output moves by that relative error times the probability-weighted sum
+//! of |v|, plus its own roundings; f16 outputs add 2^-11 relative and
+//! 2^-25 absolute. A wrong head, key row, value column, sequence or mask
+//! exceeds it by orders of magnitude.
+
+use crate::common::*;
+use hrx_core::Error;
+use hrx_tensor::{DType, DeviceTensor, TensorDesc};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+const MASKED: f64 = -10_000.0;
+
+fn has_f16() -> bool {
+    let target = ops().runtime().gpu().unwrap().target().clone();
+    target.shader_f16 && target.storage_16bit
+}
+
+struct Case {
+    batch: usize,
+    seq: usize,
+    heads: usize,
+    head: usize,
+    scale: f64,
+}
+
+impl Case {
+    fn width(&self) -> usize {
+        self.heads * self.head
+    }
+
+    /// qkv values in [-1, 1] (f32-exact) and the key bias: about a fifth
+    /// of the keys masked, sequence 1 (when there is one) all masked,
+    /// the others in [-2, 2].
+    fn inputs(&self, seed: u64) -> (Vec<f64>, Vec<f64>) {
+        let mut g = Gen::new(seed);
+        let qkv = (0..self.batch * self.seq * 3 * self.width())
+            .map(|_| f64::from(g.uniform(-1.0, 1.0) as f32))
+            .collect();
+        let bias = (0..self.batch * self.seq)
+            .map(|i| {
+                if i / self.seq == 1 || g.below(5) == 0 {
+                    MASKED
+                } else {
+                    f64::from(g.uniform(-2.0, 2.0) as f32)
+                }
+            })
+            .collect();
+        (qkv, bias)
+    }
+
+    /// (outputs, tolerances), `[batch, seq, width]`.
+    fn reference(&self, qkv: &[f64], bias: &[f64], out: DType) -> (Vec<f64>, Vec<f64>) {
+        let (s, w, dh) = (self.seq, self.width(), self.head);
+        let scale = f64::from(self.scale as f32);
+        let at =
+            |b: usize, i: usize, part: usize, h: usize| (b * s + i) * 3 * w + part * w + h * dh;
+        let (mut want, mut tol) = (vec![0.0; self.batch * s * w], vec![0.0; self.batch * s * w]);
+        for b in 0..self.batch {
+            for h in 0..self.heads {
+                for i in 0..s {
+                    let q = &qkv[at(b, i, 0, h)..][..dh];
+                    let scores: Vec<(f64, f64)> = (0..s)
+                        .map(|j| {
+                            let k = &qkv[at(b, j, 1, h)..][..dh];
+                            let dot: f64 = q.iter().zip(k).map(|(x, y)| x * y).sum();
+                            let mag: f64 = q.iter().zip(k).map(|(x, y)| (x * y).abs()).sum();
+                            let bj = f64::from(bias[b * s + j] as f32);
+                            let x = scale * dot + bj;
+                            (x, (dh as f64 + 4.0) * U * scale.abs() * mag + x.abs() * U)
+                        })
+                        .collect();
+                    let max = scores.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|p| (p.0 - max).exp()).collect();
+                    let sum: f64 = weights.iter().sum();
+                    let (mut range, mut score_err) = (0.0f64, 0.0f64);
+                    for ((x, e), wgt) in scores.iter().zip(&weights) {
+                        if *wgt / sum > 1e-30 {
+                            range = range.max(max - x);
+                            score_err = score_err.max(*e);
+                        }
+                    }
+                    let relative = 4.0 * score_err + (16.0 + 2.0 * range + s as f64) * U;
+                    for c in 0..dh {
+                        let (mut o, mut mass) = (0.0, 0.0);
+                        for (j, wgt) in weights.iter().enumerate() {
+                            let v = qkv[at(b, j, 2, h) + c];
+                            o += wgt / sum * v;
+                            mass += wgt / sum * v.abs();
+                        }
+                        let mut t = 2.0 * relative * mass + 4.0 * U * o.abs();
+                        if out == DType::F16 {
+                            t += o.abs() / 2048.0 + 1.0 / (1u64 << 25) as f64;
+                        }
+                        let idx = (b * s + i) * w + h * dh + c;
+                        want[idx] = o;
+                        tol[idx] = t;
+                    }
+                }
+            }
+        }
+        (want, tol)
+    }
+
+    fn check(&self, out_dtype: DType, seed: u64) {
+        let rt = ops().runtime().clone();
+        let (qkv_v, bias_v) = self.inputs(seed);
+        let (b, s, w) = (self.batch, self.seq, self.width());
+        let qkv = DeviceTensor::from_values(&rt, DType::F32, vec![b, s, 3 * w], &qkv_v).unwrap();
+        let bias = DeviceTensor::from_values(&rt, DType::F32, vec![b, s], &bias_v).unwrap();
+        let mut out = ops()
+            .output(TensorDesc::new(out_dtype, vec![b, s, w]).unwrap())
+            .unwrap();
+        let mut graph = rt.graph();
+        ops()
+            .record_encoder_attention(&mut graph, &qkv, &bias, self.heads, self.scale as f32, &out)
+            .unwrap();
+        let deps = [&qkv, &bias, &out].map(|t| t.completion().clone());
+        out.set_producer(graph.prepare().unwrap().submit_after(&deps).unwrap());
+        let got = out.to_values().unwrap();
+        let (want, tol) = self.reference(&qkv_v, &bias_v, out_dtype);
+        for (i, ((g, x), t)) in got.iter().zip(&want).zip(&tol).enumerate() {
+            assert!(
+                (g - x).abs() <= *t,
+                "[{b}, {s}, {} x {}] -> {out_dtype}: value {i} (sequence {}, token {}, column {}) \
+                 is {g}, expected {x} +- {t}",
+                self.heads,
+                self.head,
+                i / (s * w),
+                i / w % s,
+                i % w
+            );
+        }
+    }
+}
+
+#[test]
+fn minilm_shaped_attention_with_a_padding_mask() {
+    let case = Case {
+        batch: 2,
+        seq: 128,
+        heads: 12,
+        head: 32,
+        scale: 1.0,
+    };
+    case.check(DType::F32, 1);
+}
+
+#[test]
+fn heads_of_4_64_and_128_over_short_and_long_sequences() {
+    for (i, (batch, seq, heads, head, scale)) in [
+        (3, 5, 2, 4, 0.5),
+        (1, 37, 1, 64, 0.125),
+        (2, 70, 2, 64, 0.125),
+        (1, 20, 1, 128, 0.0884),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let case = Case {
+            batch,
+            seq,
+            heads,
+            head,
+            scale,
+        };
+        case.check(DType::F32, 10 + i as u64);
+    }
+}
+
+#[test]
+fn f16_contexts() {
+    if !has_f16() {
+        eprintln!("skipped: the device lacks f16 arithmetic or 16-bit storage");
+        return;
+    }
+    let case = Case {
+        batch: 3,
+        seq: 40,
+        heads: 3,
+        head: 32,
+        scale: 0.25,
+    };
+    case.check(DType::F16, 20);
+}
+
+#[test]
+fn refusals_record_nothing() {
+    let rt = ops().runtime().clone();
+    let zeros = |dtype, shape: &[usize]| {
+        let n = shape.iter().product();
+        DeviceTensor::from_values(&rt, dtype, shape.to_vec(), &vec![0.0; n]).unwrap()
+    };
+    let qkv = zeros(DType::F32, &[2, 4, 24]);
+    let bias = zeros(DType::F32, &[2, 4]);
+    let out = zeros(DType::F32, &[2, 4, 8]);
+    let odd_heads = zeros(DType::F32, &[2, 4, 18]);
+    let odd_out = zeros(DType::F32, &[2, 4, 6]);
+    let big = zeros(DType::F32, &[1, 2, 3 * 256]);
+    let big_bias = zeros(DType::F32, &[1, 2]);
+    let big_out = zeros(DType::F32, &[1, 2, 256]);
+    let strided = hrx_tensor::Ops::permuted(&zeros(DType::F32, &[4, 2, 24]), &[1, 0, 2]).unwrap();
+    let ints = zeros(DType::I32, &[2, 4, 8]);
+    let inside = qkv
+        .reshape(vec![24, 8])
+        .and_then(|t| t.slice(0, 0..8))
+        .and_then(|t| t.reshape(vec![2, 4, 8]))
+        .unwrap();
+    let cases: Vec<(
+        &str,
+        &DeviceTensor,
+        &DeviceTensor,
+        usize,
+        f32,
+        &DeviceTensor,
+        bool,
+    )> = vec![
+        (
+            "heads of 3 values",
+            &odd_heads,
+            &bias,
+            2,
+            1.0,
+            &odd_out,
+            true,
+        ),
+        ("a head of 256", &big, &big_bias, 1, 1.0, &big_out, true),
+        ("strided qkv", &strided, &bias, 2, 1.0, &out, true),
+        ("an i32 output", &qkv, &bias, 2, 1.0, &ints, true),
+        ("a bias of the wrong shape", &qkv, &out, 2, 1.0, &out, false),
+        (
+            "heads that do not divide the width",
+            &qkv,
+            &bias,
+            3,
+            1.0,
+            &out,
+            false,
+        ),
+        ("no heads", &qkv, &bias, 0, 1.0, &out, false),
+        ("a NaN scale", &qkv, &bias, 2, f32::NAN, &out, false),
+        (
+            "an output of the wrong shape",
+            &qkv,
+            &bias,
+            2,
+            1.0,
+            &bias,
+            false,
+        ),
+        ("an output inside qkv", &qkv, &bias, 2, 1.0, &inside, false),
+    ];
+    for (what, q, b, heads, scale, o, unsupported) in cases {
+        let mut graph = rt.graph();
+        let e = ops()
+            .record_encoder_attention(&mut graph, q, b, heads, scale, o)
+            .expect_err(what);
+        assert!(
+            e.to_string().contains("encoder attention of"),
+            "{what}: the error names the operation: {e}"
+        );
+        assert_eq!(
+            matches!(e, Error::Unsupported(_)),
+            unsupported,
+            "{what}: {e:?}"
+        );
+        assert!(graph.is_empty(), "{what}: recorded work");
+    }
+}
