@@ -28,8 +28,12 @@ pub const ENCODER_ATTENTION_MAX_HEAD: usize = 128;
 /// device, where llvmpipe runs a workgroup's invocations as coroutines
 /// switching at every barrier, blocks of 16.
 const GPU_BLOCK_BYTES: usize = 32 << 10;
-const GPU_WG: (usize, usize) = (32, 128);
-const CPU_WG: usize = 16;
+const GPU_BLOCK: (usize, usize) = (32, 128);
+const CPU_BLOCK: usize = 16;
+/// Heads up to which a work item takes two queries: each key and
+/// value read from workgroup memory then feeds both, and the two queries'
+/// registers (2 x 2 x head values) still fit.
+const TWO_QUERIES_MAX_HEAD: usize = 32;
 
 impl Ops {
     /// Record an encoder's multi-head self-attention:
@@ -132,15 +136,18 @@ impl Ops {
         if !(qkv.desc().is_contiguous() && bias.desc().is_contiguous()) {
             return refuse("qkv and the bias must be contiguous".into());
         }
-        let wg = match target.kind {
-            DeviceKind::Cpu => CPU_WG,
-            _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_WG.0, GPU_WG.1),
-        }
-        .min(target.max_workgroup_invocations as usize)
-        .min(target.max_workgroup_size[0] as usize);
-        // Whole groups of keys (Vulkan guarantees at least 128 invocations).
+        let block = match target.kind {
+            DeviceKind::Cpu => CPU_BLOCK,
+            _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
+        };
+        let per_item = if head <= TWO_QUERIES_MAX_HEAD { 2 } else { 1 };
+        let most =
+            (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
+        // Whole groups of four keys (Vulkan guarantees 128 invocations).
+        let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
-        let blocks = seq.div_ceil(wg);
+        let block = wg * per_item;
+        let blocks = seq.div_ceil(block);
         let fits = |n: usize, axis: usize| n as u64 <= u64::from(target.max_workgroup_count[axis]);
         if !(fits(blocks, 0) && fits(heads, 1) && fits(batch, 2)) {
             return refuse("more workgroups than the device launches".into());
@@ -157,8 +164,8 @@ impl Ops {
         disjoint(operation, ("out", &ko), ("the bias", &kb))?;
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
-                format!("encoder_attention {head} {wg} {narrow:?}"),
-                move || encoder_attention_kernel::encoder_attention(head, wg, narrow),
+                format!("encoder_attention {head} {wg} {per_item} {narrow:?}"),
+                move || encoder_attention_kernel::encoder_attention(head, wg, per_item, narrow),
             )),
             symbol: "encoder_attention",
             config: Vec::new(),

@@ -27,10 +27,13 @@ const F32: Scalar = Scalar::F32;
 const GROUP: usize = 4;
 
 /// The kernel for heads of `dh` values (a multiple of 4), workgroups of
-/// `wg` queries, writing `out` elements.
-pub(crate) fn encoder_attention(dh: usize, wg: usize, out: Scalar) -> Built {
+/// `wg` work items taking `per_item` queries each (blocks of `wg *
+/// per_item` queries and keys), writing `out` elements.
+pub(crate) fn encoder_attention(dh: usize, wg: usize, per_item: usize, out: Scalar) -> Built {
     assert!(dh.is_multiple_of(4) && dh > 0, "head size {dh}");
-    assert!(wg.is_multiple_of(GROUP), "workgroup of {wg}");
+    assert!(per_item > 0, "queries per work item");
+    let block = wg * per_item;
+    assert!(block.is_multiple_of(GROUP), "blocks of {block}");
     let quads = dh / 4;
     let mut k = KernelBuilder::new("encoder_attention");
     let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
@@ -47,30 +50,23 @@ pub(crate) fn encoder_attention(dh: usize, wg: usize, out: Scalar) -> Built {
     let bias_v = k.buffer_view(bias, zero, [lb.into()], F32);
     let out_v = k.buffer_view(dst, zero, [lo.into()], out);
     // Workgroup memory: the block's key rows, value rows and key biases.
-    let tile = wg * dh;
     let shared = |k: &mut Body, elems: usize| -> Value<View> {
         let bytes = k.offset(elems as u64 * 4);
         let buffer = k.alloca_workgroup(bytes, 16);
         k.buffer_view(buffer, zero, [Extent::from(elems)], F32)
     };
-    let keys = shared(&mut k, tile);
-    let values = shared(&mut k, tile);
-    let biases = shared(&mut k, wg);
+    let keys = shared(&mut k, block * dh);
+    let values = shared(&mut k, block * dh);
+    let biases = shared(&mut k, block);
     // Constants of the body (the launch region's are its own).
-    let [c0, one, wgc, dhc, group] = [0, 1, wg as u64, dh as u64, GROUP as u64].map(|v| k.index(v));
+    let [c0, one, blockc, dhc, group] = [0, 1, block, dh, GROUP].map(|v| k.index(v as u64));
     let qblock = k.workgroup_id(Axis::X);
     let head = k.workgroup_id(Axis::Y);
     let sequence = k.workgroup_id(Axis::Z);
     let t = k.workitem_id(Axis::X);
     let first_row = k.mul(sequence, seq);
     let head_col = k.mul(head, dhc);
-    let query = k.madd(qblock, wgc, t);
-    let valid = k.cmp(IntPredicate::Ult, query, seq);
-    // A query past the sequence reads the sequence's last row and writes
-    // nothing: it still takes part in every copy and barrier.
     let last = k.sub(seq, one);
-    let read_query = k.min(query, last);
-    let qrow = k.add(first_row, read_query);
     // Element offsets in `qkv` of a row's query, key and value of this head.
     let at = |b: &mut Builder, r: Value<Index>, part: usize| {
         let base = b.madd(r, row, qa);
@@ -79,131 +75,183 @@ pub(crate) fn encoder_attention(dh: usize, wg: usize, out: Scalar) -> Built {
         let col = b.add(part_off, head_col);
         b.add(base, col)
     };
-    let q_at = at(&mut k, qrow, 0);
+    // This work item's queries: t, t + wg, ... of the block. A query past
+    // the sequence reads the sequence's last row and writes nothing: it
+    // still takes part in every copy and barrier.
+    let first_query = k.madd(qblock, blockc, t);
+    let queries: Vec<Value<Index>> = (0..per_item)
+        .map(|p| {
+            let offset = k.index((p * wg) as u64);
+            k.add(first_query, offset)
+        })
+        .collect();
     let scales = k.splat(scale, 4);
-    let q: Vec<Value<Num>> = (0..quads)
-        .map(|c| {
-            let off = k.index(4 * c as u64);
-            let p = k.add(q_at, off);
-            let v = k.vector_load(qkv_v, &[p], 4);
-            k.mulf(v, scales)
+    let q: Vec<Vec<Value<Num>>> = queries
+        .iter()
+        .map(|&query| {
+            let read = k.min(query, last);
+            let qrow = k.add(first_row, read);
+            let q_at = at(&mut k, qrow, 0);
+            (0..quads)
+                .map(|c| {
+                    let off = k.index(4 * c as u64);
+                    let p = k.add(q_at, off);
+                    let v = k.vector_load(qkv_v, &[p], 4);
+                    k.mulf(v, scales)
+                })
+                .collect()
         })
         .collect();
     let lowest = k.float(f64::from(f32::MIN), F32);
     let zf = k.float(0.0, F32);
     let zv = k.splat(zf, 4);
-    let init: Vec<Value<Num>> = [lowest, zf]
-        .into_iter()
-        .chain(std::iter::repeat_n(zv, quads))
+    // Carried per query: the running maximum, the sum, the output quads.
+    let carried = 2 + quads;
+    let init: Vec<Value<Num>> = (0..per_item)
+        .flat_map(|_| {
+            [lowest, zf]
+                .into_iter()
+                .chain(std::iter::repeat_n(zv, quads))
+        })
         .collect();
-    let state = k.for_carry(c0, seq, wgc, &init, |b, kb, acc| {
-        // Copy key row kb + t of the block. A row past the sequence copies
-        // the last row with the lowest bias, so that it weighs exactly 0
-        // and the inner loop may run whole groups of keys.
+    let state = k.for_carry(c0, seq, blockc, &init, |b, kb, acc| {
+        // Copy key rows kb + t, kb + t + wg, ... of the block. A row past
+        // the sequence copies the last row with the lowest bias, so that
+        // it weighs exactly 0 and the inner loop may run whole groups.
         b.barrier(Barrier::Workgroup);
-        let j = b.add(kb, t);
-        let present = b.cmp(IntPredicate::Ult, j, seq);
-        let read = b.min(j, last);
-        let krow = b.add(first_row, read);
-        let k_at = at(b, krow, 1);
-        let v_at = at(b, krow, 2);
-        let slot = b.mul(t, dhc);
-        for c in 0..quads {
-            let off = b.index(4 * c as u64);
-            let pk = b.add(k_at, off);
-            let pv = b.add(v_at, off);
-            let ps = b.add(slot, off);
-            let kv = b.vector_load(qkv_v, &[pk], 4);
-            let vv = b.vector_load(qkv_v, &[pv], 4);
-            b.vector_store(kv, keys, &[ps]);
-            b.vector_store(vv, values, &[ps]);
+        for p in 0..per_item {
+            let offset = b.index((p * wg) as u64);
+            let local = b.add(t, offset);
+            let j = b.add(kb, local);
+            let present = b.cmp(IntPredicate::Ult, j, seq);
+            let read = b.min(j, last);
+            let krow = b.add(first_row, read);
+            let k_at = at(b, krow, 1);
+            let v_at = at(b, krow, 2);
+            let slot = b.mul(local, dhc);
+            for c in 0..quads {
+                let off = b.index(4 * c as u64);
+                let pk = b.add(k_at, off);
+                let pv = b.add(v_at, off);
+                let ps = b.add(slot, off);
+                let kv = b.vector_load(qkv_v, &[pk], 4);
+                let vv = b.vector_load(qkv_v, &[pv], 4);
+                b.vector_store(kv, keys, &[ps]);
+                b.vector_store(vv, values, &[ps]);
+            }
+            let pb = b.add(qb, krow);
+            let bj = b.load(bias_v, &[pb]);
+            let bj = b.select(present, bj, lowest);
+            b.store(bj, biases, &[local]);
         }
-        let pb = b.add(qb, krow);
-        let bj = b.load(bias_v, &[pb]);
-        let bj = b.select(present, bj, lowest);
-        b.store(bj, biases, &[t]);
         b.barrier(Barrier::Workgroup);
         let left = b.sub(seq, kb);
-        let count = b.min(left, wgc);
+        let count = b.min(left, blockc);
         let groups = b.div_ceil(count, group);
         let keys_run = b.mul(groups, group);
         b.for_carry(c0, keys_run, group, acc, |b, j0, acc| {
-            // GROUP independent scores, then one rescale for all of them.
-            let scores: Vec<Value<Num>> = (0..GROUP)
+            let slots: Vec<Value<Index>> = (0..GROUP)
                 .map(|i| {
                     let offset = b.index(i as u64);
                     let jj = b.add(j0, offset);
-                    let slot = b.mul(jj, dhc);
-                    let mut dot = zv;
-                    for (c, qc) in q.iter().enumerate() {
-                        let off = b.index(4 * c as u64);
-                        let p = b.add(slot, off);
-                        let kv = b.vector_load(keys, &[p], 4);
-                        dot = b.fmaf(*qc, kv, dot);
-                    }
-                    let parts: Vec<Value<Num>> = (0..4)
-                        .map(|i| {
-                            let lane = b.index(i);
-                            b.extract(dot, lane)
-                        })
-                        .collect();
-                    let s01 = b.addf(parts[0], parts[1]);
-                    let s23 = b.addf(parts[2], parts[3]);
-                    let s = b.addf(s01, s23);
-                    let bj = b.load(biases, &[jj]);
-                    b.addf(s, bj)
+                    b.mul(jj, dhc)
                 })
                 .collect();
-            let (m, l) = (acc[0], acc[1]);
-            let top = scores[1..].iter().fold(scores[0], |x, &y| b.maxnumf(x, y));
-            let m2 = b.maxnumf(m, top);
-            let dm = b.subf(m, m2);
-            let rescale = b.expf(dm);
-            let weights: Vec<Value<Num>> = scores
-                .iter()
-                .map(|&s| {
-                    let d = b.subf(s, m2);
-                    b.expf(d)
-                })
-                .collect();
-            let added = weights[1..].iter().fold(weights[0], |x, &y| b.addf(x, y));
-            let l2 = b.fmaf(l, rescale, added);
-            let rescales = b.splat(rescale, 4);
-            let spread: Vec<Value<Num>> = weights.iter().map(|&p| b.splat(p, 4)).collect();
-            let mut next = vec![m2, l2];
-            for c in 0..quads {
-                let off = b.index(4 * c as u64);
-                let mut o = b.mulf(acc[2 + c], rescales);
-                for (i, p) in spread.iter().enumerate() {
+            let key_bias: Vec<Value<Num>> = (0..GROUP)
+                .map(|i| {
                     let offset = b.index(i as u64);
                     let jj = b.add(j0, offset);
-                    let slot = b.mul(jj, dhc);
-                    let at_v = b.add(slot, off);
-                    let vv = b.vector_load(values, &[at_v], 4);
-                    o = b.fmaf(*p, vv, o);
+                    b.load(biases, &[jj])
+                })
+                .collect();
+            // Every key quad read once, for every query of the work item.
+            let mut dots = vec![vec![zv; GROUP]; per_item];
+            for c in 0..quads {
+                let off = b.index(4 * c as u64);
+                for (i, slot) in slots.iter().enumerate() {
+                    let p = b.add(*slot, off);
+                    let kv = b.vector_load(keys, &[p], 4);
+                    for (qp, dot) in q.iter().zip(dots.iter_mut()) {
+                        dot[i] = b.fmaf(qp[c], kv, dot[i]);
+                    }
                 }
-                next.push(o);
+            }
+            let mut next = Vec::with_capacity(acc.len());
+            let mut spreads = Vec::with_capacity(per_item);
+            for (p, dot) in dots.iter().enumerate() {
+                let scores: Vec<Value<Num>> = dot
+                    .iter()
+                    .zip(&key_bias)
+                    .map(|(&d, &bj)| {
+                        let parts: Vec<Value<Num>> = (0..4)
+                            .map(|i| {
+                                let lane = b.index(i);
+                                b.extract(d, lane)
+                            })
+                            .collect();
+                        let s01 = b.addf(parts[0], parts[1]);
+                        let s23 = b.addf(parts[2], parts[3]);
+                        let s = b.addf(s01, s23);
+                        b.addf(s, bj)
+                    })
+                    .collect();
+                let (m, l) = (acc[p * carried], acc[p * carried + 1]);
+                let top = scores[1..].iter().fold(scores[0], |x, &y| b.maxnumf(x, y));
+                let m2 = b.maxnumf(m, top);
+                let dm = b.subf(m, m2);
+                let rescale = b.expf(dm);
+                let weights: Vec<Value<Num>> = scores
+                    .iter()
+                    .map(|&s| {
+                        let d = b.subf(s, m2);
+                        b.expf(d)
+                    })
+                    .collect();
+                let added = weights[1..].iter().fold(weights[0], |x, &y| b.addf(x, y));
+                let l2 = b.fmaf(l, rescale, added);
+                let rescales = b.splat(rescale, 4);
+                let spread: Vec<Value<Num>> = weights.iter().map(|&w| b.splat(w, 4)).collect();
+                let kept: Vec<Value<Num>> = (0..quads)
+                    .map(|c| b.mulf(acc[p * carried + 2 + c], rescales))
+                    .collect();
+                next.push(m2);
+                next.push(l2);
+                next.extend(kept);
+                spreads.push(spread);
+            }
+            // Every value quad read once, for every query of the work item.
+            for c in 0..quads {
+                let off = b.index(4 * c as u64);
+                for (i, slot) in slots.iter().enumerate() {
+                    let p_at = b.add(*slot, off);
+                    let vv = b.vector_load(values, &[p_at], 4);
+                    for (p, spread) in spreads.iter().enumerate() {
+                        let o = &mut next[p * carried + 2 + c];
+                        *o = b.fmaf(spread[i], vv, *o);
+                    }
+                }
             }
             next
         })
     });
-    let inv = {
-        let onef = k.float(1.0, F32);
-        let inv = k.divf(onef, state[1]);
-        k.splat(inv, 4)
-    };
-    k.if_(valid, |b| {
-        let orow = b.add(first_row, query);
-        let base = b.madd(orow, width, qo);
-        let col = b.add(base, head_col);
-        for c in 0..quads {
-            let off = b.index(4 * c as u64);
-            let p = b.add(col, off);
-            let o = b.mulf(state[2 + c], inv);
-            let o = if out == F32 { o } else { b.truncf(o, out) };
-            b.vector_store(o, out_v, &[p]);
-        }
-    });
+    let onef = k.float(1.0, F32);
+    for (p, &query) in queries.iter().enumerate() {
+        let inv = k.divf(onef, state[p * carried + 1]);
+        let inv = k.splat(inv, 4);
+        let valid = k.cmp(IntPredicate::Ult, query, seq);
+        k.if_(valid, |b| {
+            let orow = b.add(first_row, query);
+            let base = b.madd(orow, width, qo);
+            let col = b.add(base, head_col);
+            for c in 0..quads {
+                let off = b.index(4 * c as u64);
+                let at_o = b.add(col, off);
+                let o = b.mulf(state[p * carried + 2 + c], inv);
+                let o = if out == F32 { o } else { b.truncf(o, out) };
+                b.vector_store(o, out_v, &[at_o]);
+            }
+        });
+    }
     Built::kernel(k.finish())
 }
 
@@ -217,14 +265,22 @@ mod tests {
     fn every_variant_compiles() {
         let target = hrx_core::Target::hopper();
         let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
-        for (dh, wg) in [(4, 128), (32, 128), (64, 64), (128, 32), (32, 16)] {
+        for (dh, wg, per_item) in [
+            (4, 128, 1),
+            (32, 64, 2),
+            (64, 32, 2),
+            (128, 32, 1),
+            (32, 16, 1),
+        ] {
             for out in [Scalar::F32, Scalar::F16] {
                 compiler
-                    .built(&encoder_attention(dh, wg, out))
+                    .built(&encoder_attention(dh, wg, per_item, out))
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("@encoder_attention"))
                     })
-                    .unwrap_or_else(|e| panic!("head {dh}, {wg} queries, {out:?}: {e}"));
+                    .unwrap_or_else(|e| {
+                        panic!("head {dh}, {wg} x {per_item} queries, {out:?}: {e}")
+                    });
             }
         }
     }
