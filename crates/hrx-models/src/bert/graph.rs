@@ -42,8 +42,10 @@ struct Scratch {
     /// A projection's output: `[rows, d]`.
     proj: DeviceTensor,
     qkv: DeviceTensor,
-    /// The per-head path's intermediates, allocated by its first use.
+    /// The per-head path's intermediates, allocated by its first use, and
+    /// the biased scores of its unfused softmax.
     by_head: Option<ByHead>,
+    summed: Option<DeviceTensor>,
     /// The context by position, in the matmul precision: `[rows, d]`.
     packed: DeviceTensor,
     up: DeviceTensor,
@@ -262,8 +264,14 @@ impl<'e> Recorder<'e, '_, '_> {
             Err(Error::Unsupported(_)) => {}
             done => return done,
         }
-        let shape = scores.desc().shape().to_vec();
-        let summed = self.slot.scratch_f32(&shape)?;
+        let summed = match &self.s.summed {
+            Some(summed) => summed.clone(),
+            None => {
+                let summed = self.slot.scratch_f32(scores.desc().shape())?;
+                self.s.summed = Some(summed.clone());
+                summed
+            }
+        };
         let key_bias = bias.reshape(vec![self.batch, 1, 1, self.seq])?;
         let g = self.slot.graph();
         self.ops
@@ -350,6 +358,7 @@ impl Scratch {
             proj,
             qkv,
             by_head: None,
+            summed: None,
             packed,
             up,
             x_low,
