@@ -11,12 +11,12 @@
 
 use super::{
     Ops, biased_softmax_kernel,
-    operand::{check_inputs, disjoint, operand, quad_offset},
+    operand::{check_inputs, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{DeviceKind, Error, Result};
-use hrx_loom::{ScalarValue, ir::Scalar};
+use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
 /// Work items per workgroup: eight warps of rows on a GPU; on a CPU
@@ -84,14 +84,7 @@ impl Ops {
             )));
         }
         let target = self.registry.target()?;
-        let narrow = match out.desc().dtype() {
-            DType::F32 => Scalar::F32,
-            DType::F16 if target.shader_f16 && target.storage_16bit => Scalar::F16,
-            DType::F16 => {
-                return refuse("the device lacks f16 arithmetic or 16-bit storage".into());
-            }
-            other => return refuse(format!("the output must be f32 or f16, not {other}")),
-        };
+        let narrow = float_output(&target, out.desc().dtype(), operation)?;
         if out.desc().shape() != shape || !out.desc().is_contiguous() {
             return Err(Error::Message(format!(
                 "{operation}: the output {} must be contiguous and of shape {shape:?}",

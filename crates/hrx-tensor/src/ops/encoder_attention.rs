@@ -11,12 +11,12 @@
 
 use super::{
     Ops, encoder_attention_kernel,
-    operand::{check_inputs, disjoint, operand, quad_offset},
+    operand::{check_inputs, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{DeviceKind, Error, Result};
-use hrx_loom::{ScalarValue, ir::Scalar};
+use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
 /// The largest head the kernel keeps in registers (a query and its
@@ -111,14 +111,7 @@ impl Ops {
             return wrong(format!("scale {scale} must be finite"));
         }
         let target = self.registry.target()?;
-        let narrow = match out.desc().dtype() {
-            DType::F32 => Scalar::F32,
-            DType::F16 if target.shader_f16 && target.storage_16bit => Scalar::F16,
-            DType::F16 => {
-                return refuse("the device lacks f16 arithmetic or 16-bit storage".into());
-            }
-            other => return refuse(format!("the output must be f32 or f16, not {other}")),
-        };
+        let narrow = float_output(&target, out.desc().dtype(), operation)?;
         if out.desc().shape() != [batch, seq, width] || !out.desc().is_contiguous() {
             return wrong(format!(
                 "the output {} must be a contiguous [{batch}, {seq}, {width}]",

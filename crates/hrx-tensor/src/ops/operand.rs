@@ -3,7 +3,7 @@
 
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result, Target};
-use hrx_loom::ScalarValue;
+use hrx_loom::{ScalarValue, ir::Scalar};
 use hrx_runtime::{BufferView, Runtime};
 
 /// A tensor as a kernel sees it: a bound range whose start satisfies the
@@ -86,6 +86,19 @@ pub(crate) fn check_output(
         )));
     }
     Ok(())
+}
+
+/// The element type a kernel writes for an f32 or f16 output `dtype`
+/// (f16 only where the device has f16 arithmetic and 16-bit storage), or
+/// `Unsupported` naming `operation`.
+pub(crate) fn float_output(target: &Target, dtype: DType, operation: &str) -> Result<Scalar> {
+    let refuse = |why: String| Err(Error::Unsupported(format!("{operation}: {why}")));
+    match dtype {
+        DType::F32 => Ok(Scalar::F32),
+        DType::F16 if target.shader_f16 && target.storage_16bit => Ok(Scalar::F16),
+        DType::F16 => refuse("the device lacks f16 arithmetic or 16-bit storage".into()),
+        other => refuse(format!("the output must be f32 or f16, not {other}")),
+    }
 }
 
 /// Check that inputs belong to `runtime`.
