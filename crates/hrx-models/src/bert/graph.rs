@@ -48,8 +48,11 @@ struct Scratch {
     summed: Option<DeviceTensor>,
     /// The context by position, in the matmul precision: `[rows, d]`.
     packed: DeviceTensor,
-    up: DeviceTensor,
-    /// `x`-shaped and `up`-shaped f16 copies when the matmuls are f16.
+    /// The f32 feed-forward activations `[rows, intermediate]`, allocated
+    /// by their first use (in f16 only where the tensor-core kernel does
+    /// not write `up_low` itself).
+    up: Option<DeviceTensor>,
+    /// `x`-shaped and `up`-shaped f16 operands when the matmuls are f16.
     x_low: Option<DeviceTensor>,
     up_low: Option<DeviceTensor>,
 }
@@ -99,6 +102,36 @@ impl<'e> Recorder<'e, '_, '_> {
                 Ok(low)
             }
         }
+    }
+
+    /// The feed-forward up projection with its activation, as the down
+    /// projection's operand. In f16 the tensor-core kernel writes it in
+    /// f16 itself; where another kernel runs (it refuses an f16 output)
+    /// it goes through f32 and a cast.
+    fn up_projection(
+        &mut self,
+        a: &DeviceTensor,
+        name: &str,
+        activation: UnaryOp,
+    ) -> Result<DeviceTensor> {
+        let up_low = self.s.up_low.clone();
+        if let Some(low) = &up_low {
+            match self.linear(a, name, Some(activation), low) {
+                Err(Error::Unsupported(_)) => {}
+                recorded => return recorded.map(|()| low.clone()),
+            }
+        }
+        let up = match &self.s.up {
+            Some(up) => up.clone(),
+            None => {
+                let rows = self.batch * self.seq;
+                let up = self.slot.scratch_f32(&[rows, self.config().intermediate])?;
+                self.s.up = Some(up.clone());
+                up
+            }
+        };
+        self.linear(a, name, Some(activation), &up)?;
+        self.operand(&up, &up_low).cloned()
     }
 
     /// `out = act(a @ {name}.weight + {name}.bias)`.
@@ -288,20 +321,9 @@ impl<'e> Recorder<'e, '_, '_> {
     fn layer(&mut self, layer: usize, bias: &DeviceTensor) -> Result<()> {
         let name = |n: &str| format!("layer.{layer}.{n}");
         let Scratch {
-            x,
-            y,
-            proj,
-            up,
-            packed,
-            ..
+            x, y, proj, packed, ..
         } = &self.s;
-        let (x, y, proj, up, packed) = (
-            x.clone(),
-            y.clone(),
-            proj.clone(),
-            up.clone(),
-            packed.clone(),
-        );
+        let (x, y, proj, packed) = (x.clone(), y.clone(), proj.clone(), packed.clone());
         self.attention(layer, &x, bias)?;
         self.linear(&packed, &name("attn_out"), None, &proj)?;
         self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
@@ -311,10 +333,8 @@ impl<'e> Recorder<'e, '_, '_> {
         };
         let x_low = self.s.x_low.clone();
         let y_op = self.operand(&y, &x_low)?;
-        self.linear(y_op, &name("up"), Some(activation), &up)?;
-        let up_low = self.s.up_low.clone();
-        let up_op = self.operand(&up, &up_low)?;
-        self.linear(up_op, &name("down"), None, &proj)?;
+        let up_op = self.up_projection(y_op, &name("up"), activation)?;
+        self.linear(&up_op, &name("down"), None, &proj)?;
         self.add_norm(&y, &proj, &name("out_norm"), &x)
     }
 }
@@ -341,7 +361,6 @@ impl Scratch {
             f32s(&[rows, d])?,
         );
         let qkv = f32s(&[rows, 3 * d])?;
-        let up = f32s(&[rows, c.intermediate])?;
         let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
         let packed = typed(&[rows, d])?;
         let (x_low, up_low) = match precision {
@@ -360,7 +379,7 @@ impl Scratch {
             by_head: None,
             summed: None,
             packed,
-            up,
+            up: None,
             x_low,
             up_low,
         })

@@ -113,10 +113,14 @@ impl Ops {
     }
 
     /// Record `out = act(a @ b + bias)`: batched over leading axes (numpy
-    /// broadcasting), `a` and `b` both f32 or both f16 (accumulated and
-    /// written as f32), either operand transposed or strided, an f32 `bias`
-    /// of shape `[n]`. `out` must be a contiguous f32 tensor of the result
-    /// shape. Up to 8 rows (64 without cooperative matrices) run on a
+    /// broadcasting), `a` and `b` both f32 or both f16 (accumulated in
+    /// f32), either operand transposed or strided, an f32 `bias` of shape
+    /// `[n]`. `out` must be a contiguous f32 tensor of the result shape,
+    /// or for f16 operands an f16 one where the cooperative-matrix kernel
+    /// runs (the result rounded once, as it is stored, so an f16 operand
+    /// of a next product needs no cast); elsewhere an f16 `out` is
+    /// [`Error::Unsupported`] and nothing is recorded. Up to 8 rows (64
+    /// without cooperative matrices) run on a
     /// decode kernel that streams B with 16-byte loads where its layout
     /// allows; otherwise f16 runs on cooperative matrices where the target
     /// reports a 16x16x16 f16 -> f32 shape, else on the tiled kernel.
@@ -159,7 +163,11 @@ impl Ops {
                 return fail(format!("bias {} must have shape [{n}]", bias.desc()));
             }
         }
-        check_output(runtime, operation, out, DType::F32, &shape)?;
+        // f16 operands may write an f16 output (see below); anything else
+        // is refused as "must be f32".
+        let out_f16 = input == DType::F16 && out.desc().dtype() == DType::F16;
+        let out_dtype = if out_f16 { DType::F16 } else { DType::F32 };
+        check_output(runtime, operation, out, out_dtype, &shape)?;
         if out.desc().is_empty() {
             return Ok(());
         }
@@ -187,7 +195,15 @@ impl Ops {
         let a_layout = ma.layout(strides[0][0], (ka.offset, ka.view.offset() as u64));
         let b_layout = mb.layout(strides[1][0], (kb.offset, kb.view.offset() as u64));
         let sizes = (m, n, k, batch[0]);
-        let key = match choose(&target, self.tuning, input, sizes, &a_layout, &b_layout) {
+        let choice = choose(&target, self.tuning, input, sizes, &a_layout, &b_layout);
+        if out_f16 && !matches!(choice, Choice::Coop(_)) {
+            return Err(Error::Unsupported(format!(
+                "{operation}: an f16 output is written only by the cooperative-matrix \
+                 kernel, and the {} kernel runs here",
+                choice.name()
+            )));
+        }
+        let key = match choice {
             Choice::SplitK(plan) => {
                 return self.record_splitk(
                     graph,
@@ -217,7 +233,7 @@ impl Ops {
                     wide_b: quads(&b_layout),
                     wide_bt: quads(&b_layout.along_k(k)),
                 };
-                tiles.key(layout, options.activation)
+                tiles.key(layout, options.activation, out_f16)
             }
             Choice::Tiled => tiled_key(
                 &target,
@@ -279,24 +295,15 @@ impl Ops {
         let a_layout = ma.layout(strides[0][0], placed(a)?);
         let b_layout = mb.layout(strides[1][0], placed(b)?);
         let sizes = (m, n, k, batch[0]);
-        Ok(
-            match choose(
-                &target,
-                self.tuning,
-                a.desc().dtype(),
-                sizes,
-                &a_layout,
-                &b_layout,
-            ) {
-                Choice::SplitK(_) => "cooperative matrix (split k)",
-                Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
-                Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
-                Choice::Decode(BLoad::Scalar) => "decode (elements)",
-                Choice::Dot => "decode (rows of a transposed B)",
-                Choice::Coop(_) => "cooperative matrix",
-                Choice::Tiled => "tiled",
-            },
+        Ok(choose(
+            &target,
+            self.tuning,
+            a.desc().dtype(),
+            sizes,
+            &a_layout,
+            &b_layout,
         )
+        .name())
     }
 
     /// `act(a @ b + bias)`, run eagerly.
@@ -342,6 +349,21 @@ enum Choice {
     SplitK(SplitK),
     Coop(CoopTiles),
     Tiled,
+}
+
+impl Choice {
+    /// The kernel's name, as [`Ops::matmul_kernel`] reports it.
+    fn name(&self) -> &'static str {
+        match self {
+            Choice::SplitK(_) => "cooperative matrix (split k)",
+            Choice::Decode(BLoad::Quad16 | BLoad::Quad32) => "decode (16-byte loads)",
+            Choice::Decode(BLoad::Word16) => "decode (4-byte words)",
+            Choice::Decode(BLoad::Scalar) => "decode (elements)",
+            Choice::Dot => "decode (rows of a transposed B)",
+            Choice::Coop(_) => "cooperative matrix",
+            Choice::Tiled => "tiled",
+        }
+    }
 }
 
 /// Few rows run on the decode kernel, which streams B once per 8 rows, or,

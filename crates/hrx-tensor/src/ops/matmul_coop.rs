@@ -180,13 +180,13 @@ impl CoopTiles {
     }
 
     /// The kernel key for operands laid out as `layout`, with `act`
-    /// after the bias.
-    pub(crate) fn key(&self, layout: CoopLayout, act: Option<UnaryOp>) -> KernelKey {
+    /// after the bias, writing f16 where `out_f16` (else f32).
+    pub(crate) fn key(&self, layout: CoopLayout, act: Option<UnaryOp>, out_f16: bool) -> KernelKey {
         let (tiles, layout) = (*self, self.usable(layout));
         KernelKey {
             source: KernelSource::Built(Generator::new(
-                format!("matmul_coop {tiles:?} {layout:?} {act:?}"),
-                move || tiles.kernel(layout, act),
+                format!("matmul_coop {tiles:?} {layout:?} {act:?} f16 out {out_f16}"),
+                move || tiles.kernel(layout, act, out_f16),
             )),
             symbol: "matmul_coop",
             config: Vec::new(),
@@ -196,7 +196,7 @@ impl CoopTiles {
     /// The kernel's loom source for `layout`.
     #[cfg(feature = "kernel-sources")]
     fn source(&self, layout: CoopLayout, act: Option<UnaryOp>) -> String {
-        self.key(layout, act).source()
+        self.key(layout, act, false).source()
     }
 }
 

@@ -22,10 +22,10 @@ use crate::common::{
     },
     *,
 };
-use hrx_core::Target;
+use hrx_core::{Error, Target};
 use hrx_loom::{Compiler, Specialization};
 use hrx_tensor::{
-    DType, DeviceTensor,
+    DType, DeviceTensor, TensorDesc,
     ops::{MatmulOptions, UnaryOp, coop_matmul_source},
 };
 use hrx_test_support::spirv_val;
@@ -215,6 +215,79 @@ fn mixed_dtypes_are_refused() {
         e.to_string().contains("must both be f32 or both f16"),
         "{e}"
     );
+}
+
+/// An f16 output: where the cooperative-matrix kernel runs, every element
+/// is the f32 output of the same product rounded once to f16 (the same
+/// kernel and summation order, so exactly); where another kernel runs
+/// (every product on lavapipe, few rows anywhere) it is refused as
+/// unsupported before anything is recorded.
+#[test]
+fn f16_output_is_the_f32_result_rounded_once_or_refused() {
+    let ops = ops();
+    let mut rng = Gen::new(11);
+    // Partial tiles in m, n and k; GELU and no activation; the wide
+    // tiling (n = 2104 at enough rows); a decode-sized product.
+    for (m, k, n, activation) in [
+        (130, 72, 136, Some(UnaryOp::Gelu)),
+        (200, 264, 70, None),
+        (1300, 296, 2104, Some(UnaryOp::Gelu)),
+        (4, 64, 64, None),
+    ] {
+        let a = input(
+            DType::F16,
+            &[m, k],
+            &values(&mut rng, m * k, -1.0, 1.0),
+            Placement::Contiguous,
+        );
+        let b = input(
+            DType::F16,
+            &[k, n],
+            &values(&mut rng, k * n, -1.0, 1.0),
+            Placement::Contiguous,
+        );
+        let bias = input(
+            DType::F32,
+            &[n],
+            &values(&mut rng, n, -1.0, 1.0),
+            Placement::Contiguous,
+        );
+        let options = MatmulOptions {
+            activation,
+            ..MatmulOptions::default()
+        };
+        let kernel = ops.matmul_kernel(&a, &b, options).unwrap();
+        let wide = ops.matmul(&a, &b, Some(&bias), options).unwrap();
+        let narrow = ops
+            .output(TensorDesc::new(DType::F16, vec![m, n]).unwrap())
+            .unwrap();
+        let mut graph = ops.runtime().graph();
+        let recorded = ops.record_matmul(&mut graph, &a, &b, Some(&bias), options, &narrow);
+        let case = format!("{m}x{k}x{n} {activation:?} on {kernel}");
+        if kernel != "cooperative matrix" {
+            let error = recorded.unwrap_err();
+            assert!(matches!(error, Error::Unsupported(_)), "{case}: {error}");
+            assert!(error.to_string().contains("f16 output"), "{case}: {error}");
+            assert!(graph.is_empty(), "{case}: a refusal records nothing");
+            continue;
+        }
+        recorded.unwrap();
+        graph.prepare().unwrap().submit().unwrap().wait().unwrap();
+        let want: Vec<f64> = wide
+            .to_values()
+            .unwrap()
+            .iter()
+            .map(|&v| f64::from(half::f16::from_f32(v as f32)))
+            .collect();
+        let got = narrow.to_values().unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{case}: element {i}: {g} against {w}"
+            );
+        }
+    }
 }
 
 #[test]

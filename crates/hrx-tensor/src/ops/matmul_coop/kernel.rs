@@ -30,8 +30,9 @@ fn frag(elem: Scalar, role: CoopRole) -> CoopMatType {
 
 impl CoopTiles {
     /// The kernel for operands laid out as `layout` (already passed
-    /// through `usable`), with `act` after the bias.
-    pub(super) fn kernel(&self, layout: CoopLayout, act: Option<UnaryOp>) -> Built {
+    /// through `usable`), with `act` after the bias, storing C in f16
+    /// where `out_f16` (rounded once, from the f32 result), else f32.
+    pub(super) fn kernel(&self, layout: CoopLayout, act: Option<UnaryOp>, out_f16: bool) -> Built {
         let n64 = |v: usize| v as u64;
         let (fa_ty, fb_ty, fc_ty) = (
             frag(Scalar::F16, CoopRole::A),
@@ -81,7 +82,8 @@ impl CoopTiles {
         let zero = k.offset(0);
         let views = self.copy_views(&mut k, layout, zero, [a, bbuf], [la, lb]);
         let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
-        let cv = k.buffer_view(c, zero, [lc.into()], Scalar::F32);
+        let c_elem = if out_f16 { Scalar::F16 } else { Scalar::F32 };
+        let cv = k.buffer_view(c, zero, [lc.into()], c_elem);
         let abytes = k.offset(n64(self.a_bytes()));
         let bbytes = k.offset(n64(self.b_bytes()));
         let cbytes = k.offset(n64(self.c_bytes()));
@@ -277,6 +279,7 @@ impl CoopTiles {
                         let crow = b.madd(gr, n, oc);
                         let cbase = b.madd(bi, scb, crow);
                         let cidx = b.add(cbase, gc);
+                        let y = if out_f16 { b.truncf(y, Scalar::F16) } else { y };
                         b.store(y, cv, &[cidx]);
                     });
                 });

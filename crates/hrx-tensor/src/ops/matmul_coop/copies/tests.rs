@@ -2,6 +2,7 @@ use super::super::{CoopTiles, coop_tiles, coop_tiles_for};
 use super::CoopLayout;
 use super::rotation::Rotation;
 use crate::DType;
+use crate::ops::UnaryOp;
 use crate::ops::matmul_gemv::{BLayout, BLoad, b_load};
 use hrx_core::Target;
 use hrx_loom::{Compiler, Specialization};
@@ -83,6 +84,30 @@ fn every_copy_layout_compiles_for_hopper() {
                 .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
                 .unwrap_or_else(|e| panic!("{m} {layout:?}: {e}"));
         }
+    }
+}
+
+/// The f16-output form of each tiling compiles for the H200 target, and
+/// is a kernel of its own (its C view and stores are 16-bit).
+#[test]
+fn f16_output_compiles_for_hopper() {
+    let target = Target::hopper();
+    let compiler = Compiler::for_target(None, &target).unwrap();
+    for (m, tiles) in hopper_tilings() {
+        let layout = tiles.usable(CoopLayout {
+            a_k_fast: true,
+            b_n_fast: false,
+            wide_a: true,
+            wide_b: false,
+            wide_bt: true,
+        });
+        let act = Some(UnaryOp::Gelu);
+        let src = tiles.key(layout, act, true).source();
+        assert_ne!(src, tiles.key(layout, act, false).source(), "{m}");
+        compiler
+            .module(&src)
+            .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))
+            .unwrap_or_else(|e| panic!("{m} {layout:?}: {e}"));
     }
 }
 
