@@ -22,7 +22,9 @@
 //! prints a table. `HRX_BENCH_MS`: measured milliseconds per figure.
 //!
 //! `--profile BATCH SEQ [f16]` instead prints the device time of each
-//! kernel of the encoder's graph for that shape.
+//! kernel of the encoder's graph for that shape. `--attention fused |
+//! by-head` forces that attention path (`AttentionPath`; the built-in
+//! choice otherwise), for comparing them.
 
 mod profile;
 
@@ -30,7 +32,7 @@ use hrx_bench::{report, seeded};
 use hrx_core::{Error, Result};
 use hrx_inference::{ModelContext, PreparedModel};
 use hrx_models::{
-    bert::{BertConfig, BertEncoder, Precision},
+    bert::{AttentionPath, BertConfig, BertEncoder, Precision},
     embed::{EmbedderOptions, SentenceEmbedder},
     tokenizer::WordPieceTokenizer,
 };
@@ -52,6 +54,7 @@ struct Settings {
     torch: Option<PathBuf>,
     batch: usize,
     measure: Duration,
+    attention: AttentionPath,
 }
 
 fn settings(cpu: bool) -> std::result::Result<Settings, String> {
@@ -72,6 +75,12 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
             .or_else(|| std::env::var("HRX_BENCH_TORCH").ok())
             .map(PathBuf::from),
         batch: if cpu { 16 } else { 1024 },
+        attention: match value("--attention").as_deref() {
+            None => AttentionPath::Auto,
+            Some("fused") => AttentionPath::Fused,
+            Some("by-head") => AttentionPath::ByHead,
+            Some(other) => return Err(format!("--attention {other}: fused or by-head")),
+        },
         measure: Duration::from_millis(ms as u64),
     })
 }
@@ -79,7 +88,7 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
 fn encoder(context: &ModelContext, s: &Settings, precision: Precision) -> Result<BertEncoder> {
     let config = BertConfig::from_dir(&s.model)?;
     let file = s.model.join("model.safetensors");
-    if s.seeded || !file.exists() {
+    let encoder = if s.seeded || !file.exists() {
         BertEncoder::from_safetensors(
             context,
             config.clone(),
@@ -88,7 +97,8 @@ fn encoder(context: &ModelContext, s: &Settings, precision: Precision) -> Result
         )
     } else {
         BertEncoder::load(context, &s.model, precision)
-    }
+    };
+    Ok(encoder?.with_attention(s.attention))
 }
 
 /// Token ids of `batch` sentences of exactly `SEQ` tokens.

@@ -183,7 +183,7 @@ impl<'e> Recorder<'e, '_, '_> {
         self.linear(x, &format!("layer.{layer}.qkv"), None, &qkv)?;
         let packed = self.s.packed.reshape(vec![b, s, d])?;
         let stacked = qkv.reshape(vec![b, s, 3 * d])?;
-        if self.fused_attention()? {
+        if self.fused_attention() {
             // The query is pre-scaled in the weights: scale 1.
             match self.ops.record_encoder_attention(
                 self.slot.graph(),
@@ -239,20 +239,11 @@ impl<'e> Recorder<'e, '_, '_> {
 
     /// Whether to try the one-dispatch attention kernel (see
     /// [`AttentionPath`]).
-    fn fused_attention(&self) -> Result<bool> {
-        Ok(match self.encoder.attention {
-            AttentionPath::Fused => true,
+    fn fused_attention(&self) -> bool {
+        match self.encoder.attention {
+            AttentionPath::Auto | AttentionPath::Fused => true,
             AttentionPath::ByHead => false,
-            AttentionPath::Auto => {
-                let tensor_cores = self
-                    .ops
-                    .runtime()
-                    .gpu()?
-                    .target()
-                    .supports_cooperative_matrix();
-                !(self.encoder.precision == Precision::F16 && tensor_cores)
-            }
-        })
+        }
     }
 
     /// The per-head path's intermediates (allocated once per slot).

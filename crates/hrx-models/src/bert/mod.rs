@@ -36,12 +36,13 @@ pub enum Precision {
 /// How the encoder's graphs record self-attention.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionPath {
-    /// `ByHead` where the matmuls are f16 on a device with tensor-core
-    /// (cooperative-matrix) kernels, whose batched products run on them;
-    /// `Fused` otherwise. On an H200 (2026-12-02), fused against by head:
-    /// f32 batches of 1024 x 128 9,236 against 8,606 sentences/s; in f16
-    /// the two are close (one run: batches 28,412 against 27,476, one
-    /// sentence 0.88 against 0.84 ms).
+    /// The built-in choice, today `Fused`: fewer dispatches, and the
+    /// faster batches in f32 and f16. On an H200 (2026-12-03, batches of
+    /// 1024 x 128, each path in two alternating runs): f16 30,068-30,074
+    /// against 29,079-29,106 sentences/s by head (tensor-core `q k^T` and
+    /// `p v`); f32 (2026-12-02) 9,236 against 8,606. By head is a little
+    /// faster for one f16 sentence (0.82-0.84 against 0.87 ms), whose
+    /// small per-head dispatches overlap.
     #[default]
     Auto,
     /// One dispatch a layer (`Ops::record_encoder_attention`) where the
@@ -50,8 +51,8 @@ pub enum AttentionPath {
     Fused,
     /// Separate operators: q, k and v packed by head, the batched
     /// `q k^T`, the masked softmax, `p v` and a copy back by position.
-    /// Any head size; kept for heads the fused kernel does not take, for
-    /// tensor cores, and as the fused kernel's reference.
+    /// Any head size; kept for heads the fused kernel does not take, and
+    /// as the fused kernel's reference.
     ByHead,
 }
 
