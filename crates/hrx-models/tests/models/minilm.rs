@@ -143,6 +143,55 @@ fn attention_by_head_matches_the_reference_and_the_fused_kernel() {
     }
 }
 
+/// A slot whose length is not a multiple of 4, against the float64
+/// reference: there the one-pass biased softmax refuses the score rows, so
+/// attention by head runs its unfused form (the bias add, the softmax),
+/// and the one-dispatch kernel takes keys in groups of 4 with a partial
+/// last group. Both paths, on the reference's sentences of at most 7
+/// tokens in a slot of 7.
+#[test]
+fn slots_of_odd_length_take_both_attention_paths() {
+    const SEQ: usize = 7;
+    let context = ModelContext::new(RuntimeOptions::from_env().unwrap()).expect("context");
+    let wanted: Vec<_> = reference()
+        .sentences
+        .iter()
+        .filter(|s| s.ids.len() <= SEQ)
+        .collect();
+    assert!(wanted.len() >= 3, "the reference has short sentences");
+    let rows: Vec<&[u32]> = wanted.iter().map(|s| s.ids.as_slice()).collect();
+    for path in [AttentionPath::ByHead, AttentionPath::Fused] {
+        let encoder = BertEncoder::load(&context, &minilm_dir(), Precision::F32)
+            .expect("encoder")
+            .with_attention(path);
+        let model = encoder.prepare(rows.len(), SEQ, 1).expect("prepare");
+        let bytes = model
+            .acquire_blocking()
+            .expect("slot")
+            .submit_host_with(|input, staging| encoder.write_input(&rows, SEQ, input, staging))
+            .expect("submit")
+            .download()
+            .expect("download")
+            .wait()
+            .expect("embeddings")
+            .remove(0);
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let hidden = encoder.config().hidden;
+        for (i, (got, want)) in values.chunks_exact(hidden).zip(&wanted).enumerate() {
+            let cos = cosine(got, &want.embedding);
+            let diff = max_difference(got, &want.embedding);
+            assert!(
+                cos >= 0.99999 && diff <= 1e-4,
+                "{path:?}, sentence {i} ({:?}): cosine {cos}, max difference {diff}",
+                want.text
+            );
+        }
+    }
+}
+
 #[test]
 fn batch_size_does_not_change_results() {
     let one = load(&EmbedderOptions {
