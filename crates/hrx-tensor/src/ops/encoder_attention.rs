@@ -7,16 +7,22 @@
 //! `p v` and a copy back to rows by position: seven dispatches, and
 //! scores and probabilities of `[batch, heads, seq, seq]` written and read
 //! back. Here the stacked query-key-value projection goes in, the
-//! per-position contexts come out, and the scores never leave registers.
+//! per-position contexts come out, and the scores never leave registers
+//! (or, with an f16 output on tensor cores, `encoder_attention_coop.rs`,
+//! workgroup memory).
 
 use super::{
-    Ops, encoder_attention_kernel,
+    Ops,
+    encoder_attention_coop::{self, CoopAttention},
+    encoder_attention_kernel,
+    matmul_coop::coop_subgroup,
     operand::{check_inputs, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{DeviceKind, Error, Result};
 use hrx_loom::ScalarValue;
+use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
 
 /// The largest head the kernel keeps in registers (a query and its
@@ -129,6 +135,13 @@ impl Ops {
         if !(qkv.desc().is_contiguous() && bias.desc().is_contiguous()) {
             return refuse("qkv and the bias must be contiguous".into());
         }
+        // An f16 output on tensor cores, where the shape fits.
+        let coop = (narrow == Scalar::F16)
+            .then(|| coop_subgroup(&target))
+            .flatten()
+            .filter(|&lanes| lanes == encoder_attention_coop::LANES)
+            .map(|_| CoopAttention { head, seq })
+            .filter(|shape| shape.fits(target.workgroup_memory_bytes as usize));
         let block = match target.kind {
             DeviceKind::Cpu => CPU_BLOCK,
             _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
@@ -140,7 +153,10 @@ impl Ops {
         let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
         let block = wg * per_item;
-        let blocks = seq.div_ceil(block);
+        let blocks = match coop {
+            Some(_) => 1,
+            None => seq.div_ceil(block),
+        };
         let fits = |n: usize, axis: usize| n as u64 <= u64::from(target.max_workgroup_count[axis]);
         if !(fits(blocks, 0) && fits(heads, 1) && fits(batch, 2)) {
             return refuse("more workgroups than the device launches".into());
@@ -155,13 +171,23 @@ impl Ops {
         };
         disjoint(operation, ("out", &ko), ("qkv", &kq))?;
         disjoint(operation, ("out", &ko), ("the bias", &kb))?;
-        let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new(
-                format!("encoder_attention {head} {wg} {per_item} {narrow:?}"),
-                move || encoder_attention_kernel::encoder_attention(head, wg, per_item, narrow),
-            )),
-            symbol: "encoder_attention",
-            config: Vec::new(),
+        let kernel = self.registry.kernel(match coop {
+            Some(shape) => KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("encoder_attention_coop {shape:?} {narrow:?}"),
+                    move || encoder_attention_coop::encoder_attention_coop(shape, narrow),
+                )),
+                symbol: "encoder_attention_coop",
+                config: Vec::new(),
+            },
+            None => KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("encoder_attention {head} {wg} {per_item} {narrow:?}"),
+                    move || encoder_attention_kernel::encoder_attention(head, wg, per_item, narrow),
+                )),
+                symbol: "encoder_attention",
+                config: Vec::new(),
+            },
         })?;
         let scalars: Vec<ScalarValue> = [
             seq as u64,

@@ -117,7 +117,7 @@ pub(crate) fn coop_tiles_for(
 
 /// The subgroup size the kernel runs with on `target`, or `None` when the
 /// target cannot run it.
-fn coop_subgroup(target: &Target) -> Option<usize> {
+pub(crate) fn coop_subgroup(target: &Target) -> Option<usize> {
     let shape = CooperativeMatrixShape {
         m: 16,
         n: 16,

@@ -24,6 +24,7 @@ mod copy_kernels;
 mod elementwise;
 mod elementwise_kernels;
 mod encoder_attention;
+mod encoder_attention_coop;
 mod encoder_attention_kernel;
 mod gather;
 mod indexing;

@@ -16,6 +16,13 @@
 //! of |v|, plus its own roundings; f16 outputs add 2^-11 relative and
 //! 2^-25 absolute. A wrong head, key row, value column, sequence or mask
 //! exceeds it by orders of magnitude.
+//!
+//! An f16 output on a device with tensor cores runs its products there
+//! on f16 operands: q (scaled), k and v rounded to f16 (2^-11 relative
+//! each), the probabilities too. The tensor-core tolerance adds 2^-10 of
+//! the sum of |scale q k| terms to each score's error and 2^-11 of the
+//! probability-weighted sum of |v| twice (the rounded probabilities and
+//! values) to each output.
 
 use crate::common::*;
 use hrx_core::Error;
@@ -62,8 +69,16 @@ impl Case {
         (qkv, bias)
     }
 
-    /// (outputs, tolerances), `[batch, seq, width]`.
-    fn reference(&self, qkv: &[f64], bias: &[f64], out: DType) -> (Vec<f64>, Vec<f64>) {
+    /// (outputs, tolerances), `[batch, seq, width]`; `tensor_cores`: the
+    /// tolerance of f16 operands (see the module documentation).
+    fn reference(
+        &self,
+        qkv: &[f64],
+        bias: &[f64],
+        out: DType,
+        tensor_cores: bool,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let half_u = if tensor_cores { 1.0 / 2048.0 } else { 0.0 };
         let (s, w, dh) = (self.seq, self.width(), self.head);
         let scale = f64::from(self.scale as f32);
         let at =
@@ -80,7 +95,8 @@ impl Case {
                             let mag: f64 = q.iter().zip(k).map(|(x, y)| (x * y).abs()).sum();
                             let bj = f64::from(bias[b * s + j] as f32);
                             let x = scale * dot + bj;
-                            (x, (dh as f64 + 4.0) * U * scale.abs() * mag + x.abs() * U)
+                            let rounding = (dh as f64 + 4.0) * U + 2.0 * half_u;
+                            (x, rounding * scale.abs() * mag + x.abs() * U)
                         })
                         .collect();
                     let max = scores.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
@@ -101,7 +117,7 @@ impl Case {
                             o += wgt / sum * v;
                             mass += wgt / sum * v.abs();
                         }
-                        let mut t = 2.0 * relative * mass + 4.0 * U * o.abs();
+                        let mut t = (2.0 * relative + 2.0 * half_u) * mass + 4.0 * U * o.abs();
                         if out == DType::F16 {
                             t += o.abs() / 2048.0 + 1.0 / (1u64 << 25) as f64;
                         }
@@ -116,6 +132,10 @@ impl Case {
     }
 
     fn check(&self, out_dtype: DType, seed: u64) {
+        self.check_with(out_dtype, seed, false);
+    }
+
+    fn check_with(&self, out_dtype: DType, seed: u64, tensor_cores: bool) {
         let rt = ops().runtime().clone();
         let (qkv_v, bias_v) = self.inputs(seed);
         let (b, s, w) = (self.batch, self.seq, self.width());
@@ -131,7 +151,7 @@ impl Case {
         let deps = [&qkv, &bias, &out].map(|t| t.completion().clone());
         out.set_producer(graph.prepare().unwrap().submit_after(&deps).unwrap());
         let got = out.to_values().unwrap();
-        let (want, tol) = self.reference(&qkv_v, &bias_v, out_dtype);
+        let (want, tol) = self.reference(&qkv_v, &bias_v, out_dtype, tensor_cores);
         for (i, ((g, x), t)) in got.iter().zip(&want).zip(&tol).enumerate() {
             assert!(
                 (g - x).abs() <= *t,
@@ -178,6 +198,38 @@ fn heads_of_4_64_and_128_over_short_and_long_sequences() {
             scale,
         };
         case.check(DType::F32, 10 + i as u64);
+    }
+}
+
+/// f16 outputs in the shapes the tensor-core kernel takes (heads a
+/// multiple of 16, sequences a multiple of 16 that fit workgroup memory:
+/// MiniLM's, every bucket up to 128, heads of 16 and 64), with its
+/// tolerance; where the device has no tensor cores the f32 kernel runs
+/// them, well within it.
+#[test]
+fn f16_contexts_in_tensor_core_shapes() {
+    if !has_f16() {
+        eprintln!("skipped: the device lacks f16 arithmetic or 16-bit storage");
+        return;
+    }
+    for (i, (batch, seq, heads, head, scale)) in [
+        (2, 128, 12, 32, 1.0),
+        (3, 16, 2, 32, 0.5),
+        (2, 32, 2, 32, 0.25),
+        (2, 64, 3, 16, 0.25),
+        (2, 64, 2, 64, 0.125),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let case = Case {
+            batch,
+            seq,
+            heads,
+            head,
+            scale,
+        };
+        case.check_with(DType::F16, 30 + i as u64, true);
     }
 }
 
