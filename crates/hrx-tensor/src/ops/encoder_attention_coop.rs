@@ -368,8 +368,8 @@ mod tests {
     use super::*;
 
     /// MiniLM's heads over every bucket that fits, and heads of 16 and
-    /// 64, compile for the H200 (naga validates the module); the shapes
-    /// that do not fit 48 KiB are refused.
+    /// 64, compile for the H200 (naga validates the module, spirv-val the
+    /// SPIR-V); the shapes that do not fit 48 KiB are refused.
     #[test]
     fn every_fitting_shape_compiles_for_hopper() {
         let target = hrx_core::Target::hopper();
@@ -383,7 +383,7 @@ mod tests {
                 shape.workgroup_bytes()
             );
             for out in [Scalar::F16, Scalar::F32] {
-                compiler
+                let artifact = compiler
                     .built(&encoder_attention_coop(shape, out))
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new(
@@ -391,6 +391,10 @@ mod tests {
                         ))
                     })
                     .unwrap_or_else(|e| panic!("{shape:?} {out:?}: {e}"));
+                hrx_test_support::spirv_val::validate_modern(
+                    &format!("attention-coop-{head}-{seq}-{out:?}"),
+                    artifact.spirv(),
+                );
             }
         }
         assert!(!CoopAttention { head: 32, seq: 256 }.fits(limit));
