@@ -53,7 +53,11 @@ impl Ops {
     /// values), f32 and contiguous; `bias` f32 `[batch, seq]`; `out`
     /// `[batch, seq, width]`, contiguous, f32 or f16 (where the device
     /// has f16 arithmetic and 16-bit storage; rounded from f32). Scores,
-    /// softmax and sums are f32. The head size must be a multiple of 4 and
+    /// softmax and sums are f32. With an f16 `out` on a device with
+    /// tensor cores (16x16x16 f16 cooperative matrices, subgroups of 32),
+    /// heads and sequences multiples of 16 that fit workgroup memory
+    /// (heads of 32 up to 128 positions), the products run on tensor cores
+    /// from q, k, v and weights rounded to f16. The head size must be a multiple of 4 and
     /// at most [`ENCODER_ATTENTION_MAX_HEAD`], every tensor 16-byte
     /// aligned, `out` apart from the inputs (`Unsupported` otherwise,
     /// nothing recorded).

@@ -16,10 +16,10 @@
 //!    f32 scores in workgroup memory.
 //! 3. Softmax by row, in f32: two lanes a row, each over half of the keys
 //!    (the key bias added), meeting by one xor shuffle for the maximum and
-//!    one for the sum; the weights `exp(s - max)` are stored in f16.
-//! 4. Each subgroup multiplies its weights by the values (`p v`, tensor
-//!    cores again) and stages the f32 contexts, which step 5 divides by
-//!    the row's sum and writes out in f16, four at a time.
+//!    one for the sum; the probabilities are stored in f16, normalised.
+//! 4. Each subgroup multiplies its probabilities by the values (`p v`,
+//!    tensor cores again) and stages the f32 contexts, which step 5 writes
+//!    out in f16, four at a time.
 //!
 //! The scores never leave workgroup memory. Queries past the sequence
 //! (a block of 32 over a sequence of 16) read the last query and write
@@ -27,8 +27,7 @@
 //! over query blocks and key and head tiles has a fixed count.
 
 use hrx_loom::build::{
-    Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Num, Value,
-    View,
+    Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Value, View,
 };
 use hrx_loom::ir::{Axis, CoopMatType, CoopRole, IntPredicate, Scalar, ShuffleMode};
 
@@ -84,7 +83,7 @@ impl CoopAttention {
     }
     /// Workgroup memory of the kernel.
     pub(crate) fn workgroup_bytes(&self) -> usize {
-        2 * self.kv_bytes() + self.seq * 4 + QUERIES * 4 + self.score_bytes() + self.prob_bytes()
+        2 * self.kv_bytes() + self.seq * 4 + self.score_bytes() + self.prob_bytes()
     }
     /// Whether the shape is one this kernel takes, in `limit` bytes of
     /// workgroup memory.
@@ -138,8 +137,6 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     let keys = tile(&mut k, shape.kv_bytes(), seq, shape.kv_stride(), F16);
     let values = tile(&mut k, shape.kv_bytes(), seq, shape.kv_stride(), F16);
     let biases = tile(&mut k, seq * 4, 1, seq, F32);
-    // Each query row's 1 / (sum of its weights).
-    let sums = tile(&mut k, QUERIES * 4, 1, QUERIES, F32);
     // The scores, then (same memory) the contexts; the queries, then the
     // probabilities.
     let (scores, contexts) = {
@@ -233,32 +230,24 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     );
     let head_tiles: Vec<Value<Index>> = (0..dh / 16).map(|i| k.index(16 * i as u64)).collect();
     let key_tiles: Vec<Value<Index>> = (0..seq / 16).map(|i| k.index(16 * i as u64)).collect();
-    // Softmax lanes: l and l ^ 1 share row l / 2, taking its even and
-    // odd keys (rows 16 floats apart in banks, the pair adjacent: at most
-    // two lanes of a subgroup meet in a bank).
+    // Softmax lanes: l and l + 16 share row l % 16, each over half of the
+    // keys.
     let half = seq / 2;
-    let two = k.index(2);
+    let halfc = k.index(half as u64);
+    let lanes16 = k.index(16);
+    let in_row = k.rem(lane, lanes16);
+    let side = k.div(lane, lanes16);
+    let r = k.add(r0, in_row);
+    let j0 = k.mul(side, halfc);
+    let j1 = k.add(j0, halfc);
     let one_i = k.index(1);
-    let pair = k.div(lane, two);
-    let side = k.rem(lane, two);
-    let r = k.add(r0, pair);
     let lowest = k.float(f64::from(f32::MIN), F32);
     let zf = k.float(0.0, F32);
     let onef = k.float(1.0, F32);
-    // This lane's keys, `side + 2 i`.
-    let my_keys: Vec<Value<Index>> = (0..half)
-        .map(|i| {
-            let even = k.index(2 * i as u64);
-            k.add(even, side)
-        })
-        .collect();
-    let scores_of = |b: &mut Builder, keys: &[Value<Index>]| -> Vec<Value<Num>> {
-        let raw: Vec<_> = keys.iter().map(|&j| b.load(scores, &[r, j])).collect();
-        let biased: Vec<_> = keys.iter().map(|&j| b.load(biases, &[c0, j])).collect();
-        raw.iter()
-            .zip(&biased)
-            .map(|(&s, &bj)| b.addf(s, bj))
-            .collect()
+    let score = |b: &mut Builder, j: Value<Index>| {
+        let s = b.load(scores, &[r, j]);
+        let bj = b.load(biases, &[c0, j]);
+        b.addf(s, bj)
     };
     let q_each = QUERIES * quads / (2 * LANES);
     let q_spread = spread(&mut k, q_each);
@@ -298,35 +287,32 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
         }
         k.barrier(Barrier::Workgroup);
 
-        // 3. Softmax of each row, in f32: the maximum, then the weights
-        // `exp(s - max)` stored in f16 (at most 1) and summed; the contexts
-        // are divided by the sum as they are written.
-        let mut m = lowest;
-        for chunk in my_keys.chunks(UNROLL) {
-            for x in scores_of(&mut k, chunk) {
-                m = k.maxnumf(m, x);
-            }
-        }
-        let other = k.subgroup_shuffle(ShuffleMode::Xor, m, one_i);
+        // 3. Softmax of each row, in f32.
+        let m = k.for_carry(j0, j1, one_i, &[lowest], |b, j, acc| {
+            let s = score(b, j);
+            vec![b.maxnumf(acc[0], s)]
+        })[0];
+        let other = k.subgroup_shuffle(ShuffleMode::Xor, m, lanes16);
         let m = k.maxnumf(m, other);
-        // The queries' memory becomes the probabilities': every subgroup
-        // has read its query fragments before the barrier above.
-        let mut l = zf;
-        for chunk in my_keys.chunks(UNROLL) {
-            let xs = scores_of(&mut k, chunk);
-            for (&j, x) in chunk.iter().zip(xs) {
-                let d = k.subf(x, m);
-                let e = k.expf(d);
-                l = k.addf(l, e);
-                let eh = k.truncf(e, F16);
-                k.store(eh, probs, &[r, j]);
-            }
-        }
-        let other = k.subgroup_shuffle(ShuffleMode::Xor, l, one_i);
+        let l = k.for_carry(j0, j1, one_i, &[zf], |b, j, acc| {
+            let s = score(b, j);
+            let d = b.subf(s, m);
+            let e = b.expf(d);
+            vec![b.addf(acc[0], e)]
+        })[0];
+        let other = k.subgroup_shuffle(ShuffleMode::Xor, l, lanes16);
         let l = k.addf(l, other);
         let inv = k.divf(onef, l);
-        let first_of_pair = k.cmp(IntPredicate::Eq, side, c0);
-        k.if_(first_of_pair, |b| b.store(inv, sums, &[c0, r]));
+        // The queries' memory becomes the probabilities': every subgroup
+        // has read its query fragments before the barrier above.
+        k.for_each(j0, j1, one_i, |b, j| {
+            let s = score(b, j);
+            let d = b.subf(s, m);
+            let e = b.expf(d);
+            let p = b.mulf(e, inv);
+            let ph = b.truncf(p, F16);
+            b.store(ph, probs, &[r, j]);
+        });
         k.barrier(Barrier::Workgroup);
 
         // 4. Contexts of this subgroup's rows, into the scores' memory
@@ -348,9 +334,6 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             let inside = k.cmp(IntPredicate::Ult, query, seqc);
             k.if_(inside, |b| {
                 let o = b.vector_load(contexts, &[r, c], 4);
-                let inv = b.load(sums, &[c0, r]);
-                let inv = b.splat(inv, 4);
-                let o = b.mulf(o, inv);
                 let o = if out == F32 { o } else { b.truncf(o, out) };
                 let orow = b.add(first_row, query);
                 let base = b.madd(orow, width, qo);
