@@ -179,17 +179,15 @@ fn minilm_shaped_attention_with_a_padding_mask() {
     case.check(DType::F32, 1);
 }
 
-#[test]
-fn heads_of_4_64_and_128_over_short_and_long_sequences() {
-    for (i, (batch, seq, heads, head, scale)) in [
-        (3, 5, 2, 4, 0.5),
-        (1, 37, 1, 64, 0.125),
-        (2, 70, 2, 64, 0.125),
-        (1, 20, 1, 128, 0.0884),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+/// `(batch, seq, heads, head, scale)` cases checked in turn, the i-th with
+/// seed `first_seed + i`.
+fn check_cases(
+    cases: &[(usize, usize, usize, usize, f64)],
+    out: DType,
+    first_seed: u64,
+    tensor_cores: bool,
+) {
+    for (i, &(batch, seq, heads, head, scale)) in cases.iter().enumerate() {
         let case = Case {
             batch,
             seq,
@@ -197,8 +195,19 @@ fn heads_of_4_64_and_128_over_short_and_long_sequences() {
             head,
             scale,
         };
-        case.check(DType::F32, 10 + i as u64);
+        case.check_with(out, first_seed + i as u64, tensor_cores);
     }
+}
+
+#[test]
+fn heads_of_4_64_and_128_over_short_and_long_sequences() {
+    let cases = [
+        (3, 5, 2, 4, 0.5),
+        (1, 37, 1, 64, 0.125),
+        (2, 70, 2, 64, 0.125),
+        (1, 20, 1, 128, 0.0884),
+    ];
+    check_cases(&cases, DType::F32, 10, false);
 }
 
 /// f16 outputs in the shapes the tensor-core kernel takes (heads a
@@ -212,25 +221,14 @@ fn f16_contexts_in_tensor_core_shapes() {
         eprintln!("skipped: the device lacks f16 arithmetic or 16-bit storage");
         return;
     }
-    for (i, (batch, seq, heads, head, scale)) in [
+    let cases = [
         (2, 128, 12, 32, 1.0),
         (3, 16, 2, 32, 0.5),
         (2, 32, 2, 32, 0.25),
         (2, 64, 3, 16, 0.25),
         (2, 64, 2, 64, 0.125),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let case = Case {
-            batch,
-            seq,
-            heads,
-            head,
-            scale,
-        };
-        case.check_with(DType::F16, 30 + i as u64, true);
-    }
+    ];
+    check_cases(&cases, DType::F16, 30, true);
 }
 
 #[test]
