@@ -15,14 +15,12 @@ use super::{
     Ops,
     encoder_attention_coop::{self, CoopAttention},
     encoder_attention_kernel,
-    matmul_coop::coop_subgroup,
     operand::{check_inputs, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{DeviceKind, Error, Result};
 use hrx_loom::ScalarValue;
-use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
 
 /// The largest head the kernel keeps in registers (a query and its
@@ -140,12 +138,7 @@ impl Ops {
             return refuse("qkv and the bias must be contiguous".into());
         }
         // An f16 output on tensor cores, where the shape fits.
-        let coop = (narrow == Scalar::F16)
-            .then(|| coop_subgroup(&target))
-            .flatten()
-            .filter(|&lanes| lanes == encoder_attention_coop::LANES)
-            .map(|_| CoopAttention { head, seq })
-            .filter(|shape| shape.fits(target.workgroup_memory_bytes as usize));
+        let coop = CoopAttention::for_output(&target, narrow, head, seq);
         let block = match target.kind {
             DeviceKind::Cpu => CPU_BLOCK,
             _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),

@@ -26,10 +26,12 @@
 //! nothing. The sequence length and head size are static, so every loop
 //! over query blocks and key and head tiles has a fixed count.
 
+use super::matmul_coop::{coop_subgroup, fragment};
+use hrx_core::Target;
 use hrx_loom::build::{
     Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Value, View,
 };
-use hrx_loom::ir::{Axis, CoopMatType, CoopRole, IntPredicate, Scalar, ShuffleMode};
+use hrx_loom::ir::{Axis, CoopRole, IntPredicate, Scalar, ShuffleMode};
 
 const F32: Scalar = Scalar::F32;
 const F16: Scalar = Scalar::F16;
@@ -85,6 +87,24 @@ impl CoopAttention {
     pub(crate) fn workgroup_bytes(&self) -> usize {
         2 * self.kv_bytes() + self.seq * 4 + self.score_bytes() + self.prob_bytes()
     }
+    /// The shape for an `out` of `head`-value heads over `seq` tokens on
+    /// `target`, or `None` where the kernel does not run: an f32 output
+    /// (the f32 kernel keeps q, k and v in f32), no 16x16x16 f16
+    /// cooperative matrices with subgroups of [`LANES`], or a shape that
+    /// does not fit.
+    pub(crate) fn for_output(
+        target: &Target,
+        out: Scalar,
+        head: usize,
+        seq: usize,
+    ) -> Option<CoopAttention> {
+        let shape = CoopAttention { head, seq };
+        (out == F16
+            && coop_subgroup(target) == Some(LANES)
+            && shape.fits(target.workgroup_memory_bytes as usize))
+        .then_some(shape)
+    }
+
     /// Whether the shape is one this kernel takes, in `limit` bytes of
     /// workgroup memory.
     pub(crate) fn fits(&self, limit: usize) -> bool {
@@ -96,21 +116,23 @@ impl CoopAttention {
     }
 }
 
-fn frag(role: CoopRole, elem: Scalar) -> CoopMatType {
-    CoopMatType {
-        rows: 16,
-        cols: 16,
-        elem,
-        role,
-    }
-}
-
 /// A workgroup-memory tile of `rows x cols` `elem`s.
 fn tile(k: &mut Body, bytes: usize, rows: usize, cols: usize, elem: Scalar) -> Value<View> {
+    tiles(k, bytes, &[(rows, cols, elem)])[0]
+}
+
+/// Views of one `bytes` of workgroup memory, one per `(rows, cols, elem)`:
+/// tiles whose lives do not overlap share it.
+fn tiles(k: &mut Body, bytes: usize, views: &[(usize, usize, Scalar)]) -> Vec<Value<View>> {
     let zero = k.offset(0);
     let size = k.offset(bytes as u64);
     let buffer = k.alloca_workgroup(size, 16);
-    k.buffer_view(buffer, zero, [Extent::from(rows), Extent::from(cols)], elem)
+    views
+        .iter()
+        .map(|&(rows, cols, elem)| {
+            k.buffer_view(buffer, zero, [Extent::from(rows), Extent::from(cols)], elem)
+        })
+        .collect()
 }
 
 /// The kernel (arguments as the f32 encoder attention's: `seq, row,
@@ -140,26 +162,20 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     // The scores, then (same memory) the contexts; the queries, then the
     // probabilities.
     let (scores, contexts) = {
-        let zero = k.offset(0);
-        let size = k.offset(shape.score_bytes() as u64);
-        let buffer = k.alloca_workgroup(size, 16);
-        let s = [QUERIES, shape.score_stride()].map(Extent::from);
-        let c = [QUERIES, shape.context_stride()].map(Extent::from);
-        (
-            k.buffer_view(buffer, zero, s, F32),
-            k.buffer_view(buffer, zero, c, F32),
-        )
+        let views = [
+            (QUERIES, shape.score_stride(), F32),
+            (QUERIES, shape.context_stride(), F32),
+        ];
+        let v = tiles(&mut k, shape.score_bytes(), &views);
+        (v[0], v[1])
     };
     let (queries, probs) = {
-        let zero = k.offset(0);
-        let size = k.offset(shape.prob_bytes() as u64);
-        let buffer = k.alloca_workgroup(size, 16);
-        let q = [QUERIES, shape.kv_stride()].map(Extent::from);
-        let p = [QUERIES, shape.prob_stride()].map(Extent::from);
-        (
-            k.buffer_view(buffer, zero, q, F16),
-            k.buffer_view(buffer, zero, p, F16),
-        )
+        let views = [
+            (QUERIES, shape.kv_stride(), F16),
+            (QUERIES, shape.prob_stride(), F16),
+        ];
+        let v = tiles(&mut k, shape.prob_bytes(), &views);
+        (v[0], v[1])
     };
     let [c0, c4, c16, quadc, seqc, dhc, wgc] =
         [0, 4, 16, quads, seq, dh, 2 * LANES].map(|v| k.index(v as u64));
@@ -224,9 +240,9 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     let scales = k.splat(scale, 4);
     let r0 = k.mul(sg, c16);
     let (fa, fb, fc) = (
-        frag(CoopRole::A, F16),
-        frag(CoopRole::B, F16),
-        frag(CoopRole::C, F32),
+        fragment(F16, CoopRole::A),
+        fragment(F16, CoopRole::B),
+        fragment(F32, CoopRole::C),
     );
     let head_tiles: Vec<Value<Index>> = (0..dh / 16).map(|i| k.index(16 * i as u64)).collect();
     let key_tiles: Vec<Value<Index>> = (0..seq / 16).map(|i| k.index(16 * i as u64)).collect();
@@ -381,6 +397,16 @@ mod tests {
             }
         }
         assert!(!CoopAttention { head: 32, seq: 256 }.fits(limit));
+        // Chosen for f16 outputs on tensor cores only.
+        let minilm = CoopAttention { head: 32, seq: 128 };
+        assert_eq!(
+            CoopAttention::for_output(&target, F16, 32, 128),
+            Some(minilm)
+        );
+        assert_eq!(CoopAttention::for_output(&target, F32, 32, 128), None);
+        assert_eq!(CoopAttention::for_output(&target, F16, 32, 256), None);
+        let lavapipe = hrx_core::Target::lavapipe();
+        assert_eq!(CoopAttention::for_output(&lavapipe, F16, 32, 128), None);
         assert!(!CoopAttention { head: 24, seq: 64 }.fits(limit));
         assert!(!CoopAttention { head: 32, seq: 40 }.fits(limit));
     }

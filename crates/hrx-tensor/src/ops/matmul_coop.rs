@@ -12,6 +12,18 @@ use super::{
     registry::{Generator, KernelKey, KernelSource},
 };
 use hrx_core::{CooperativeMatrixShape, ScalarKind, Target};
+use hrx_loom::ir::{CoopMatType, CoopRole, Scalar};
+
+/// The 16 x 16 fragment of `elem` in `role`: the shape every tensor-core
+/// kernel here uses (16x16x16 f16 -> f32).
+pub(crate) fn fragment(elem: Scalar, role: CoopRole) -> CoopMatType {
+    CoopMatType {
+        rows: 16,
+        cols: 16,
+        elem,
+        role,
+    }
+}
 
 /// Tile shape of the cooperative-matrix kernel: a `bm x bn` tile of C per
 /// workgroup, k steps of `bk`, `sgm x sgn` subgroups of `sg` invocations.

@@ -12,21 +12,12 @@
 //! 16 x 16 f32 staging tile so bias, activation and the bounds check are
 //! per element.
 
-use super::CoopTiles;
 use super::copies::{Consts, CoopLayout, Env, Operand};
+use super::{CoopTiles, fragment};
 use crate::ops::UnaryOp;
 use crate::ops::matmul_abi::MatmulArgs;
 use hrx_loom::build::{Barrier, Built, CoopLayout as Major, Extent, KernelBuilder, Mat, Value};
-use hrx_loom::ir::{Axis, CoopMatType, CoopRole, IntPredicate, Scalar};
-
-fn frag(elem: Scalar, role: CoopRole) -> CoopMatType {
-    CoopMatType {
-        rows: 16,
-        cols: 16,
-        elem,
-        role,
-    }
-}
+use hrx_loom::ir::{Axis, CoopRole, IntPredicate, Scalar};
 
 impl CoopTiles {
     /// The kernel for operands laid out as `layout` (already passed
@@ -35,9 +26,9 @@ impl CoopTiles {
     pub(super) fn kernel(&self, layout: CoopLayout, act: Option<UnaryOp>, out_f16: bool) -> Built {
         let n64 = |v: usize| v as u64;
         let (fa_ty, fb_ty, fc_ty) = (
-            frag(Scalar::F16, CoopRole::A),
-            frag(Scalar::F16, CoopRole::B),
-            frag(Scalar::F32, CoopRole::C),
+            fragment(Scalar::F16, CoopRole::A),
+            fragment(Scalar::F16, CoopRole::B),
+            fragment(Scalar::F32, CoopRole::C),
         );
         let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
         let crows = self.sgm * self.sgn * 16;
