@@ -13,12 +13,16 @@
 //! query-key-value projection (which RMS-normalises its input as it reads
 //! it, and stores the keys, turned by RoPE, and the values into the
 //! caches), the attention (which turns the queries as it reads them), the
-//! output projection (which adds the residual), the gate-and-up
-//! projection with its norm and SwiGLU, and the down projection with the
-//! second residual: five at decode. Above `QUANT_GATED_MAX_ROWS` rows the
-//! tiled products fuse nothing: the key rotation with the cache store,
+//! output projection (which adds the residual), and the feed-forward
+//! block: four at decode. Up to `QUANT_FFN_MAX_ROWS` rows the block is one
+//! dispatch (norm, gate-and-up, SwiGLU, down and the second residual);
+//! up to `QUANT_GATED_MAX_ROWS` it is two (the gate-and-up projection with
+//! its norm and SwiGLU, and the down projection with the residual). Above,
+//! the tiled products fuse nothing: the key rotation with the cache store,
 //! each residual add with the next norm, and the SwiGLU are dispatches of
-//! their own (nine a layer).
+//! their own (nine a layer). The head (final norm, the picked rows, the
+//! vocabulary projection and the argmax) is one dispatch for up to
+//! `QUANT_LOGITS_MAX_PICKS` picks, four beyond.
 //!
 //! Inputs (host-visible, written before each replay): `tokens`,
 //! `sequence`, `position` (i32 `[rows]`) and `picks` (i32 `[outputs]`:
@@ -35,12 +39,15 @@
 //! greedy steps do not pay for it.
 
 use super::sampling::Candidates;
-use super::weights::{LlamaWeights, Stacked};
+use super::weights::{Block, LlamaWeights, Stacked};
 use crate::gguf::LlamaConfig;
 use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
-use hrx_tensor::ops::{KvStore, QUANT_GATED_MAX_ROWS, QuantFusion, Rotary, RowNorm};
+use hrx_tensor::ops::{
+    FeedForward, KvStore, QUANT_FFN_MAX_ROWS, QUANT_GATED_MAX_ROWS, QUANT_LOGITS_MAX_PICKS,
+    QuantFusion, Rotary, RowNorm,
+};
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
@@ -208,8 +215,8 @@ impl StepGraph {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         // A decode-sized step folds each RMS norm into the product that
-        // reads it and each residual add into the product before it (six
-        // dispatches a layer); larger steps record them as their own
+        // reads it and each residual add into the product before it (four
+        // or five dispatches a layer); larger steps record them as their own
         // dispatches, `s.norm` holding each product's normalised input.
         let fused = rows <= QUANT_GATED_MAX_ROWS;
         let normed = |weight| QuantFusion {
@@ -290,48 +297,65 @@ impl StepGraph {
                 ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
                 ops.record_add_rms_norm(&mut g, &s.x, &s.proj, &b.ffn_norm, eps, &s.h, &s.norm)?;
             }
-            let (input, fusion) = match fused {
-                true => (&s.h, normed(&b.ffn_norm)),
-                false => (&s.norm, unfused),
-            };
-            match &b.gate_up {
-                // The gate inside the projection's dispatch.
-                Stacked::One(matrix) if fused => {
-                    ops.record_quant_swiglu_fused(&mut g, input, matrix, &fusion, &s.act)?;
-                }
-                _ => {
-                    let [gate, up] =
-                        &s.gate_up.project(ops, &mut g, input, &b.gate_up, &fusion)?[..]
-                    else {
-                        return Err(Error::Message("gate and up are two projections".into()));
-                    };
-                    ops.record_swiglu(&mut g, gate, up, &s.act)?;
-                }
-            }
             // x = h + feed-forward (and, unfused, normalised for the next
-            // layer or the output).
-            if fused {
-                ops.record_quant_matmul_fused(&mut g, &s.act, &b.down, &plus(&s.h), &s.x)?;
-            } else {
-                ops.record_quant_matmul(&mut g, &s.act, &b.down, &s.proj)?;
-                let next_norm = weights
-                    .blocks
-                    .get(layer + 1)
-                    .map_or(&weights.output_norm, |next| &next.attn_norm);
-                ops.record_add_rms_norm(&mut g, &s.h, &s.proj, next_norm, eps, &s.x, &s.norm)?;
+            // layer or the output): one dispatch for a few rows.
+            let block = match (&b.gate_up, fused && rows <= QUANT_FFN_MAX_ROWS) {
+                (Stacked::One(gate_up), true) => {
+                    let block = FeedForward {
+                        norm: RowNorm {
+                            weight: &b.ffn_norm,
+                            eps,
+                        },
+                        gate_up,
+                        down: &b.down,
+                    };
+                    ops.record_quant_ffn(&mut g, &s.h, block, &s.h, &s.x)
+                }
+                _ => Err(Error::Unsupported("two dispatches".into())),
+            };
+            match block {
+                Err(Error::Unsupported(_)) => {
+                    let next_norm = weights
+                        .blocks
+                        .get(layer + 1)
+                        .map_or(&weights.output_norm, |next| &next.attn_norm);
+                    feed_forward(ops, &mut g, &s, b, fused, (eps, next_norm))?;
+                }
+                other => other?,
             }
         }
-        // The picked rows, normalised by the output norm. The vocabulary
-        // projection does not fuse the norm: tens of thousands of weight
-        // rows would each reread the norm's weights (on the H200 its
-        // dispatch took 69 us fused against 42 us plus a 5 us norm).
-        if fused {
-            let output_norm = Some(&weights.output_norm);
-            ops.record_rms_norm(&mut g, &s.x, output_norm, None, eps, &s.norm)?;
+        // The head: the picked rows, normalised by the output norm,
+        // projected onto the vocabulary, and their argmax. A few picks
+        // take one dispatch; more (or a device without the kernel) take
+        // four.
+        let output_norm = RowNorm {
+            weight: &weights.output_norm,
+            eps,
+        };
+        let head = match fused && outputs <= QUANT_LOGITS_MAX_PICKS {
+            true => ops.record_quant_logits(
+                &mut g,
+                &s.x,
+                &picks,
+                output_norm,
+                &weights.output,
+                &logits,
+                &next,
+            ),
+            false => Err(Error::Unsupported("four dispatches".into())),
+        };
+        match head {
+            Err(Error::Unsupported(_)) => {
+                if fused {
+                    let weight = Some(output_norm.weight);
+                    ops.record_rms_norm(&mut g, &s.x, weight, None, eps, &s.norm)?;
+                }
+                ops.record_gather(&mut g, &s.norm, &picks, &s.picked)?;
+                ops.record_quant_matmul(&mut g, &s.picked, &weights.output, &logits)?;
+                ops.record_argmax(&mut g, &logits, &next)?;
+            }
+            other => other?,
         }
-        ops.record_gather(&mut g, &s.norm, &picks, &s.picked)?;
-        ops.record_quant_matmul(&mut g, &s.picked, &weights.output, &logits)?;
-        ops.record_argmax(&mut g, &logits, &next)?;
         Ok((
             g,
             StepGraph {
@@ -492,6 +516,56 @@ impl StepGraph {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect())
+    }
+}
+
+/// A layer's feed-forward block as separate dispatches, `s.h` in, `s.x`
+/// out: at decode sizes the gate (with its norm) and the down product
+/// (with the residual); larger, the products, SwiGLU, and the residual
+/// add with the next norm (`next_norm`) into `s.norm`.
+fn feed_forward(
+    ops: &hrx_tensor::Ops,
+    g: &mut Graph,
+    s: &Scratch,
+    b: &Block,
+    fused: bool,
+    (eps, next_norm): (f32, &DeviceTensor),
+) -> Result<()> {
+    let (input, fusion) = match fused {
+        true => {
+            let norm = RowNorm {
+                weight: &b.ffn_norm,
+                eps,
+            };
+            let fusion = QuantFusion {
+                norm: Some(norm),
+                ..QuantFusion::default()
+            };
+            (&s.h, fusion)
+        }
+        false => (&s.norm, QuantFusion::default()),
+    };
+    match &b.gate_up {
+        // The gate inside the projection's dispatch.
+        Stacked::One(matrix) if fused => {
+            ops.record_quant_swiglu_fused(g, input, matrix, &fusion, &s.act)?;
+        }
+        _ => {
+            let [gate, up] = &s.gate_up.project(ops, g, input, &b.gate_up, &fusion)?[..] else {
+                return Err(Error::Message("gate and up are two projections".into()));
+            };
+            ops.record_swiglu(g, gate, up, &s.act)?;
+        }
+    }
+    if fused {
+        let plus = QuantFusion {
+            residual: Some(&s.h),
+            ..QuantFusion::default()
+        };
+        ops.record_quant_matmul_fused(g, &s.act, &b.down, &plus, &s.x)
+    } else {
+        ops.record_quant_matmul(g, &s.act, &b.down, &s.proj)?;
+        ops.record_add_rms_norm(g, &s.h, &s.proj, next_norm, eps, &s.x, &s.norm)
     }
 }
 

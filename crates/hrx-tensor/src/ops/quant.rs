@@ -208,7 +208,7 @@ impl QuantMatrix {
         &self.words
     }
 
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("{:?} [{}, {}]", self.format, self.rows, self.cols)
     }
 }

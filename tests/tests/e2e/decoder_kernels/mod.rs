@@ -6,4 +6,6 @@
 
 mod attention;
 mod quant;
+mod quant_ffn;
 mod quant_fused;
+mod quant_logits;

@@ -1,0 +1,314 @@
+//! The feed-forward block of a decode step in one dispatch, built: RMS
+//! norm, the gate-and-up product, SwiGLU, the down product and the
+//! residual add, for a few rows of x.
+//!
+//! The down product needs every column of the gate's output, which a
+//! dispatch's workgroups produce in parts; instead of a second dispatch,
+//! each workgroup applies the down product to its own part (split along
+//! the down product's k) and the last one to finish adds the parts up:
+//!
+//! 1. Each subgroup holds the rows of x in registers, normalised
+//!    (`quant_resident`). The workgroup's subgroups take its `C` gate
+//!    columns in turn: the dots with gate row `j` and up row `f + j`,
+//!    `silu(gate) * up` into workgroup memory.
+//! 2. After a barrier, work item `t` takes down rows `t, t + wg, ..`: the
+//!    dot of the row's `C` columns of this workgroup with the `C` gate
+//!    values, stored as this workgroup's plane of partial sums (`[mt,
+//!    width]` per workgroup) in the scratch.
+//! 3. The workgroup counts itself done (`split_count`); the last sums the
+//!    planes in workgroup order from zero (so the result does not depend
+//!    on which finishes last) and stores the residual plus the sum.
+//!
+//! Gate columns past `f` are zeros, and the down row's spans past its end
+//! add nothing.
+
+use super::QuantFormat;
+use super::argmax_kernel::slots;
+use super::quant_resident::{ResidentNorm, lane_dot, lane_spans, resident_row};
+use super::quant_spans::{SPAN, Weights, XRows, span_values};
+use super::registry::{Generator, KernelKey, KernelSource};
+use super::split_count::last_split;
+use super::token_kernels::silu_times;
+use hrx_loom::build::{Barrier, Body, Built, Index, KernelBuilder, Num, Value};
+use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
+
+/// Gate columns per workgroup (one block of the blocked formats along
+/// the down product's k).
+pub(crate) const C: usize = 32;
+
+/// What one feed-forward kernel is specialised for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FfnKey {
+    /// The stacked gate-and-up matrix's format, and the down matrix's.
+    pub(crate) gate_up: QuantFormat,
+    pub(crate) down: QuantFormat,
+    /// Rows of x (all in each subgroup's registers).
+    pub(crate) mt: usize,
+    /// Spans of a row each lane holds.
+    pub(crate) spl: usize,
+    /// Down rows per work item: `ceil(width / wg)`.
+    pub(crate) per_item: usize,
+    /// x and the norm weight read in 16-byte quads.
+    pub(crate) xvec: bool,
+    /// Work items per workgroup.
+    pub(crate) wg: usize,
+}
+
+/// The kernel for `key`.
+pub(crate) fn ffn_key(key: FfnKey) -> KernelKey {
+    KernelKey {
+        source: KernelSource::Built(Generator::new(format!("quant_ffn {key:?}"), move || {
+            ffn_kernel(key)
+        })),
+        symbol: "quant_ffn",
+        config: Vec::new(),
+    }
+}
+
+/// The kernel: arguments `m, cols, f, rgu, rd, eps`, then the element
+/// offset and length of `x`, `nw`, `gu`, `d`, `res` and `out`, then the
+/// lengths of the scratch and the counter; buffers in that order.
+/// Workload: `f`.
+fn ffn_kernel(key: FfnKey) -> Built {
+    let n64 = |v: usize| v as u64;
+    let mt = key.mt;
+    let mut k = KernelBuilder::new("quant_ffn");
+    let wf = k.workload("f");
+    let one = k.index(1);
+    let cc = k.index(n64(C));
+    let groups = k.div_ceil(wf, cc);
+    let wgc = k.index(n64(key.wg));
+    let mut k = k.launch_config([groups, one, one], [wgc, one, one]);
+    let [m, cols, f, rgu, rd] = ["m", "cols", "f", "rgu", "rd"].map(|a| k.arg_index(a));
+    let eps = k.arg_scalar("eps", Scalar::F32);
+    let [ox, lx, on, ln, og, lg, od, ld, or, lr, oo, lo, ls, lc] = [
+        "ox", "lx", "on", "ln", "og", "lg", "od", "ld", "or", "lr", "oo", "lo", "ls", "lc",
+    ]
+    .map(|a| k.arg_index(a));
+    let zero = k.offset(0);
+    let view = |k: &mut Body, name: &str, writes: bool, len: Value<Index>, t: Scalar| {
+        let buffer = k.arg_buffer(name, !writes);
+        k.buffer_view(buffer, zero, [len.into()], t)
+    };
+    let xv = view(&mut k, "x", false, lx, Scalar::F32);
+    let nv = view(&mut k, "nw", false, ln, Scalar::F32);
+    let gv = view(&mut k, "gu", false, lg, Scalar::U32);
+    let dv = view(&mut k, "d", false, ld, Scalar::U32);
+    let rv = view(&mut k, "res", false, lr, Scalar::F32);
+    let ov = view(&mut k, "out", true, lo, Scalar::F32);
+    let sv = view(&mut k, "scratch", true, ls, Scalar::F32);
+    let cv = view(&mut k, "cnt", true, lc, Scalar::U32);
+    let x = XRows {
+        view: xv,
+        cols,
+        quads: key.xvec,
+        tail: false,
+    };
+    let gains = XRows { view: nv, ..x };
+    let gate_up = Weights {
+        format: key.gate_up,
+        view: gv,
+        row_words: rgu,
+        tail: false,
+    };
+    let down = Weights {
+        format: key.down,
+        view: dv,
+        row_words: rd,
+        tail: false,
+    };
+    let act = slots(&mut k, mt * C, Scalar::F32);
+    let [c0, c1, c7, c8] = [0, 1, 7, 8].map(|v| k.index(v));
+    let zf = k.float(0.0, Scalar::F32);
+    let cc = k.index(n64(C));
+    let cmt = k.index(n64(mt));
+    let item = k.workitem_id(Axis::X);
+    let sg = k.subgroup_id();
+    let nsg = k.subgroup_count();
+    let lane = k.subgroup_lane_id();
+    let group = k.workgroup_id(Axis::X);
+    let ngroups = k.workgroup_count(Axis::X);
+    let first_lane = k.cmp(IntPredicate::Eq, lane, c0);
+    let leader = k.cmp(IntPredicate::Eq, item, c0);
+    let m1 = k.sub(m, c1);
+    let f1 = k.sub(f, c1);
+    let cols1 = k.sub(cols, c1);
+    let first_column = k.mul(group, cc);
+
+    // 1. The rows, normalised and resident; the gate values into `act`.
+    let spans = lane_spans(&mut k, key.spl, cols);
+    let norm = ResidentNorm::load(&mut k, &gains, on, &spans, eps);
+    let rows: Vec<Vec<Vec<Value<Num>>>> = (0..mt)
+        .map(|r| {
+            let dr = k.index(n64(r));
+            let ok = k.cmp(IntPredicate::Ult, dr, m);
+            let row = k.min(dr, m1);
+            let start = k.madd(row, cols, ox);
+            resident_row(&mut k, &x, start, Some(ok), &spans, &norm)
+        })
+        .collect();
+    k.for_each(sg, cc, nsg, |b, c| {
+        let column = b.add(first_column, c);
+        let inside = b.cmp(IntPredicate::Ult, column, f);
+        let clamped = b.min(column, f1);
+        let gate_row = b.madd(clamped, rgu, og);
+        let up = b.add(clamped, f);
+        let up_row = b.madd(up, rgu, og);
+        let [gate_w, up_w] = [gate_row, up_row].map(|at| {
+            spans
+                .iter()
+                .map(|&(_, s)| span_values(b, &gate_up, at, s))
+                .collect::<Vec<_>>()
+        });
+        for (r, row) in rows.iter().enumerate() {
+            let gate = lane_dot(b, row, &gate_w, &spans);
+            let gate = b.subgroup_reduce(ReduceOp::AddF, gate);
+            let up = lane_dot(b, row, &up_w, &spans);
+            let up = b.subgroup_reduce(ReduceOp::AddF, up);
+            let value = silu_times(b, gate, up);
+            let value = b.select(inside, value, zf);
+            b.if_(first_lane, |b| {
+                let dr = b.index(n64(r));
+                let at = b.madd(dr, cc, c);
+                b.store(value, act, &[at]);
+            });
+        }
+    });
+    k.barrier(Barrier::Workgroup);
+
+    // 2. This workgroup's part of the down product, one plane of the
+    // scratch: `[group][r][o]`.
+    let f7 = k.add(f, c7);
+    let down_spans = k.div(f7, c8);
+    let last_span = k.sub(down_spans, c1);
+    let first_span = k.div(first_column, c8);
+    let wgi = k.index(n64(key.wg));
+    let outputs: Vec<(Value<hrx_loom::build::Bool>, Value<Index>)> = (0..key.per_item)
+        .map(|i| {
+            let di = k.index(n64(i));
+            let o = k.madd(wgi, di, item);
+            (k.cmp(IntPredicate::Ult, o, cols), k.min(o, cols1))
+        })
+        .collect();
+    let plane = k.mul(cmt, cols);
+    let own_plane = k.mul(group, plane);
+    for &(inside, o) in &outputs {
+        let row = k.madd(o, rd, od);
+        let mut parts = vec![zf; mt];
+        for s in 0..C / SPAN {
+            let ds = k.index(n64(s));
+            let span = k.add(first_span, ds);
+            let span_ok = k.cmp(IntPredicate::Ult, span, down_spans);
+            let clamped = k.min(span, last_span);
+            let weights = span_values(&mut k, &down, row, clamped);
+            for (r, part) in parts.iter_mut().enumerate() {
+                let base = k.index(n64(r * C + s * SPAN));
+                let mut sum = zf;
+                for (e, &w) in weights.iter().enumerate() {
+                    let de = k.index(n64(e));
+                    let at = k.add(base, de);
+                    let a = k.load(act, &[at]);
+                    sum = k.fmaf(w, a, sum);
+                }
+                let sum = k.select(span_ok, sum, zf);
+                *part = k.addf(*part, sum);
+            }
+        }
+        k.if_(inside, |b| {
+            for (r, &part) in parts.iter().enumerate() {
+                let dr = b.index(n64(r));
+                let at = b.madd(dr, cols, own_plane);
+                let at = b.add(at, o);
+                b.store(part, sv, &[at]);
+            }
+        });
+    }
+
+    // 3. The last workgroup: residual plus the planes, in order.
+    let last = last_split(&mut k, cv, c0, ngroups, leader);
+    k.if_(last, |b| {
+        const UNROLL: usize = 8;
+        let cu = b.index(n64(UNROLL));
+        let planes1 = b.sub(ngroups, c1);
+        for &(inside, o) in &outputs {
+            for r in 0..mt {
+                let dr = b.index(n64(r));
+                let row_ok = b.cmp(IntPredicate::Ult, dr, m);
+                let within = b.madd(dr, cols, o);
+                let sum = b.for_carry(c0, ngroups, cu, &[zf], |b, g0, acc| {
+                    // Every load of the trip first; planes past the last
+                    // reread it and add nothing.
+                    let loads: Vec<_> = (0..UNROLL)
+                        .map(|u| {
+                            let du = b.index(n64(u));
+                            let g = b.add(g0, du);
+                            let ok = b.cmp(IntPredicate::Ult, g, ngroups);
+                            let gc = b.min(g, planes1);
+                            let at = b.madd(gc, plane, within);
+                            (ok, b.load(sv, &[at]))
+                        })
+                        .collect();
+                    let mut total = acc[0];
+                    for (ok, v) in loads {
+                        let v = b.select(ok, v, zf);
+                        total = b.addf(total, v);
+                    }
+                    vec![total]
+                });
+                let store = b.and(inside, row_ok);
+                b.if_(store, |b| {
+                    let rat = b.madd(dr, cols, or);
+                    let rat = b.add(rat, o);
+                    let residual = b.load(rv, &[rat]);
+                    let value = b.addf(residual, sum[0]);
+                    let oat = b.madd(dr, cols, oo);
+                    let oat = b.add(oat, o);
+                    b.store(value, ov, &[oat]);
+                });
+            }
+        }
+    });
+    Built::kernel(k.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::quant_resident::spans_per_lane;
+    use hrx_core::Target;
+
+    /// Every pairing of formats and row counts builds a kernel the
+    /// verifier and naga accept.
+    #[test]
+    fn every_variant_compiles() {
+        let formats = [
+            QuantFormat::F32,
+            QuantFormat::F16,
+            QuantFormat::Q8_0,
+            QuantFormat::Q4_1,
+        ];
+        for target in [Target::lavapipe(), Target::hopper()] {
+            let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
+            let sg = target.subgroup_size_min as usize;
+            for (gate_up, down) in formats.iter().zip(formats.iter().rev()) {
+                for (mt, xvec, wg) in [(1, true, 256), (4, false, 64)] {
+                    let key = FfnKey {
+                        gate_up: *gate_up,
+                        down: *down,
+                        mt,
+                        spl: spans_per_lane(576, sg),
+                        per_item: 576usize.div_ceil(wg),
+                        xvec,
+                        wg,
+                    };
+                    compiler
+                        .built(&ffn_kernel(key))
+                        .and_then(|m| {
+                            m.compile_uncached(&hrx_loom::Specialization::new("quant_ffn"))
+                        })
+                        .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+                }
+            }
+        }
+    }
+}
