@@ -9,20 +9,21 @@
 //! Within a step every row's key and value are stored before any row
 //! attends, so a prompt's rows see each other causally.
 //!
-//! Dependent dispatches bound a decode step, so a layer takes few: the
-//! query-key-value projection (which RMS-normalises its input as it reads
-//! it, and stores the keys, turned by RoPE, and the values into the
-//! caches), the attention (which turns the queries as it reads them), the
-//! output projection (which adds the residual), and the feed-forward
-//! block: four at decode. Up to `QUANT_FFN_MAX_ROWS` rows the block is one
-//! dispatch (norm, gate-and-up, SwiGLU, down and the second residual);
-//! up to `QUANT_GATED_MAX_ROWS` it is two (the gate-and-up projection with
-//! its norm and SwiGLU, and the down projection with the residual). Above,
-//! the tiled products fuse nothing: the key rotation with the cache store,
-//! each residual add with the next norm, and the SwiGLU are dispatches of
-//! their own (nine a layer). The head (final norm, the picked rows, the
-//! vocabulary projection and the argmax) is one dispatch for up to
-//! `QUANT_LOGITS_MAX_PICKS` picks, four beyond.
+//! Dependent dispatches bound a decode step, so a layer takes few. Up to
+//! `QUANT_GATED_MAX_ROWS` rows: the query-key-value projection (which
+//! RMS-normalises its input as it reads it, and stores the keys, turned
+//! by RoPE, and the values into the caches), the attention (which turns
+//! the queries as it reads them, and projects its output, adding the
+//! residual, in the same dispatch), and the feed-forward block: one
+//! dispatch (norm, gate-and-up, SwiGLU, down and the second residual) up
+//! to `QUANT_FFN_MAX_ROWS` rows, else two (the gate-and-up projection
+//! with its norm and SwiGLU; the down projection with the residual).
+//! Three or four a layer. Above, the tiled products fuse nothing: the key
+//! rotation with the cache store, each residual add with the next norm,
+//! and the SwiGLU are dispatches of their own (nine a layer). The head
+//! (final norm, the picked rows, the vocabulary projection and the
+//! argmax) is one dispatch for up to `QUANT_LOGITS_MAX_PICKS` picks, four
+//! beyond.
 //!
 //! Inputs (host-visible, written before each replay): `tokens`,
 //! `sequence`, `position` (i32 `[rows]`) and `picks` (i32 `[outputs]`:
@@ -45,8 +46,8 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
 use hrx_tensor::ops::{
-    FeedForward, KvStore, QUANT_FFN_MAX_ROWS, QUANT_GATED_MAX_ROWS, QUANT_LOGITS_MAX_PICKS,
-    QuantFusion, Rotary, RowNorm,
+    AttentionOutput, FeedForward, KvStore, QUANT_FFN_MAX_ROWS, QUANT_GATED_MAX_ROWS,
+    QUANT_LOGITS_MAX_PICKS, QuantFusion, Rotary, RowNorm,
 };
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
@@ -215,8 +216,8 @@ impl StepGraph {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         // A decode-sized step folds each RMS norm into the product that
-        // reads it and each residual add into the product before it (four
-        // or five dispatches a layer); larger steps record them as their own
+        // reads it and each residual add into the product before it (three
+        // or four dispatches a layer); larger steps record them as their own
         // dispatches, `s.norm` holding each product's normalised input.
         let fused = rows <= QUANT_GATED_MAX_ROWS;
         let normed = |weight| QuantFusion {
@@ -277,25 +278,48 @@ impl StepGraph {
                     values,
                 )?;
             }
-            // q turns as the attention reads it.
-            ops.record_rotary_attention(
-                &mut g,
-                &q,
-                rotary,
-                keys,
-                values,
-                &sequence,
-                &position,
-                scale,
-                &s.attended,
-            )?;
-            let attended = s.attended.reshape(vec![rows, w])?;
-            // h = x + attention (and norm = rms_norm(h) unfused).
-            if fused {
-                ops.record_quant_matmul_fused(&mut g, &attended, &b.output, &plus(&s.x), &s.h)?;
+            // q turns as the attention reads it; at decode sizes the
+            // output projection (with the residual: h = x + attention)
+            // rides in the attention's dispatch.
+            let cache = [keys, values, &sequence, &position];
+            let projected = match fused {
+                true => {
+                    let projection = AttentionOutput {
+                        weight: &b.output,
+                        residual: &s.x,
+                        out: &s.h,
+                    };
+                    let attended = &s.attended;
+                    ops.record_rotary_attention_projected(
+                        &mut g, &q, rotary, cache, scale, attended, projection,
+                    )
+                }
+                false => Err(Error::Unsupported("a projection of many rows".into())),
+            };
+            if let Err(Error::Unsupported(_)) = projected {
+                ops.record_rotary_attention(
+                    &mut g,
+                    &q,
+                    rotary,
+                    keys,
+                    values,
+                    &sequence,
+                    &position,
+                    scale,
+                    &s.attended,
+                )?;
+                let attended = s.attended.reshape(vec![rows, w])?;
+                // h = x + attention (and norm = rms_norm(h) unfused).
+                if fused {
+                    let plus = plus(&s.x);
+                    ops.record_quant_matmul_fused(&mut g, &attended, &b.output, &plus, &s.h)?;
+                } else {
+                    ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
+                    let norm = &b.ffn_norm;
+                    ops.record_add_rms_norm(&mut g, &s.x, &s.proj, norm, eps, &s.h, &s.norm)?;
+                }
             } else {
-                ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
-                ops.record_add_rms_norm(&mut g, &s.x, &s.proj, &b.ffn_norm, eps, &s.h, &s.norm)?;
+                projected?;
             }
             // x = h + feed-forward (and, unfused, normalised for the next
             // layer or the output): one dispatch for a few rows.

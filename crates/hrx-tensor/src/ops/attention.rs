@@ -24,7 +24,7 @@
 //! recorded.
 
 use super::{
-    Ops, attention_kernels,
+    Ops, QuantMatrix, attention_kernels,
     attention_kernels::AttentionShape,
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
@@ -119,6 +119,75 @@ pub(super) fn no_alias(operation: &str, out: &Operand, input: &Operand) -> Resul
         )));
     }
     Ok(())
+}
+
+/// The output projection fused into an attention dispatch
+/// ([`Ops::record_rotary_attention_projected`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionOutput<'a> {
+    /// `[width, heads * head_dim]`.
+    pub weight: &'a QuantMatrix,
+    /// f32 `[rows, width]`, contiguous.
+    pub residual: &'a DeviceTensor,
+    /// f32 `[rows, width]`, contiguous, overlapping no other operand.
+    pub out: &'a DeviceTensor,
+}
+
+/// A bound projection: its launch scalars (after the attention's), its
+/// buffers (weights, residual, output; the scratch and counters follow)
+/// and its width.
+struct BoundProjection {
+    scalars: Vec<ScalarValue>,
+    views: Vec<hrx_runtime::BufferView>,
+    width: usize,
+}
+
+/// Check `p` against attention over `rows` rows of `columns` (heads
+/// side by side) with heads of `hd`, and bind it; the output must not
+/// overlap `others` (the attention's operands).
+fn bind_projection(
+    runtime: &hrx_runtime::Runtime,
+    target: &hrx_core::Target,
+    operation: &str,
+    p: AttentionOutput,
+    (rows, columns, hd): (usize, usize, usize),
+    others: [&Operand; 6],
+) -> Result<BoundProjection> {
+    check_inputs(runtime, operation, &[p.weight.words(), p.residual])?;
+    let width = p.weight.rows();
+    if p.weight.cols() != columns || !hd.is_multiple_of(8) || width == 0 {
+        return Err(Error::Message(format!(
+            "{operation}: the projection must be [width, {columns}] over heads of a multiple \
+             of 8, not [{width}, {}] over heads of {hd}",
+            p.weight.cols()
+        )));
+    }
+    let rd = p.residual.desc();
+    if rd.dtype() != DType::F32 || rd.shape() != [rows, width] || !rd.is_contiguous() {
+        return Err(Error::Message(format!(
+            "{operation}: the residual {rd} must be a contiguous f32 [{rows}, {width}]"
+        )));
+    }
+    check_output(runtime, operation, p.out, DType::F32, &[rows, width])?;
+    let (kw, kr, kh) = (
+        operand(p.weight.words(), target, operation)?,
+        operand(p.residual, target, operation)?,
+        operand(p.out, target, operation)?,
+    );
+    for input in others.into_iter().chain([&kw, &kr]) {
+        no_alias(operation, &kh, input)?;
+    }
+    let row_words = p.weight.format().row_words(columns)?;
+    Ok(BoundProjection {
+        scalars: [index(width), index(row_words)]
+            .into_iter()
+            .chain(kw.scalars())
+            .chain(kr.scalars())
+            .chain(kh.scalars())
+            .collect(),
+        views: vec![kw.view, kr.view, kh.view],
+        width,
+    })
 }
 
 impl Ops {
@@ -269,6 +338,7 @@ impl Ops {
             sg_fixed: sg_max == sg_min,
             rotary: false,
             heads: shared,
+            project: None,
         })
     }
 
@@ -302,7 +372,7 @@ impl Ops {
             None,
             [k_cache, v_cache, sequence, position],
             scale,
-            out,
+            (out, None),
         )
     }
 
@@ -334,7 +404,45 @@ impl Ops {
             Some(rotary),
             [k_cache, v_cache, sequence, position],
             scale,
-            out,
+            (out, None),
+        )
+    }
+
+    /// Record [`Ops::record_rotary_attention`] and the attention's output
+    /// projection in the same dispatch: besides `out`, `projection.out =
+    /// projection.residual + out . projection.weight^T` (each row's heads
+    /// side by side, `[rows, heads * head_dim]`, by a `[width, heads *
+    /// head_dim]` matrix), the values of [`Ops::record_quant_matmul_fused`]
+    /// with the residual, up to rounding. Each workgroup projects its own
+    /// heads into a plane of partial sums; the last of a row to finish adds
+    /// them in order to the residual. `residual` and `projection.out`:
+    /// contiguous f32 `[rows, width]`, the output overlapping no other
+    /// operand; `head_dim` a multiple of 8.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_rotary_attention_projected(
+        &self,
+        graph: &mut Graph,
+        q: &DeviceTensor,
+        rotary: Rotary,
+        [k_cache, v_cache, sequence, position]: [&DeviceTensor; 4],
+        scale: f32,
+        out: &DeviceTensor,
+        projection: AttentionOutput,
+    ) -> Result<()> {
+        let operation = format!(
+            "rotary_attention of {} over {}, projected by {}",
+            q.desc(),
+            k_cache.desc(),
+            projection.weight.label()
+        );
+        self.record_attention(
+            graph,
+            &operation,
+            q,
+            Some(rotary),
+            [k_cache, v_cache, sequence, position],
+            scale,
+            (out, Some(projection)),
         )
     }
 
@@ -349,7 +457,7 @@ impl Ops {
         rotary: Option<Rotary>,
         [k_cache, v_cache, sequence, position]: [&DeviceTensor; 4],
         scale: f32,
-        out: &DeviceTensor,
+        (out, projection): (&DeviceTensor, Option<AttentionOutput>),
     ) -> Result<()> {
         let runtime = self.runtime();
         check_inputs(
@@ -431,6 +539,20 @@ impl Ops {
         }
         let mut shape = self.attention_shape(hd, (rows, heads, heads / kvh), &[&kk], operation)?;
         shape.rotary = turn.is_some();
+        let projected = projection
+            .map(|p| {
+                let inputs = [&kq, &kk, &kv, &ks, &kp, &ko];
+                bind_projection(
+                    runtime,
+                    &target,
+                    operation,
+                    p,
+                    (rows, heads * hd, hd),
+                    inputs,
+                )
+            })
+            .transpose()?;
+        shape.project = projection.map(|p| p.weight.format());
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cached_attention {shape:?}"),
@@ -455,14 +577,21 @@ impl Ops {
             .chain(ko.scalars())
             .chain(ks.scalars())
             .chain(kp.scalars())
+            .chain(projected.iter().flat_map(|p| p.scalars.clone()))
             .collect();
-        kernel.record(
-            graph,
-            operation,
-            &[kq.view, kk.view, kv.view, ks.view, kp.view, ko.view],
-            &scalars,
-            &[heads as u64, rows as u64],
-        )
+        let mut views = vec![kq.view, kk.view, kv.view, ks.view, kp.view, ko.view];
+        let grid = [heads as u64, rows as u64];
+        let Some(p) = projected else {
+            return kernel.record(graph, operation, &views, &scalars, &grid);
+        };
+        let launch = kernel.launch(operation, &scalars, &grid)?;
+        // Graph storage is taken only now, when nothing else can fail; each
+        // row's last workgroup leaves its counter at zero.
+        let planes = rows * (heads / shape.heads) * p.width;
+        views.extend(p.views);
+        views.push(graph.scratch(4 * planes)?);
+        views.push(graph.zeroed_scratch(4 * rows)?);
+        launch.record(graph, &views)
     }
 
     /// Causal attention over the cache (see

@@ -54,6 +54,9 @@
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
 
+use super::QuantFormat;
+use super::quant_spans::{SPAN, Weights, span_values};
+use super::split_count::{last_split, sum_planes};
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
@@ -75,6 +78,9 @@ pub(crate) struct AttentionShape {
     /// Query heads per workgroup (consecutive, of one kv head): each key
     /// and value row is read once for all of them.
     pub(crate) heads: usize,
+    /// The output projection fused in, by a matrix of this format
+    /// (arguments after the attention's; see the module documentation).
+    pub(crate) project: Option<QuantFormat>,
 }
 
 impl AttentionShape {
@@ -290,10 +296,40 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         "qs0", "qs1", "qs2", "oq", "lq", "ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp",
     ]
     .map(|x| k.arg_index(x));
+    let projection_args = shape.project.map(|format| {
+        let [width, rw, ow, lw, or, lr, oh, lh] =
+            ["width", "rw", "ow", "lw", "or", "lr", "oh", "lh"].map(|x| k.arg_index(x));
+        (format, [width, rw, ow, lw, or, lr, oh, lh])
+    });
     let [q, kc, vc, sequence, position] =
         ["q", "k_cache", "v_cache", "sequence", "position"].map(|x| k.arg_buffer(x, true));
     let out = k.arg_buffer("out", false);
     let zero = k.offset(0);
+    let projection = projection_args.map(|(format, [width, rw, ow, lw, or, lr, oh, lh])| {
+        // The scratch and the counters are bound whole, sized by the grid
+        // (push constants are too few for their lengths): a plane of
+        // `width` per workgroup, a counter per row.
+        let per_row = k.workgroup_count(Axis::X);
+        let rows = k.workgroup_count(Axis::Y);
+        let planes = k.mul(per_row, rows);
+        let lsc = k.mul(planes, width);
+        let [wb, rb] = ["wo", "res"].map(|x| k.arg_buffer(x, true));
+        let [hb, sb, cb] = ["h", "scratch", "cnt"].map(|x| k.arg_buffer(x, false));
+        Projection {
+            width,
+            weights: Weights {
+                format,
+                view: k.buffer_view(wb, zero, [lw.into()], Scalar::U32),
+                row_words: rw,
+                tail: false,
+            },
+            ow,
+            residual: (k.buffer_view(rb, zero, [lr.into()], F32), or),
+            out: (k.buffer_view(hb, zero, [lh.into()], F32), oh),
+            scratch: k.buffer_view(sb, zero, [lsc.into()], F32),
+            counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
+        }
+    });
     let qv = k.buffer_view(q, zero, [lq.into()], F32);
     let kv = k.buffer_view(kc, zero, [lk.into()], F32);
     let vv = k.buffer_view(vc, zero, [lv.into()], F32);
@@ -579,9 +615,96 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
             b.store(y, outv, &[at]);
+            if projection.is_some() {
+                // q is spent: its memory holds the heads' outputs.
+                let at = b.madd(jc, hdc, d);
+                b.store(y, sq, &[at]);
+            }
         });
     }
+    if let Some(p) = projection {
+        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), (t, wgs));
+    }
     Built::kernel(k.finish())
+}
+
+/// The output projection's operands (`AttentionShape::project`).
+struct Projection {
+    /// Output columns (the weight's rows).
+    width: Value<Index>,
+    weights: Weights,
+    /// The weights' element offset.
+    ow: Value<Index>,
+    /// `[rows, width]` each: the residual and the output, with their
+    /// element offsets.
+    residual: (Value<View>, Value<Index>),
+    out: (Value<View>, Value<Index>),
+    /// Partial sums, `[rows, workgroups per row, width]`, and a finishing
+    /// counter per row.
+    scratch: Value<View>,
+    counters: Value<View>,
+}
+
+/// The fused output projection, after the heads' outputs are in `ys`
+/// (`values` of them, the workgroup's heads side by side): this
+/// workgroup's part, `wo[:, h0 * hd ..][.. values] . ys` for every
+/// output column, into its plane of the scratch; the row's last
+/// workgroup to finish adds the planes in order to the residual.
+fn project(
+    k: &mut Builder,
+    p: &Projection,
+    (ys, values): (Value<View>, usize),
+    (r, hg, h0, hd): (Value<Index>, Value<Index>, Value<Index>, usize),
+    (t, wgs): (Value<Index>, Value<Index>),
+) {
+    k.barrier(Barrier::Workgroup);
+    let c0 = k.index(0);
+    let c8 = k.index(SPAN as u64);
+    let hdc = k.index(hd as u64);
+    let groups = k.workgroup_count(Axis::X);
+    let column0 = k.mul(h0, hdc);
+    let span0 = k.div(column0, c8);
+    let row_plane = k.mul(r, groups);
+    let plane = k.add(row_plane, hg);
+    let plane_at = k.mul(plane, p.width);
+    k.for_each(t, p.width, wgs, |b, o| {
+        let row = b.madd(o, p.weights.row_words, p.ow);
+        let (mut even, mut odd) = (b.float(0.0, F32), b.float(0.0, F32));
+        for s in 0..values / SPAN {
+            let ds = b.index(s as u64);
+            let span = b.add(span0, ds);
+            let ws = span_values(b, &p.weights, row, span);
+            for (e, w) in ws.into_iter().enumerate() {
+                let at = b.index((s * SPAN + e) as u64);
+                let y = b.load(ys, &[at]);
+                if e % 2 == 0 {
+                    even = b.fmaf(w, y, even);
+                } else {
+                    odd = b.fmaf(w, y, odd);
+                }
+            }
+        }
+        let part = b.addf(even, odd);
+        let at = b.add(plane_at, o);
+        b.store(part, p.scratch, &[at]);
+    });
+    let lead = k.cmp(IntPredicate::Eq, t, c0);
+    let last = last_split(k, p.counters, r, groups, lead);
+    k.if_(last, |b| {
+        let first_plane = b.mul(row_plane, p.width);
+        b.for_each(t, p.width, wgs, |b, o| {
+            let within = b.add(first_plane, o);
+            let sum = sum_planes(b, p.scratch, groups, p.width, within);
+            let at = b.madd(r, p.width, o);
+            let (rv, or) = p.residual;
+            let rat = b.add(at, or);
+            let residual = b.load(rv, &[rat]);
+            let value = b.addf(residual, sum);
+            let (hv, oh) = p.out;
+            let hat = b.add(at, oh);
+            b.store(value, hv, &[hat]);
+        });
+    });
 }
 
 #[cfg(test)]
@@ -602,6 +725,7 @@ mod tests {
                 sg_fixed: true,
                 rotary: false,
                 heads: 1,
+                project: None,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -621,6 +745,7 @@ mod tests {
             sg_fixed: true,
             rotary: false,
             heads: 1,
+            project: None,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -649,9 +774,14 @@ mod tests {
                 (256, 4, 128, true, 1),
                 (64, 4, 256, true, 1),
             ];
-            for ((hd, w, wg, sg_fixed, heads), rotary) in
-                shapes.into_iter().zip([false, true].repeat(3))
+            let projections = [None, Some(QuantFormat::Q4_1), Some(QuantFormat::F16)];
+            for (((hd, w, wg, sg_fixed, heads), rotary), project) in shapes
+                .into_iter()
+                .zip([false, true].repeat(3))
+                .zip(projections.repeat(2))
             {
+                // The projection reads whole spans of the heads.
+                let project = project.filter(|_| hd % SPAN == 0);
                 let built = cached_attention(AttentionShape {
                     hd,
                     w,
@@ -660,6 +790,7 @@ mod tests {
                     sg_fixed,
                     rotary,
                     heads,
+                    project,
                 });
                 compiler
                     .built(&built)
@@ -667,7 +798,7 @@ mod tests {
                         m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
                     })
                     .unwrap_or_else(|e| {
-                        panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads}: {e}")
+                        panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads} {project:?}: {e}")
                     });
             }
         }

@@ -62,6 +62,7 @@ mod top_k;
 mod top_k_kernel;
 mod tuning;
 
+pub use attention::AttentionOutput;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
 pub use indexing::broadcast_shapes;

@@ -27,7 +27,7 @@ use super::argmax_kernel::slots;
 use super::quant_resident::{ResidentNorm, lane_dot, lane_spans, resident_row};
 use super::quant_spans::{SPAN, Weights, XRows, span_values};
 use super::registry::{Generator, KernelKey, KernelSource};
-use super::split_count::last_split;
+use super::split_count::{last_split, sum_planes};
 use super::token_kernels::silu_times;
 use hrx_loom::build::{Barrier, Body, Built, Index, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
@@ -227,40 +227,18 @@ fn ffn_kernel(key: FfnKey) -> Built {
     // 3. The last workgroup: residual plus the planes, in order.
     let last = last_split(&mut k, cv, c0, ngroups, leader);
     k.if_(last, |b| {
-        const UNROLL: usize = 8;
-        let cu = b.index(n64(UNROLL));
-        let planes1 = b.sub(ngroups, c1);
         for &(inside, o) in &outputs {
             for r in 0..mt {
                 let dr = b.index(n64(r));
                 let row_ok = b.cmp(IntPredicate::Ult, dr, m);
                 let within = b.madd(dr, cols, o);
-                let sum = b.for_carry(c0, ngroups, cu, &[zf], |b, g0, acc| {
-                    // Every load of the trip first; planes past the last
-                    // reread it and add nothing.
-                    let loads: Vec<_> = (0..UNROLL)
-                        .map(|u| {
-                            let du = b.index(n64(u));
-                            let g = b.add(g0, du);
-                            let ok = b.cmp(IntPredicate::Ult, g, ngroups);
-                            let gc = b.min(g, planes1);
-                            let at = b.madd(gc, plane, within);
-                            (ok, b.load(sv, &[at]))
-                        })
-                        .collect();
-                    let mut total = acc[0];
-                    for (ok, v) in loads {
-                        let v = b.select(ok, v, zf);
-                        total = b.addf(total, v);
-                    }
-                    vec![total]
-                });
+                let sum = sum_planes(b, sv, ngroups, plane, within);
                 let store = b.and(inside, row_ok);
                 b.if_(store, |b| {
                     let rat = b.madd(dr, cols, or);
                     let rat = b.add(rat, o);
                     let residual = b.load(rv, &[rat]);
-                    let value = b.addf(residual, sum[0]);
+                    let value = b.addf(residual, sum);
                     let oat = b.madd(dr, cols, oo);
                     let oat = b.add(oat, o);
                     b.store(value, ov, &[oat]);

@@ -3,7 +3,7 @@
 //! workgroup stores its partial sums, then counts itself done on its
 //! tile's counter, and the last one to count sums the partials.
 
-use hrx_loom::build::{AtomicRmw, Barrier, Bool, Builder, Extent, Index, Value, View};
+use hrx_loom::build::{AtomicRmw, Barrier, Bool, Builder, Extent, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, Scalar};
 
 /// Count this workgroup's split of `tile` done on `counters` (u32, one
@@ -40,4 +40,41 @@ pub(crate) fn last_split(
     k.barrier(Barrier::Storage);
     let f = k.load(flag, &[c0]);
     k.cmpi(IntPredicate::Eq, f, ou)
+}
+
+/// The sum of `planes` partial sums (plane `p` at element `p * stride +
+/// within` of `scratch`), added in plane order from zero: `UNROLL` loads
+/// in flight per trip, so the last workgroup's sum costs a few round
+/// trips rather than one per plane. Planes past the last reread it and
+/// add nothing.
+pub(crate) fn sum_planes(
+    b: &mut Builder,
+    scratch: Value<View>,
+    planes: Value<Index>,
+    stride: Value<Index>,
+    within: Value<Index>,
+) -> Value<Num> {
+    const UNROLL: usize = 8;
+    let (c0, c1) = (b.index(0), b.index(1));
+    let step = b.index(UNROLL as u64);
+    let last = b.sub(planes, c1);
+    let zf = b.float(0.0, Scalar::F32);
+    b.for_carry(c0, planes, step, &[zf], |b, p0, acc| {
+        let loads: Vec<_> = (0..UNROLL)
+            .map(|u| {
+                let du = b.index(u as u64);
+                let p = b.add(p0, du);
+                let ok = b.cmp(IntPredicate::Ult, p, planes);
+                let pc = b.min(p, last);
+                let at = b.madd(pc, stride, within);
+                (ok, b.load(scratch, &[at]))
+            })
+            .collect();
+        let mut total = acc[0];
+        for (ok, v) in loads {
+            let v = b.select(ok, v, zf);
+            total = b.addf(total, v);
+        }
+        vec![total]
+    })[0]
 }

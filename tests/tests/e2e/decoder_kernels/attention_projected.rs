@@ -1,0 +1,217 @@
+//! Rotary attention with the output projection in its dispatch
+//! (`record_rotary_attention_projected`): the attended rows bit for bit
+//! those of `record_rotary_attention`, the projection plus residual
+//! against an f64 reference over them (one decode row, decode rows of
+//! several slots with inactive ones, a prefill), a projection narrower
+//! than the heads, replays, and the refusals.
+
+use super::quant::{Gen, matrix, ops, refused};
+use hrx_runtime::Graph;
+use hrx_tensor::ops::{AttentionOutput, QuantFormat, QuantMatrix, Rotary};
+use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
+
+/// A token row: its slot and position.
+type Row = (i32, i32);
+
+const HEADS: usize = 9;
+const KV_HEADS: usize = 3;
+const HD: usize = 64;
+const SLOTS: usize = 3;
+const CAP: usize = 40;
+
+fn f32s(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
+    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
+}
+
+fn i32s(v: &[i32]) -> DeviceTensor {
+    let v: Vec<f64> = v.iter().map(|&i| f64::from(i)).collect();
+    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
+}
+
+fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| f64::from(rng.uniform(lo, hi) as f32))
+        .collect()
+}
+
+/// The attention's operands: q `[rows, heads, hd]`, the caches, the rows'
+/// slots and positions.
+struct Case {
+    q: DeviceTensor,
+    caches: [DeviceTensor; 2],
+    sequence: DeviceTensor,
+    position: DeviceTensor,
+    rows: usize,
+}
+
+impl Case {
+    fn new(rows: &[(i32, i32)], rng: &mut Gen) -> Case {
+        let n = rows.len();
+        let csize = SLOTS * KV_HEADS * CAP * HD;
+        let cache_shape = vec![SLOTS, KV_HEADS, CAP, HD];
+        let caches = [0, 1].map(|_| f32s(&random(rng, csize, -1.0, 1.0), cache_shape.clone()));
+        let seq: Vec<i32> = rows.iter().map(|r| r.0).collect();
+        let pos: Vec<i32> = rows.iter().map(|r| r.1).collect();
+        Case {
+            q: f32s(&random(rng, n * HEADS * HD, -2.0, 2.0), vec![n, HEADS, HD]),
+            caches,
+            sequence: i32s(&seq),
+            position: i32s(&pos),
+            rows: n,
+        }
+    }
+
+    fn inputs(&self) -> [&DeviceTensor; 4] {
+        let [k, v] = &self.caches;
+        [k, v, &self.sequence, &self.position]
+    }
+
+    fn completions(&self, more: &[&DeviceTensor]) -> Vec<hrx_runtime::Completion> {
+        let [k, v, s, p] = self.inputs();
+        [&self.q, k, v, s, p]
+            .into_iter()
+            .chain(more.iter().copied())
+            .map(|t| t.completion().clone())
+            .collect()
+    }
+}
+
+const ROTARY: Rotary = Rotary {
+    dims: HD,
+    base: 1e5,
+};
+const SCALE: f32 = 0.125;
+
+fn attended(case: &Case) -> Result<Vec<f64>> {
+    let ops = ops();
+    let mut out = ops.output(case.q.desc().clone())?;
+    let [k, v, s, p] = case.inputs();
+    let mut graph = ops.runtime().graph();
+    ops.record_rotary_attention(&mut graph, &case.q, ROTARY, k, v, s, p, SCALE, &out)?;
+    out.set_producer(graph.prepare()?.submit_after(&case.completions(&[]))?);
+    out.to_values()
+}
+
+/// The projected form's attended rows and projection, from two replays
+/// of one prepared graph (which must agree).
+fn projected(case: &Case, w: &QuantMatrix, residual: &DeviceTensor) -> Result<[Vec<f64>; 2]> {
+    let ops = ops();
+    let mut out = ops.output(case.q.desc().clone())?;
+    let mut h = ops.output(TensorDesc::new(DType::F32, vec![case.rows, w.rows()])?)?;
+    let projection = AttentionOutput {
+        weight: w,
+        residual,
+        out: &h,
+    };
+    let mut graph = ops.runtime().graph();
+    let (q, inputs) = (&case.q, case.inputs());
+    ops.record_rotary_attention_projected(&mut graph, q, ROTARY, inputs, SCALE, &out, projection)?;
+    let graph = graph.prepare()?;
+    let deps = case.completions(&[w.words(), residual]);
+    let mut seen: Option<[Vec<f64>; 2]> = None;
+    for _ in 0..2 {
+        let done = graph.submit_after(&deps)?;
+        out.set_producer(done.clone());
+        h.set_producer(done);
+        let run = [out.to_values()?, h.to_values()?];
+        if let Some(first) = &seen {
+            assert_eq!(first, &run, "a replay gave other results");
+        }
+        seen = Some(run);
+    }
+    Ok(seen.expect("two replays"))
+}
+
+#[test]
+fn projected_attention_matches_attention_then_projection() -> Result<()> {
+    let mut rng = Gen::new(41);
+    let decode = vec![(2, 9), (0, 0), (-1, 3), (1, 39), (2, -4)];
+    let prefill: Vec<(i32, i32)> = (0..17).map(|p| (1, p + 3)).collect();
+    let cases: [(&[Row], QuantFormat, usize); 4] = [
+        (&[(2, 9)], QuantFormat::Q4_1, HEADS * HD),
+        (&decode, QuantFormat::Q4_1, HEADS * HD),
+        (&decode, QuantFormat::F16, 200),
+        (&prefill, QuantFormat::Q8_0, 96),
+    ];
+    for (rows, format, width) in cases {
+        let what = format!("{} rows, {format:?} [{width}, {}]", rows.len(), HEADS * HD);
+        let case = Case::new(rows, &mut rng);
+        let (w, wv) = matrix(format, width, HEADS * HD, &mut rng);
+        let residual = random(&mut rng, case.rows * width, -4.0, 4.0);
+        let residual_t = f32s(&residual, vec![case.rows, width]);
+        let [out, h] = projected(&case, &w, &residual_t)?;
+        let bits = |v: &[f64]| v.iter().map(|&x| (x as f32).to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out), bits(&attended(&case)?), "{what}: attended rows");
+        assert!(out.iter().any(|&v| v != 0.0), "{what}: nothing attended");
+        let columns = HEADS * HD;
+        for r in 0..case.rows {
+            let a = &out[r * columns..(r + 1) * columns];
+            for o in 0..width {
+                let wr = &wv[o * columns..(o + 1) * columns];
+                let dot: f64 = a.iter().zip(wr).map(|(x, y)| x * y).sum();
+                let mag: f64 = a.iter().zip(wr).map(|(x, y)| (x * y).abs()).sum();
+                let res = residual[r * width + o];
+                let want = res + dot;
+                let bound = 1e-4 * (mag + res.abs()) + 1e-30;
+                let got = h[r * width + o];
+                assert!(
+                    (got - want).abs() <= bound,
+                    "{what}: h[{r}, {o}] = {got}, want {want}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn projected_attention_refuses_bad_operands() -> Result<()> {
+    let ops = ops();
+    let mut rng = Gen::new(43);
+    let case = Case::new(&[(0, 3), (1, 5)], &mut rng);
+    let out = ops.output(case.q.desc().clone())?;
+    let (w, _) = matrix(QuantFormat::Q8_0, 64, HEADS * HD, &mut rng);
+    let (narrow, _) = matrix(QuantFormat::Q8_0, 64, 64, &mut rng);
+    let residual = f32s(&[0.0; 128], vec![2, 64]);
+    let h = ops.output(TensorDesc::new(DType::F32, vec![2, 64])?)?;
+    let attempt = |want: &str, p: AttentionOutput, out: &DeviceTensor| {
+        refused(want, |g: &mut Graph| {
+            ops.record_rotary_attention_projected(g, &case.q, ROTARY, case.inputs(), SCALE, out, p)
+        });
+    };
+    let good = AttentionOutput {
+        weight: &w,
+        residual: &residual,
+        out: &h,
+    };
+    attempt(
+        "[width, 576]",
+        AttentionOutput {
+            weight: &narrow,
+            ..good
+        },
+        &out,
+    );
+    let short = f32s(&[0.0; 64], vec![1, 64]);
+    attempt(
+        "residual",
+        AttentionOutput {
+            residual: &short,
+            ..good
+        },
+        &out,
+    );
+    let wide = ops.output(TensorDesc::new(DType::F32, vec![2, 65])?)?;
+    attempt("output", AttentionOutput { out: &wide, ..good }, &out);
+    // The projection written over the attended rows.
+    let over = out
+        .reshape(vec![2 * HEADS * HD])?
+        .slice(0, 0..128)?
+        .reshape(vec![2, 64])?;
+    attempt(
+        "must not overlap",
+        AttentionOutput { out: &over, ..good },
+        &out,
+    );
+    Ok(())
+}
