@@ -24,7 +24,7 @@
 
 use super::registry::{Generator, KernelKey, KernelSource};
 use hrx_core::{DeviceKind, Target};
-use hrx_loom::build::{Barrier, Built, Extent, KernelBuilder, Value, View};
+use hrx_loom::build::{Barrier, Builder, Built, Extent, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, FloatPredicate, IntPredicate, ReduceOp, Scalar};
 
 /// Rows at least this long take the row-parallel kernel. From 256 columns
@@ -48,7 +48,7 @@ pub(crate) const UNROLL: usize = 8;
 
 /// The index a work item holds before any column beats -inf (i32::MAX:
 /// larger than any column, so the minimum over lanes ignores it).
-const NONE: i64 = i32::MAX as i64;
+pub(crate) const NONE: i64 = i32::MAX as i64;
 
 /// A launch shape of the row-parallel kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +112,36 @@ pub(crate) fn slots(k: &mut hrx_loom::build::Builder, elems: usize, elem: Scalar
     let bytes = k.offset(elems as u64 * 4);
     let buffer = k.alloca_workgroup(bytes, 16);
     k.buffer_view(buffer, zero, [Extent::from(elems)], elem)
+}
+
+/// The better of `(value, index)` pairs `acc` and `next`: the larger
+/// value, or of equal values the smaller index (NaN never wins, being
+/// neither larger nor equal).
+pub(crate) fn merge_best(
+    b: &mut Builder,
+    acc: &[Value<Num>],
+    (v, vi): (Value<Num>, Value<Num>),
+) -> Vec<Value<Num>> {
+    let above = b.cmpf(FloatPredicate::Ogt, v, acc[0]);
+    let equal = b.cmpf(FloatPredicate::Oeq, v, acc[0]);
+    let earlier = b.cmpi(IntPredicate::Slt, vi, acc[1]);
+    let tie = b.and(equal, earlier);
+    let better = b.or(above, tie);
+    vec![b.select(better, v, acc[0]), b.select(better, vi, acc[1])]
+}
+
+/// The subgroup's best of its lanes' `(value, index)` pairs (values never
+/// NaN, indices `NONE` where a lane has none): the largest value, then
+/// the smallest index among the lanes holding it; in every lane.
+pub(crate) fn subgroup_best(
+    b: &mut Builder,
+    (m, mi): (Value<Num>, Value<Num>),
+) -> (Value<Num>, Value<Num>) {
+    let none = b.int(NONE, Scalar::I32);
+    let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
+    let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
+    let candidate = b.select(holds, mi, none);
+    (gm, b.subgroup_reduce(ReduceOp::MinSI, candidate))
 }
 
 /// The kernel: launch arguments `rows, cols, srow, scol, oa, la, oo, lo`
@@ -181,11 +211,7 @@ pub(crate) fn argmax_rows(shape: ArgmaxShape) -> Built {
             }
             vec![m, mi]
         });
-        let (m, mi) = (best[0], best[1]);
-        let gm = b.subgroup_reduce(ReduceOp::MaxNumF, m);
-        let holds = b.cmpf(FloatPredicate::Oeq, m, gm);
-        let candidate = b.select(holds, mi, none);
-        let gi = b.subgroup_reduce(ReduceOp::MinSI, candidate);
+        let (gm, gi) = subgroup_best(b, (best[0], best[1]));
         b.if_(first_lane, |b| {
             b.store(gm, shv, &[sg]);
             b.store(gi, shi, &[sg]);
@@ -195,12 +221,7 @@ pub(crate) fn argmax_rows(shape: ArgmaxShape) -> Built {
             let merged = b.for_carry(c0, nsg, c1, &[ninf, none], |b, i, acc| {
                 let v = b.load(shv, &[i]);
                 let vi = b.load(shi, &[i]);
-                let above = b.cmpf(FloatPredicate::Ogt, v, acc[0]);
-                let equal = b.cmpf(FloatPredicate::Oeq, v, acc[0]);
-                let earlier = b.cmpi(IntPredicate::Slt, vi, acc[1]);
-                let tie = b.and(equal, earlier);
-                let better = b.or(above, tie);
-                vec![b.select(better, v, acc[0]), b.select(better, vi, acc[1])]
+                merge_best(b, acc, (v, vi))
             });
             let missing = b.cmpi(IntPredicate::Eq, merged[1], none);
             let res = b.select(missing, izero, merged[1]);

@@ -7,10 +7,10 @@ use super::{
     Ops, QuantMatrix, RowNorm,
     operand::{check_inputs, check_output, disjoint, operand, quad_offset},
     quant_ffn_kernel::{C, FfnKey, ffn_key},
-    quant_resident::spans_per_lane,
+    quant_resident::{MAX_SPANS_PER_LANE, resident_workgroup, spans_per_lane},
 };
 use crate::{DType, DeviceTensor};
-use hrx_core::{DeviceKind, Error, Result};
+use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
@@ -18,9 +18,6 @@ use hrx_runtime::Graph;
 /// subgroup holds all of them in registers, and the last workgroup sums
 /// every workgroup's part of each).
 pub const QUANT_FFN_MAX_ROWS: usize = 4;
-
-/// The most spans of x a lane holds per row.
-const MAX_SPANS_PER_LANE: usize = 32;
 
 /// The weights of a gated feed-forward block.
 #[derive(Clone, Copy, Debug)]
@@ -135,12 +132,7 @@ impl Ops {
         for input in inputs {
             disjoint(operation, ("the output", &ko), input)?;
         }
-        let wg = match target.kind {
-            DeviceKind::Cpu => 64,
-            _ => 256,
-        }
-        .min(target.max_workgroup_invocations as usize)
-        .min(target.max_workgroup_size[0] as usize);
+        let wg = resident_workgroup(&target);
         let key = FfnKey {
             gate_up: gate_up.format(),
             down: down.format(),

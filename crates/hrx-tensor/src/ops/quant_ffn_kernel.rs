@@ -24,12 +24,12 @@
 
 use super::QuantFormat;
 use super::argmax_kernel::slots;
-use super::quant_resident::{ResidentNorm, lane_dot, lane_spans, resident_row};
+use super::quant_resident::{ResidentNorm, arg_view, lane_dot, lane_spans, resident_row};
 use super::quant_spans::{SPAN, Weights, XRows, span_values};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::split_count::{last_split, sum_planes};
 use super::token_kernels::silu_times;
-use hrx_loom::build::{Barrier, Body, Built, Index, KernelBuilder, Num, Value};
+use hrx_loom::build::{Barrier, Built, Index, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 /// Gate columns per workgroup (one block of the blocked formats along
@@ -85,19 +85,14 @@ fn ffn_kernel(key: FfnKey) -> Built {
         "ox", "lx", "on", "ln", "og", "lg", "od", "ld", "or", "lr", "oo", "lo", "ls", "lc",
     ]
     .map(|a| k.arg_index(a));
-    let zero = k.offset(0);
-    let view = |k: &mut Body, name: &str, writes: bool, len: Value<Index>, t: Scalar| {
-        let buffer = k.arg_buffer(name, !writes);
-        k.buffer_view(buffer, zero, [len.into()], t)
-    };
-    let xv = view(&mut k, "x", false, lx, Scalar::F32);
-    let nv = view(&mut k, "nw", false, ln, Scalar::F32);
-    let gv = view(&mut k, "gu", false, lg, Scalar::U32);
-    let dv = view(&mut k, "d", false, ld, Scalar::U32);
-    let rv = view(&mut k, "res", false, lr, Scalar::F32);
-    let ov = view(&mut k, "out", true, lo, Scalar::F32);
-    let sv = view(&mut k, "scratch", true, ls, Scalar::F32);
-    let cv = view(&mut k, "cnt", true, lc, Scalar::U32);
+    let xv = arg_view(&mut k, "x", false, lx, Scalar::F32);
+    let nv = arg_view(&mut k, "nw", false, ln, Scalar::F32);
+    let gv = arg_view(&mut k, "gu", false, lg, Scalar::U32);
+    let dv = arg_view(&mut k, "d", false, ld, Scalar::U32);
+    let rv = arg_view(&mut k, "res", false, lr, Scalar::F32);
+    let ov = arg_view(&mut k, "out", true, lo, Scalar::F32);
+    let sv = arg_view(&mut k, "scratch", true, ls, Scalar::F32);
+    let cv = arg_view(&mut k, "cnt", true, lc, Scalar::U32);
     let x = XRows {
         view: xv,
         cols,

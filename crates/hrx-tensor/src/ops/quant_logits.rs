@@ -11,20 +11,16 @@ use super::{
     Ops, QuantMatrix, RowNorm,
     operand::{check_inputs, check_output, disjoint, operand, quad_offset},
     quant_logits_kernel::{CPW, LogitsKey, logits_key},
-    quant_resident::spans_per_lane,
+    quant_resident::{MAX_SPANS_PER_LANE, resident_workgroup, spans_per_lane},
 };
 use crate::{DType, DeviceTensor};
-use hrx_core::{DeviceKind, Error, Result};
+use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
 /// The most picked rows [`Ops::record_quant_logits`] takes at once (each
 /// subgroup holds all of them in registers).
 pub const QUANT_LOGITS_MAX_PICKS: usize = 4;
-
-/// The most spans of x a lane holds per row: rows up to 32 spans per lane
-/// (8,192 values on subgroups of 32).
-const MAX_SPANS_PER_LANE: usize = 32;
 
 impl Ops {
     /// Record a decoder's output head: for each pick `i`, the row
@@ -119,12 +115,7 @@ impl Ops {
         disjoint(operation, ("the logits", &ko), ("next", &ki))?;
         let tail = !cols.is_multiple_of(8);
         let xvec = !tail && quad_offset(&kx).is_some() && quad_offset(&kn).is_some();
-        let wg = match target.kind {
-            DeviceKind::Cpu => 64,
-            _ => 256,
-        }
-        .min(target.max_workgroup_invocations as usize)
-        .min(target.max_workgroup_size[0] as usize);
+        let wg = resident_workgroup(&target);
         let key = LogitsKey {
             format: w.format(),
             mt: p.next_power_of_two(),

@@ -27,12 +27,12 @@
 //! and their weights are not used.
 
 use super::QuantFormat;
-use super::argmax_kernel::slots;
-use super::quant_resident::{ResidentNorm, lane_dot, lane_spans, resident_row};
+use super::argmax_kernel::{NONE, merge_best, slots, subgroup_best};
+use super::quant_resident::{ResidentNorm, arg_view, lane_dot, lane_spans, resident_row};
 use super::quant_spans::{Weights, XRows, span_values};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::split_count::last_split;
-use hrx_loom::build::{Barrier, Body, Bool, Builder, Built, Index, KernelBuilder, Num, Value};
+use hrx_loom::build::{Barrier, Bool, Built, Index, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, FloatPredicate, IntPredicate, ReduceOp, Scalar};
 
 /// Logit columns per workgroup.
@@ -40,10 +40,6 @@ pub(crate) const CPW: usize = 64;
 
 /// Columns a subgroup computes at once.
 const UNROLL: usize = 4;
-
-/// The index a row holds before any logit beats -inf (larger than every
-/// column, so the smallest index among equal values ignores it).
-const NONE: i64 = i32::MAX as i64;
 
 /// What one output-head kernel is specialised for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,19 +88,14 @@ fn logits_kernel(key: LogitsKey) -> Built {
         "ox", "lx", "op", "lp", "on", "ln", "ow", "lw", "oo", "lo", "oi", "li", "ls", "lc",
     ]
     .map(|a| k.arg_index(a));
-    let zero = k.offset(0);
-    let view = |k: &mut Body, name: &str, writes: bool, len: Value<Index>, t: Scalar| {
-        let buffer = k.arg_buffer(name, !writes);
-        k.buffer_view(buffer, zero, [len.into()], t)
-    };
-    let xv = view(&mut k, "x", false, lx, Scalar::F32);
-    let pv = view(&mut k, "picks", false, lp, Scalar::I32);
-    let nv = view(&mut k, "nw", false, ln, Scalar::F32);
-    let wv = view(&mut k, "w", false, lw, Scalar::U32);
-    let ov = view(&mut k, "out", true, lo, Scalar::F32);
-    let iv = view(&mut k, "next", true, li, Scalar::I32);
-    let sv = view(&mut k, "scratch", true, ls, Scalar::I32);
-    let cv = view(&mut k, "cnt", true, lc, Scalar::U32);
+    let xv = arg_view(&mut k, "x", false, lx, Scalar::F32);
+    let pv = arg_view(&mut k, "picks", false, lp, Scalar::I32);
+    let nv = arg_view(&mut k, "nw", false, ln, Scalar::F32);
+    let wv = arg_view(&mut k, "w", false, lw, Scalar::U32);
+    let ov = arg_view(&mut k, "out", true, lo, Scalar::F32);
+    let iv = arg_view(&mut k, "next", true, li, Scalar::I32);
+    let sv = arg_view(&mut k, "scratch", true, ls, Scalar::I32);
+    let cv = arg_view(&mut k, "cnt", true, lc, Scalar::U32);
     let x = XRows {
         view: xv,
         cols,
@@ -231,7 +222,7 @@ fn logits_kernel(key: LogitsKey) -> Built {
                 let at = b.madd(s, cmt, dr);
                 let v = b.load(best_values, &[at]);
                 let vi = b.load(best_columns, &[at]);
-                merge(b, acc, (v, vi))
+                merge_best(b, acc, (v, vi))
             });
             let at = b.madd(group, cmt, dr);
             let bits = b.bitcast(merged[0], Scalar::I32);
@@ -259,12 +250,9 @@ fn logits_kernel(key: LogitsKey) -> Built {
                 let v = b.bitcast(bits, Scalar::F32);
                 let at = b.add(at, plane);
                 let vi = b.load(sv, &[at]);
-                merge(b, acc, (v, vi))
+                merge_best(b, acc, (v, vi))
             });
-            let gm = b.subgroup_reduce(ReduceOp::MaxNumF, best[0]);
-            let holds = b.cmpf(FloatPredicate::Oeq, best[0], gm);
-            let candidate = b.select(holds, best[1], none);
-            let gi = b.subgroup_reduce(ReduceOp::MinSI, candidate);
+            let (_, gi) = subgroup_best(b, (best[0], best[1]));
             let missing = b.cmpi(IntPredicate::Eq, gi, none);
             let index = b.select(missing, izero, gi);
             let pick_ok = b.cmp(IntPredicate::Ult, dr, p);
@@ -276,21 +264,6 @@ fn logits_kernel(key: LogitsKey) -> Built {
         }
     });
     Built::kernel(k.finish())
-}
-
-/// The better of `(value, column)` pairs `acc` and `next`: the larger
-/// value, or of equal values the smaller column (NaN never wins).
-fn merge(
-    b: &mut Builder,
-    acc: &[Value<Num>],
-    (v, vi): (Value<Num>, Value<Num>),
-) -> Vec<Value<Num>> {
-    let above = b.cmpf(FloatPredicate::Ogt, v, acc[0]);
-    let equal = b.cmpf(FloatPredicate::Oeq, v, acc[0]);
-    let earlier = b.cmpi(IntPredicate::Slt, vi, acc[1]);
-    let tie = b.and(equal, earlier);
-    let better = b.or(above, tie);
-    vec![b.select(better, v, acc[0]), b.select(better, vi, acc[1])]
 }
 
 #[cfg(test)]

@@ -10,8 +10,39 @@
 //! a plain dot: the lane's partial over its spans, then one subgroup sum.
 
 use super::quant_spans::{SPAN, XRows, x_span};
-use hrx_loom::build::{Bool, Builder, Index, Num, Value};
+use hrx_core::{DeviceKind, Target};
+use hrx_loom::build::{Body, Bool, Builder, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, ReduceOp, Scalar};
+
+/// The most spans of a row a lane holds (rows up to 8,192 values on
+/// subgroups of 32).
+pub(crate) const MAX_SPANS_PER_LANE: usize = 32;
+
+/// Work items per workgroup of these kernels: 256 on a GPU (eight
+/// subgroups of 32 share a block of weight rows), 64 on a CPU device;
+/// within the device's limits.
+pub(crate) fn resident_workgroup(target: &Target) -> usize {
+    match target.kind {
+        DeviceKind::Cpu => 64,
+        _ => 256,
+    }
+    .min(target.max_workgroup_invocations as usize)
+    .min(target.max_workgroup_size[0] as usize)
+}
+
+/// A buffer argument `name` (written or not) viewed from element 0 as
+/// `len` elements of `t`.
+pub(crate) fn arg_view(
+    k: &mut Body,
+    name: &str,
+    writes: bool,
+    len: Value<Index>,
+    t: Scalar,
+) -> Value<View> {
+    let buffer = k.arg_buffer(name, !writes);
+    let zero = k.offset(0);
+    k.buffer_view(buffer, zero, [len.into()], t)
+}
 
 /// Spans of a row per lane on subgroups of at least `subgroup` lanes.
 pub(crate) fn spans_per_lane(cols: usize, subgroup: usize) -> usize {

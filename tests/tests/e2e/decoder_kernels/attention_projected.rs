@@ -5,7 +5,7 @@
 //! several slots with inactive ones, a prefill), a projection narrower
 //! than the heads, replays, and the refusals.
 
-use super::quant::{Gen, matrix, ops, refused};
+use super::quant::{Gen, f32s, i32s, matrix, ops, random, refused};
 use hrx_runtime::Graph;
 use hrx_tensor::ops::{AttentionOutput, QuantFormat, QuantMatrix, Rotary};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
@@ -18,21 +18,6 @@ const KV_HEADS: usize = 3;
 const HD: usize = 64;
 const SLOTS: usize = 3;
 const CAP: usize = 40;
-
-fn f32s(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
-    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
-}
-
-fn i32s(v: &[i32]) -> DeviceTensor {
-    let v: Vec<f64> = v.iter().map(|&i| f64::from(i)).collect();
-    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
-}
-
-fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| f64::from(rng.uniform(lo, hi) as f32))
-        .collect()
-}
 
 /// The attention's operands: q `[rows, heads, hd]`, the caches, the rows'
 /// slots and positions.

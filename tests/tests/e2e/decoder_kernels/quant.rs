@@ -48,6 +48,25 @@ impl Gen {
     }
 }
 
+/// An f32 tensor of `v` in `shape`.
+pub(super) fn f32s(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
+    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
+}
+
+/// An i32 `[n]` tensor of `v`.
+pub(super) fn i32s(v: &[i32]) -> DeviceTensor {
+    let v: Vec<f64> = v.iter().map(|&i| f64::from(i)).collect();
+    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
+}
+
+/// `n` values uniform in `[lo, hi)`, rounded to f32 (what the device
+/// holds).
+pub(super) fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| f64::from(rng.uniform(lo, hi) as f32))
+        .collect()
+}
+
 fn f16_bytes(v: f64) -> [u8; 2] {
     f16::from_f64(v).to_le_bytes()
 }

@@ -4,21 +4,11 @@
 //! workgroups, x aligned and not, the residual being x itself; a replay
 //! of the prepared graph; and the refusals.
 
-use super::quant::{FORMATS, Gen, matrix, ops, refused, x_tensor};
+use super::quant::{FORMATS, Gen, f32s, matrix, ops, random, refused, x_tensor};
 use hrx_tensor::ops::{FeedForward, QUANT_FFN_MAX_ROWS, QuantFormat, QuantMatrix, RowNorm};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
 const EPS: f64 = 1e-5;
-
-fn f32s(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
-    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
-}
-
-fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| f64::from(rng.uniform(lo, hi) as f32))
-        .collect()
-}
 
 /// The block's output from `replays` submissions of one prepared graph
 /// (each must give the same bits).

@@ -4,7 +4,9 @@
 //! cache store against the product followed by `rope_kv_store`, bit for
 //! bit; and the fusions' refusals.
 
-use super::quant::{FORMATS, Gen, check_product, matrix, ops, refused, x_tensor};
+use super::quant::{
+    FORMATS, Gen, check_product, f32s, i32s, matrix, ops, random, refused, x_tensor,
+};
 use hrx_runtime::Graph;
 use hrx_tensor::ops::{
     KvStore, QUANT_GATED_MAX_ROWS, QuantFormat, QuantFusion, QuantMatrix, Rotary, RowNorm,
@@ -12,16 +14,6 @@ use hrx_tensor::ops::{
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
 const EPS: f64 = 1e-5;
-
-fn values(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
-    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
-}
-
-fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| f64::from(rng.uniform(lo, hi) as f32))
-        .collect()
-}
 
 /// Runs the fused product (`gated`: the SwiGLU form) into a fresh `[m, n]`.
 fn run(
@@ -75,7 +67,7 @@ fn fused_norm_and_residual_match_reference() -> Result<()> {
     ] {
         let (w, wv) = matrix(format, rows, cols, &mut rng);
         let gain = random(&mut rng, cols, 0.5, 1.5);
-        let gain_t = values(&gain, vec![cols]);
+        let gain_t = f32s(&gain, vec![cols]);
         for (i, m) in [1, 3, 8, QUANT_GATED_MAX_ROWS].into_iter().enumerate() {
             let mut x = random(&mut rng, m * cols, -1.0, 1.0);
             for (r, row) in x.chunks_mut(cols).enumerate() {
@@ -102,7 +94,7 @@ fn fused_norm_and_residual_match_reference() -> Result<()> {
             );
 
             let residual = random(&mut rng, m * rows, -4.0, 4.0);
-            let residual_t = values(&residual, vec![m, rows]);
+            let residual_t = f32s(&residual, vec![m, rows]);
             let fusion = QuantFusion {
                 residual: Some(&residual_t),
                 ..QuantFusion::default()
@@ -130,11 +122,11 @@ fn fused_gate_normalises_before_silu() -> Result<()> {
         let (half, cols) = (24, 64);
         let (w, wv) = matrix(format, 2 * half, cols, &mut rng);
         let gain = random(&mut rng, cols, 0.5, 1.5);
-        let gain_t = values(&gain, vec![cols]);
+        let gain_t = f32s(&gain, vec![cols]);
         for m in [1, 5] {
             let x = random(&mut rng, m * cols, -3.0, 3.0);
             let residual = random(&mut rng, m * half, -1.0, 1.0);
-            let residual_t = values(&residual, vec![m, half]);
+            let residual_t = f32s(&residual, vec![m, half]);
             let fusion = QuantFusion {
                 norm: Some(RowNorm {
                     weight: &gain_t,
@@ -143,7 +135,7 @@ fn fused_gate_normalises_before_silu() -> Result<()> {
                 residual: Some(&residual_t),
                 kv_store: None,
             };
-            let got = run(&values(&x, vec![m, cols]), &w, &fusion, true, half)?;
+            let got = run(&f32s(&x, vec![m, cols]), &w, &fusion, true, half)?;
             let xn = normalised(&x, &gain, m, cols);
             for r in 0..m {
                 let xr = &xn[r * cols..(r + 1) * cols];
@@ -175,10 +167,10 @@ fn fusion_mismatches_are_refused() -> Result<()> {
     let mut rng = Gen::new(13);
     let ops = ops();
     let (w, _) = matrix(QuantFormat::Q8_0, 8, 32, &mut rng);
-    let x = values(&[0.5; 2 * 32], vec![2, 32]);
-    let gain = values(&[1.0; 32], vec![32]);
-    let short_gain = values(&[1.0; 31], vec![31]);
-    let residual = values(&[1.0; 16], vec![2, 8]);
+    let x = f32s(&[0.5; 2 * 32], vec![2, 32]);
+    let gain = f32s(&[1.0; 32], vec![32]);
+    let short_gain = f32s(&[1.0; 31], vec![31]);
+    let residual = f32s(&[1.0; 16], vec![2, 8]);
     let out = ops.output(TensorDesc::new(DType::F32, vec![2, 8])?)?;
     let norm = |weight, eps| QuantFusion {
         norm: Some(RowNorm { weight, eps }),
@@ -196,10 +188,10 @@ fn fusion_mismatches_are_refused() -> Result<()> {
     record("norm weight", norm(&short_gain, 1e-5), &out, &x);
     record("eps", norm(&gain, -1.0), &out, &x);
     record("eps", norm(&gain, f32::NAN), &out, &x);
-    let wrong = values(&[1.0; 8], vec![1, 8]);
+    let wrong = f32s(&[1.0; 8], vec![1, 8]);
     record("residual", plus(&wrong), &out, &x);
     record("must not overlap", plus(&residual), &residual, &x);
-    let many = values(&vec![0.5; 17 * 32], vec![17, 32]);
+    let many = f32s(&vec![0.5; 17 * 32], vec![17, 32]);
     let out17 = ops.output(TensorDesc::new(DType::F32, vec![17, 8])?)?;
     record("17 rows", norm(&gain, 1e-5), &out17, &many);
     Ok(())
@@ -209,12 +201,7 @@ fn fusion_mismatches_are_refused() -> Result<()> {
 /// so that entries the store must leave alone are checked too.
 fn caches(shape: &[usize]) -> [DeviceTensor; 2] {
     let n = shape.iter().product();
-    [7.0, -7.0].map(|v| values(&vec![v; n], shape.to_vec()))
-}
-
-fn i32s(v: &[i32]) -> DeviceTensor {
-    let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
-    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
+    [7.0, -7.0].map(|v| f32s(&vec![v; n], shape.to_vec()))
 }
 
 fn bits(t: &DeviceTensor) -> Vec<u32> {
@@ -243,8 +230,8 @@ fn fused_cache_store_equals_product_then_rope_kv_store() -> Result<()> {
         (QuantFormat::F16, 8, 3),
     ] {
         let (w, _) = matrix(format, n, cols, &mut rng);
-        let x = values(&random(&mut rng, m * cols, -1.0, 1.0), vec![m, cols]);
-        let gain = values(&random(&mut rng, cols, 0.5, 1.5), vec![cols]);
+        let x = f32s(&random(&mut rng, m * cols, -1.0, 1.0), vec![m, cols]);
+        let gain = f32s(&random(&mut rng, cols, 0.5, 1.5), vec![cols]);
         // Rows: active ones, an inactive one (-1), a slot past the
         // caches and a position past their capacity.
         let (slot, pos) = ([2, -1, 0, 3, 1], [5, 0, 2, 1, 6]);
@@ -340,7 +327,7 @@ fn cache_store_mismatches_are_refused() -> Result<()> {
     let ops = ops();
     let (kvh, hd) = (1, 8);
     let (w, _) = matrix(QuantFormat::Q8_0, 32, 32, &mut rng);
-    let x = values(&[0.5; 32], vec![1, 32]);
+    let x = f32s(&[0.5; 32], vec![1, 32]);
     let (sequence, position) = (i32s(&[0]), i32s(&[0]));
     let [k_cache, v_cache] = caches(&[2, kvh, 4, hd]);
     let store = |query_width, k_cache| KvStore {
@@ -356,7 +343,7 @@ fn cache_store_mismatches_are_refused() -> Result<()> {
     };
     let out = ops.output(TensorDesc::new(DType::F32, vec![1, 32])?)?;
     let half = ops.output(TensorDesc::new(DType::F32, vec![1, 16])?)?;
-    let residual = values(&[0.0; 32], vec![1, 32]);
+    let residual = f32s(&[0.0; 32], vec![1, 32]);
     let try_record = |want: &str, fusion: QuantFusion, gated: bool, out: &DeviceTensor| {
         refused(want, |g: &mut Graph| match gated {
             true => ops.record_quant_swiglu_fused(g, &x, &w, &fusion, out),

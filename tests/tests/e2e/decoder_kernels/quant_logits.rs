@@ -4,20 +4,11 @@
 //! it returned (exact); ties across workgroups, NaN and -inf logits; a
 //! replay of the prepared graph; and the refusals.
 
-use super::quant::{FORMATS, Gen, check_product, matrix, ops, refused, x_tensor};
+use super::quant::{FORMATS, Gen, check_product, f32s, i32s, matrix, ops, refused, x_tensor};
 use hrx_tensor::ops::{QUANT_LOGITS_MAX_PICKS, QuantFormat, QuantMatrix, RowNorm};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
 const EPS: f64 = 1e-5;
-
-fn f32s(v: &[f64], shape: Vec<usize>) -> DeviceTensor {
-    DeviceTensor::from_values(ops().runtime(), DType::F32, shape, v).unwrap()
-}
-
-fn i32s(v: &[i32]) -> DeviceTensor {
-    let v: Vec<f64> = v.iter().map(|&i| f64::from(i)).collect();
-    DeviceTensor::from_values(ops().runtime(), DType::I32, vec![v.len()], &v).unwrap()
-}
 
 /// An F32 "quantised" matrix holding `values` (`[rows, cols]`).
 fn f32_matrix(values: &[f32], rows: usize, cols: usize) -> QuantMatrix {
