@@ -14,7 +14,9 @@
 //! 2. After a barrier, work item `t` takes down rows `t, t + wg, ..`: the
 //!    dot of the row's `C` columns of this workgroup with the `C` gate
 //!    values, stored as this workgroup's plane of partial sums (`[mt,
-//!    width]` per workgroup) in the scratch.
+//!    width]` per workgroup) in the scratch. The rows' words are loaded
+//!    before step 1 and decoded only now (`quant_spans::span_words`), so
+//!    their latency passes under the gate.
 //! 3. The workgroup counts itself done (`split_count`); the last sums the
 //!    planes in workgroup order from zero (so the result does not depend
 //!    on which finishes last) and stores the residual plus the sum.
@@ -25,11 +27,11 @@
 use super::QuantFormat;
 use super::argmax_kernel::slots;
 use super::quant_resident::{ResidentNorm, arg_view, lane_dot, lane_spans, resident_row};
-use super::quant_spans::{SPAN, Weights, XRows, span_values};
+use super::quant_spans::{SPAN, SpanWords, Weights, XRows, decode_span, span_values, span_words};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::split_count::{last_split, sum_planes};
 use super::token_kernels::silu_times;
-use hrx_loom::build::{Barrier, Built, Index, KernelBuilder, Num, Value};
+use hrx_loom::build::{Barrier, Bool, Built, Index, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 /// Gate columns per workgroup (one block of the blocked formats along
@@ -130,6 +132,37 @@ fn ffn_kernel(key: FfnKey) -> Built {
     let cols1 = k.sub(cols, c1);
     let first_column = k.mul(group, cc);
 
+    // The down rows' words of this workgroup's columns (work item `t`
+    // takes down rows `t, t + wg, ..`), loaded before the gate so that
+    // their latency passes under it; used in step 2.
+    let f7 = k.add(f, c7);
+    let down_spans = k.div(f7, c8);
+    let last_span = k.sub(down_spans, c1);
+    let first_span = k.div(first_column, c8);
+    let wgi = k.index(n64(key.wg));
+    let outputs: Vec<(Value<Bool>, Value<Index>)> = (0..key.per_item)
+        .map(|i| {
+            let di = k.index(n64(i));
+            let o = k.madd(wgi, di, item);
+            (k.cmp(IntPredicate::Ult, o, cols), k.min(o, cols1))
+        })
+        .collect();
+    let down_words: Vec<Vec<(Value<Bool>, SpanWords)>> = outputs
+        .iter()
+        .map(|&(_, o)| {
+            let row = k.madd(o, rd, od);
+            (0..C / SPAN)
+                .map(|s| {
+                    let ds = k.index(n64(s));
+                    let span = k.add(first_span, ds);
+                    let span_ok = k.cmp(IntPredicate::Ult, span, down_spans);
+                    let clamped = k.min(span, last_span);
+                    (span_ok, span_words(&mut k, &down, row, clamped))
+                })
+                .collect()
+        })
+        .collect();
+
     // 1. The rows, normalised and resident; the gate values into `act`.
     let spans = lane_spans(&mut k, key.spl, cols);
     let norm = ResidentNorm::load(&mut k, &gains, on, &spans, eps);
@@ -173,29 +206,13 @@ fn ffn_kernel(key: FfnKey) -> Built {
 
     // 2. This workgroup's part of the down product, one plane of the
     // scratch: `[group][r][o]`.
-    let f7 = k.add(f, c7);
-    let down_spans = k.div(f7, c8);
-    let last_span = k.sub(down_spans, c1);
-    let first_span = k.div(first_column, c8);
-    let wgi = k.index(n64(key.wg));
-    let outputs: Vec<(Value<hrx_loom::build::Bool>, Value<Index>)> = (0..key.per_item)
-        .map(|i| {
-            let di = k.index(n64(i));
-            let o = k.madd(wgi, di, item);
-            (k.cmp(IntPredicate::Ult, o, cols), k.min(o, cols1))
-        })
-        .collect();
     let plane = k.mul(cmt, cols);
     let own_plane = k.mul(group, plane);
-    for &(inside, o) in &outputs {
-        let row = k.madd(o, rd, od);
+    for (&(inside, o), words) in outputs.iter().zip(&down_words) {
         let mut parts = vec![zf; mt];
-        for s in 0..C / SPAN {
-            let ds = k.index(n64(s));
-            let span = k.add(first_span, ds);
-            let span_ok = k.cmp(IntPredicate::Ult, span, down_spans);
-            let clamped = k.min(span, last_span);
-            let weights = span_values(&mut k, &down, row, clamped);
+        for (s, (span_ok, span)) in words.iter().enumerate() {
+            let span_ok = *span_ok;
+            let weights = decode_span(&mut k, &down, span);
             for (r, part) in parts.iter_mut().enumerate() {
                 let base = k.index(n64(r * C + s * SPAN));
                 let mut sum = zf;

@@ -10,7 +10,7 @@
 //! the values past its end, so no read leaves the bound ranges.
 
 use super::QuantFormat;
-use hrx_loom::build::{Body, Builder, Index, Num, Value, View};
+use hrx_loom::build::{Body, Bool, Builder, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, Scalar};
 
 /// Values per span.
@@ -34,7 +34,32 @@ pub(crate) fn span_values(
     row: Value<Index>,
     s: Value<Index>,
 ) -> Vec<Value<Num>> {
-    let [c0, c1, c2, c4] = [0, 1, 2, 4].map(|v| b.index(v));
+    let words = span_words(b, w, row, s);
+    decode_span(b, w, &words)
+}
+
+/// The loaded words of one span, not yet used: a kernel may load them
+/// early and decode them ([`decode_span`]) later, so that the loads'
+/// latency passes under other work (a GPU waits for a load only where
+/// its value is first used).
+pub(crate) struct SpanWords {
+    /// Q8_0 and Q4_1: the block's first word (its f16 scale, and minimum).
+    head: Option<Value<Num>>,
+    /// The words holding the span's values, each with whether it lies
+    /// inside the row (a partial last span; `None`: inside).
+    words: Vec<(Value<Num>, Option<Value<Bool>>)>,
+    /// Q4_1: the nibbles' shift in each byte (0 or 4).
+    shift: Option<Value<Num>>,
+}
+
+/// Load the words of span `s` of the row whose first word is `row`.
+pub(crate) fn span_words(
+    b: &mut Builder,
+    w: &Weights,
+    row: Value<Index>,
+    s: Value<Index>,
+) -> SpanWords {
+    let [c1, c2, c4] = [1, 2, 4].map(|v| b.index(v));
     let load = |b: &mut Builder, i: Value<Index>| b.load(w.view, &[i]);
     match w.format {
         QuantFormat::Q4_1 | QuantFormat::Q8_0 => {
@@ -44,26 +69,72 @@ pub(crate) fn span_values(
             let sp = b.rem(s, c4);
             let bw = b.madd(blk, block_words, row);
             let head = load(b, bw);
-            let dm = b.unpackf16(head);
-            let d = b.extract(dm, c0);
-            let mn = q4.then(|| b.extract(dm, c1));
             // Q4_1: the pair of nibble words (first or second half of the
             // block's 16 bytes), low or high nibbles. Q8_0: the pair of
             // byte words.
-            let (pair, shift) = if let Some(mn) = mn {
+            let (pair, shift) = if q4 {
                 let half = b.rem(sp, c2);
                 let hi = b.div(sp, c2);
                 let sh = b.mul(hi, c4);
-                (half, Some((b.index_cast(sh, Scalar::U32), mn)))
+                (half, Some(b.index_cast(sh, Scalar::U32)))
             } else {
                 (sp, None)
             };
             let w1 = b.add(bw, c1);
             let wa = b.madd(pair, c2, w1);
             let wb = b.add(wa, c1);
-            let words = [load(b, wa), load(b, wb)];
-            let mut out = Vec::with_capacity(SPAN);
-            for word in words {
+            SpanWords {
+                head: Some(head),
+                words: vec![(load(b, wa), None), (load(b, wb), None)],
+                shift,
+            }
+        }
+        QuantFormat::F16 | QuantFormat::F32 => {
+            // Words of the span, and the row's words to clamp them to.
+            let per = if w.format == QuantFormat::F16 {
+                SPAN / 2
+            } else {
+                SPAN
+            };
+            let cper = b.index(per as u64);
+            let first = b.mul(s, cper);
+            let last = b.sub(w.row_words, c1);
+            let words = (0..per)
+                .map(|i| {
+                    let ci = b.index(i as u64);
+                    let wi = b.add(first, ci);
+                    if w.tail {
+                        let ok = b.cmp(IntPredicate::Ult, wi, w.row_words);
+                        let wc = b.min(wi, last);
+                        let p = b.add(row, wc);
+                        (load(b, p), Some(ok))
+                    } else {
+                        let p = b.add(row, wi);
+                        (load(b, p), None)
+                    }
+                })
+                .collect();
+            SpanWords {
+                head: None,
+                words,
+                shift: None,
+            }
+        }
+    }
+}
+
+/// The 8 values of a span from its loaded words (zeros past the row).
+pub(crate) fn decode_span(b: &mut Builder, w: &Weights, span: &SpanWords) -> Vec<Value<Num>> {
+    let [c0, c1] = [0, 1].map(|v| b.index(v));
+    let mut out = Vec::with_capacity(SPAN);
+    match w.format {
+        QuantFormat::Q4_1 | QuantFormat::Q8_0 => {
+            // Every blocked span has a head (`span_words`).
+            let head = span.head.unwrap_or_else(|| b.int(0, Scalar::U32));
+            let dm = b.unpackf16(head);
+            let d = b.extract(dm, c0);
+            let shift = span.shift.map(|sh| (sh, b.extract(dm, c1)));
+            for &(word, _) in &span.words {
                 if let Some((sh, mn)) = shift {
                     let t = b.shrui(word, sh);
                     let mask = b.int(15, Scalar::U32);
@@ -86,31 +157,15 @@ pub(crate) fn span_values(
                     }
                 }
             }
-            out
         }
         QuantFormat::F16 | QuantFormat::F32 => {
-            let f16 = w.format == QuantFormat::F16;
-            // Words of the span, and the row's words to clamp them to.
-            let per = if f16 { SPAN / 2 } else { SPAN };
-            let cper = b.index(per as u64);
-            let first = b.mul(s, cper);
-            let last = b.sub(w.row_words, c1);
             let zu = b.int(0, Scalar::U32);
-            let mut out = Vec::with_capacity(SPAN);
-            for i in 0..per {
-                let ci = b.index(i as u64);
-                let wi = b.add(first, ci);
-                let word = if w.tail {
-                    let ok = b.cmp(IntPredicate::Ult, wi, w.row_words);
-                    let wc = b.min(wi, last);
-                    let p = b.add(row, wc);
-                    let x = load(b, p);
-                    b.select(ok, x, zu)
-                } else {
-                    let p = b.add(row, wi);
-                    load(b, p)
+            for &(word, inside) in &span.words {
+                let word = match inside {
+                    Some(ok) => b.select(ok, word, zu),
+                    None => word,
                 };
-                if f16 {
+                if w.format == QuantFormat::F16 {
                     let pair = b.unpackf16(word);
                     out.push(b.extract(pair, c0));
                     out.push(b.extract(pair, c1));
@@ -118,9 +173,9 @@ pub(crate) fn span_values(
                     out.push(b.bitcast(word, Scalar::F32));
                 }
             }
-            out
         }
     }
+    out
 }
 
 /// How a kernel reads spans of x rows.
