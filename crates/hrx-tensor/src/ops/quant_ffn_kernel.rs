@@ -9,8 +9,9 @@
 //!
 //! 1. Each subgroup holds the rows of x in registers, normalised
 //!    (`quant_resident`). The workgroup's subgroups take its `C` gate
-//!    columns in turn: the dots with gate row `j` and up row `f + j`,
-//!    `silu(gate) * up` into workgroup memory.
+//!    columns `COLUMNS` at a time (all their weight loads issued first):
+//!    the dots with gate row `j` and up row `f + j`, `silu(gate) * up`
+//!    into workgroup memory.
 //! 2. After a barrier, work item `t` takes down rows `t, t + wg, ..`: the
 //!    dot of the row's `C` columns of this workgroup with the `C` gate
 //!    values, stored as this workgroup's plane of partial sums (`[mt,
@@ -19,7 +20,8 @@
 //!    their latency passes under the gate.
 //! 3. The workgroup counts itself done (`split_count`); the last sums the
 //!    planes in workgroup order from zero (so the result does not depend
-//!    on which finishes last) and stores the residual plus the sum.
+//!    on which finishes last), a trip of planes for all of a work item's
+//!    outputs at once, and stores the residual plus the sum.
 //!
 //! Gate columns past `f` are zeros, and the down row's spans past its end
 //! add nothing.
@@ -27,9 +29,9 @@
 use super::QuantFormat;
 use super::argmax_kernel::slots;
 use super::quant_resident::{ResidentNorm, arg_view, lane_dot, lane_spans, resident_row};
-use super::quant_spans::{SPAN, SpanWords, Weights, XRows, decode_span, span_values, span_words};
+use super::quant_spans::{SPAN, SpanWords, Weights, XRows, decode_span, span_words};
 use super::registry::{Generator, KernelKey, KernelSource};
-use super::split_count::{last_split, sum_planes};
+use super::split_count::last_split;
 use super::token_kernels::silu_times;
 use hrx_loom::build::{Barrier, Bool, Built, Index, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
@@ -37,6 +39,9 @@ use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 /// Gate columns per workgroup (one block of the blocked formats along
 /// the down product's k).
 pub(crate) const C: usize = 32;
+
+/// Gate columns a subgroup computes at once.
+const COLUMNS: usize = 4;
 
 /// What one feed-forward kernel is specialised for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -175,31 +180,53 @@ fn ffn_kernel(key: FfnKey) -> Built {
             resident_row(&mut k, &x, start, Some(ok), &spans, &norm)
         })
         .collect();
-    k.for_each(sg, cc, nsg, |b, c| {
-        let column = b.add(first_column, c);
-        let inside = b.cmp(IntPredicate::Ult, column, f);
-        let clamped = b.min(column, f1);
-        let gate_row = b.madd(clamped, rgu, og);
-        let up = b.add(clamped, f);
-        let up_row = b.madd(up, rgu, og);
-        let [gate_w, up_w] = [gate_row, up_row].map(|at| {
-            spans
-                .iter()
-                .map(|&(_, s)| span_values(b, &gate_up, at, s))
-                .collect::<Vec<_>>()
-        });
-        for (r, row) in rows.iter().enumerate() {
-            let gate = lane_dot(b, row, &gate_w, &spans);
-            let gate = b.subgroup_reduce(ReduceOp::AddF, gate);
-            let up = lane_dot(b, row, &up_w, &spans);
-            let up = b.subgroup_reduce(ReduceOp::AddF, up);
-            let value = silu_times(b, gate, up);
-            let value = b.select(inside, value, zf);
-            b.if_(first_lane, |b| {
-                let dr = b.index(n64(r));
-                let at = b.madd(dr, cc, c);
-                b.store(value, act, &[at]);
+    // `COLUMNS` gate columns a subgroup at a time, every load of them
+    // issued before any is used.
+    let per = k.index(n64(COLUMNS));
+    let first = k.mul(sg, per);
+    let stride = k.mul(nsg, per);
+    k.for_each(first, cc, stride, |b, c0| {
+        let columns: Vec<_> = (0..COLUMNS)
+            .map(|u| {
+                let du = b.index(n64(u));
+                let c = b.add(c0, du);
+                let column = b.add(first_column, c);
+                let in_f = b.cmp(IntPredicate::Ult, column, f);
+                let in_block = b.cmp(IntPredicate::Ult, c, cc);
+                let clamped = b.min(column, f1);
+                let gate_row = b.madd(clamped, rgu, og);
+                let up = b.add(clamped, f);
+                let up_row = b.madd(up, rgu, og);
+                let [gate_w, up_w] = [gate_row, up_row].map(|at| {
+                    spans
+                        .iter()
+                        .map(|&(_, s)| span_words(b, &gate_up, at, s))
+                        .collect::<Vec<_>>()
+                });
+                (c, in_f, in_block, gate_w, up_w)
+            })
+            .collect();
+        for (c, in_f, in_block, gate_w, up_w) in columns {
+            let [gate_w, up_w] = [gate_w, up_w].map(|words| {
+                words
+                    .iter()
+                    .map(|w| decode_span(b, &gate_up, w))
+                    .collect::<Vec<_>>()
             });
+            for (r, row) in rows.iter().enumerate() {
+                let gate = lane_dot(b, row, &gate_w, &spans);
+                let gate = b.subgroup_reduce(ReduceOp::AddF, gate);
+                let up = lane_dot(b, row, &up_w, &spans);
+                let up = b.subgroup_reduce(ReduceOp::AddF, up);
+                let value = silu_times(b, gate, up);
+                let value = b.select(in_f, value, zf);
+                let store = b.and(first_lane, in_block);
+                b.if_(store, |b| {
+                    let dr = b.index(n64(r));
+                    let at = b.madd(dr, cc, c);
+                    b.store(value, act, &[at]);
+                });
+            }
         }
     });
     k.barrier(Barrier::Workgroup);
@@ -239,20 +266,53 @@ fn ffn_kernel(key: FfnKey) -> Built {
     // 3. The last workgroup: residual plus the planes, in order.
     let last = last_split(&mut k, cv, c0, ngroups, leader);
     k.if_(last, |b| {
-        for &(inside, o) in &outputs {
+        // Every output of this work item and row at once, `TRIP` planes a
+        // trip with all their loads issued first.
+        const TRIP: usize = 8;
+        let step = b.index(n64(TRIP));
+        let last_plane = b.sub(ngroups, c1);
+        let init = vec![zf; outputs.len() * mt];
+        let sums = b.for_carry(c0, ngroups, step, &init, |b, p0, acc| {
+            let loads: Vec<Vec<Value<Num>>> = (0..TRIP)
+                .map(|u| {
+                    let du = b.index(n64(u));
+                    let g = b.add(p0, du);
+                    let ok = b.cmp(IntPredicate::Ult, g, ngroups);
+                    let gc = b.min(g, last_plane);
+                    let base = b.mul(gc, plane);
+                    let mut values = Vec::with_capacity(outputs.len() * mt);
+                    for &(_, o) in &outputs {
+                        for r in 0..mt {
+                            let dr = b.index(n64(r));
+                            let at = b.madd(dr, cols, base);
+                            let at = b.add(at, o);
+                            let v = b.load(sv, &[at]);
+                            values.push(b.select(ok, v, zf));
+                        }
+                    }
+                    values
+                })
+                .collect();
+            let mut acc = acc.to_vec();
+            for values in loads {
+                for (a, v) in acc.iter_mut().zip(values) {
+                    *a = b.addf(*a, v);
+                }
+            }
+            acc
+        });
+        for (i, &(inside, o)) in outputs.iter().enumerate() {
             for r in 0..mt {
                 let dr = b.index(n64(r));
                 let row_ok = b.cmp(IntPredicate::Ult, dr, m);
-                let within = b.madd(dr, cols, o);
-                let sum = sum_planes(b, sv, ngroups, plane, within);
                 let store = b.and(inside, row_ok);
+                let sum = sums[i * mt + r];
                 b.if_(store, |b| {
-                    let rat = b.madd(dr, cols, or);
-                    let rat = b.add(rat, o);
+                    let at = b.madd(dr, cols, o);
+                    let rat = b.add(at, or);
                     let residual = b.load(rv, &[rat]);
                     let value = b.addf(residual, sum);
-                    let oat = b.madd(dr, cols, oo);
-                    let oat = b.add(oat, o);
+                    let oat = b.add(at, oo);
                     b.store(value, ov, &[oat]);
                 });
             }

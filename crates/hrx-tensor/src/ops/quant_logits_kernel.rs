@@ -242,17 +242,48 @@ fn logits_kernel(key: LogitsKey) -> Built {
     let sg0 = k.cmp(IntPredicate::Eq, sg, c0);
     let finish = k.and(last, sg0);
     k.if_(finish, |b| {
+        // Lane `l` merges workgroups `l, l + sg, ..`, `TRIP` of them a
+        // trip with every load issued first: a vocabulary's 768 would
+        // otherwise be 24 dependent loads in a row.
+        const TRIP: usize = 8;
+        let per_trip = b.index(n64(TRIP));
+        let trip = b.mul(sgsize, per_trip);
+        let last_group = b.sub(ngroups, c1);
+        let init: Vec<Value<Num>> = (0..mt).flat_map(|_| [ninf, none]).collect();
+        let best = b.for_carry(lane, ngroups, trip, &init, |b, g0, acc| {
+            let loads: Vec<Vec<(Value<Num>, Value<Num>)>> = (0..TRIP)
+                .map(|u| {
+                    let du = b.index(n64(u));
+                    let g = b.madd(sgsize, du, g0);
+                    let ok = b.cmp(IntPredicate::Ult, g, ngroups);
+                    let gc = b.min(g, last_group);
+                    (0..mt)
+                        .map(|r| {
+                            let dr = b.index(n64(r));
+                            let at = b.madd(gc, cmt, dr);
+                            let bits = b.load(sv, &[at]);
+                            let at = b.add(at, plane);
+                            let vi = b.load(sv, &[at]);
+                            // A group past the last holds nothing.
+                            let v = b.bitcast(bits, Scalar::F32);
+                            (b.select(ok, v, ninf), b.select(ok, vi, none))
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut acc = acc.to_vec();
+            for pairs in loads {
+                for (r, pair) in pairs.into_iter().enumerate() {
+                    let merged = merge_best(b, &acc[2 * r..2 * r + 2], pair);
+                    acc[2 * r] = merged[0];
+                    acc[2 * r + 1] = merged[1];
+                }
+            }
+            acc
+        });
         for r in 0..mt {
             let dr = b.index(n64(r));
-            let best = b.for_carry(lane, ngroups, sgsize, &[ninf, none], |b, g, acc| {
-                let at = b.madd(g, cmt, dr);
-                let bits = b.load(sv, &[at]);
-                let v = b.bitcast(bits, Scalar::F32);
-                let at = b.add(at, plane);
-                let vi = b.load(sv, &[at]);
-                merge_best(b, acc, (v, vi))
-            });
-            let (_, gi) = subgroup_best(b, (best[0], best[1]));
+            let (_, gi) = subgroup_best(b, (best[2 * r], best[2 * r + 1]));
             let missing = b.cmpi(IntPredicate::Eq, gi, none);
             let index = b.select(missing, izero, gi);
             let pick_ok = b.cmp(IntPredicate::Ult, dr, p);
