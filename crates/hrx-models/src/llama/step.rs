@@ -14,16 +14,13 @@
 //! RMS-normalises its input as it reads it, and stores the keys, turned
 //! by RoPE, and the values into the caches), the attention (which turns
 //! the queries as it reads them, and projects its output, adding the
-//! residual, in the same dispatch), and the feed-forward block: one
-//! dispatch (norm, gate-and-up, SwiGLU, down and the second residual) up
-//! to `QUANT_FFN_MAX_ROWS` rows, else two (the gate-and-up projection
-//! with its norm and SwiGLU; the down projection with the residual).
-//! Three or four a layer. Above, the tiled products fuse nothing: the key
-//! rotation with the cache store, each residual add with the next norm,
-//! and the SwiGLU are dispatches of their own (nine a layer). The head
-//! (final norm, the picked rows, the vocabulary projection and the
-//! argmax) is one dispatch for up to `QUANT_LOGITS_MAX_PICKS` picks, four
-//! beyond.
+//! residual, in the same dispatch), the gate-and-up projection with its
+//! norm and SwiGLU, and the down projection with the second residual:
+//! four a layer. Above, the tiled products fuse nothing: the key rotation
+//! with the cache store, each residual add with the next norm, and the
+//! SwiGLU are dispatches of their own (nine a layer). The head (final
+//! norm, the picked rows, the vocabulary projection and the argmax) is
+//! one dispatch for up to `QUANT_LOGITS_MAX_PICKS` picks, four beyond.
 //!
 //! Inputs (host-visible, written before each replay): `tokens`,
 //! `sequence`, `position` (i32 `[rows]`) and `picks` (i32 `[outputs]`:
@@ -46,8 +43,8 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
 use hrx_tensor::ops::{
-    AttentionOutput, FeedForward, KvStore, QUANT_FFN_MAX_ROWS, QUANT_GATED_MAX_ROWS,
-    QUANT_LOGITS_MAX_PICKS, QuantFusion, Rotary, RowNorm,
+    AttentionOutput, KvStore, QUANT_GATED_MAX_ROWS, QUANT_LOGITS_MAX_PICKS, QuantFusion, Rotary,
+    RowNorm,
 };
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
@@ -216,8 +213,8 @@ impl StepGraph {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         // A decode-sized step folds each RMS norm into the product that
-        // reads it and each residual add into the product before it (three
-        // or four dispatches a layer); larger steps record them as their own
+        // reads it and each residual add into the product before it (four
+        // dispatches a layer); larger steps record them as their own
         // dispatches, `s.norm` holding each product's normalised input.
         let fused = rows <= QUANT_GATED_MAX_ROWS;
         let normed = |weight| QuantFusion {
@@ -322,31 +319,12 @@ impl StepGraph {
                 projected?;
             }
             // x = h + feed-forward (and, unfused, normalised for the next
-            // layer or the output): one dispatch for a few rows.
-            let block = match (&b.gate_up, fused && rows <= QUANT_FFN_MAX_ROWS) {
-                (Stacked::One(gate_up), true) => {
-                    let block = FeedForward {
-                        norm: RowNorm {
-                            weight: &b.ffn_norm,
-                            eps,
-                        },
-                        gate_up,
-                        down: &b.down,
-                    };
-                    ops.record_quant_ffn(&mut g, &s.h, block, &s.h, &s.x)
-                }
-                _ => Err(Error::Unsupported("two dispatches".into())),
-            };
-            match block {
-                Err(Error::Unsupported(_)) => {
-                    let next_norm = weights
-                        .blocks
-                        .get(layer + 1)
-                        .map_or(&weights.output_norm, |next| &next.attn_norm);
-                    feed_forward(ops, &mut g, &s, b, fused, (eps, next_norm))?;
-                }
-                other => other?,
-            }
+            // layer or the output).
+            let next_norm = weights
+                .blocks
+                .get(layer + 1)
+                .map_or(&weights.output_norm, |next| &next.attn_norm);
+            feed_forward(ops, &mut g, &s, b, fused, (eps, next_norm))?;
         }
         // The head: the picked rows, normalised by the output norm,
         // projected onto the vocabulary, and their argmax. A few picks

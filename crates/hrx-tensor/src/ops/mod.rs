@@ -38,8 +38,6 @@ mod matmul_tiled;
 mod movement;
 mod operand;
 mod quant;
-mod quant_ffn;
-mod quant_ffn_kernel;
 mod quant_fused;
 mod quant_kernels;
 mod quant_kv;
@@ -76,7 +74,6 @@ pub use matmul_dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
-pub use quant_ffn::{FeedForward, QUANT_FFN_MAX_ROWS};
 pub use quant_fused::{KvStore, QuantFusion, RowNorm};
 pub use quant_logits::QUANT_LOGITS_MAX_PICKS;
 pub use reduce::Reduction;

@@ -1,6 +1,6 @@
-//! Rows of x held in registers by the quantised kernels that dot one
-//! short row with many weight rows (`quant_logits_kernel`,
-//! `quant_ffn_kernel`), on the [`hrx_loom::build`] builder.
+//! Rows of x held in registers by a quantised kernel that dots a few
+//! short rows with many weight rows (`quant_logits_kernel`), on the
+//! [`hrx_loom::build`] builder.
 //!
 //! Lane `l` of a subgroup holds spans `l, l + sg, ..` of each row: `spl`
 //! of them, a static count the kernel is specialised for (`ceil(spans /

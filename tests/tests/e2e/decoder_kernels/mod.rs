@@ -7,6 +7,5 @@
 mod attention;
 mod attention_projected;
 mod quant;
-mod quant_ffn;
 mod quant_fused;
 mod quant_logits;
