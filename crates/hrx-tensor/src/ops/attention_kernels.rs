@@ -50,6 +50,18 @@
 //! position as it loads it, with the fragment `rope` uses (so the same
 //! bits as a `rope` dispatch before it, which it saves).
 //!
+//! The projected variant (`AttentionShape::project`) also applies the
+//! attention's output projection and adds the residual: after the heads'
+//! outputs are stored (and kept in the workgroup memory q is done with),
+//! work item `t` takes output columns `t, t + wg, ..`, dots the weight
+//! row's columns of this workgroup's heads with them, and stores the sum
+//! into this workgroup's plane of the scratch (`[rows, workgroups per row,
+//! width]`). The row's last workgroup to count itself done (`split_count`)
+//! adds the planes in order to the residual (`sum_planes`). Its arguments
+//! come after the attention's: `width`, the weight's row words, and the
+//! offsets and lengths of the weight, the residual and the output; the
+//! scratch and the per-row counters are bound whole, sized by the grid.
+//!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
