@@ -67,7 +67,8 @@
 //! of known length).
 
 use super::QuantFormat;
-use super::quant_spans::{SPAN, Weights, span_values};
+use super::attention_block_kernel::{Fresh, Place, QkvOperands, QkvShape, project_qkv};
+use super::quant_spans::{SPAN, Weights, XRows, span_values};
 use super::split_count::{last_split, sum_planes};
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
@@ -93,6 +94,10 @@ pub(crate) struct AttentionShape {
     /// The output projection fused in, by a matrix of this format
     /// (arguments after the attention's; see the module documentation).
     pub(crate) project: Option<QuantFormat>,
+    /// The query-key-value projection fused in (`attention_block_kernel`):
+    /// q, the key and the value come from a row of x, not from `q`
+    /// (rotary and projected only).
+    pub(crate) qkv: Option<QkvShape>,
 }
 
 impl AttentionShape {
@@ -140,7 +145,7 @@ impl LaneSplit {
 }
 
 /// Workgroup memory of `elems` f32 slots.
-fn shared(k: &mut Builder, elems: usize) -> Value<View> {
+pub(super) fn shared(k: &mut Builder, elems: usize) -> Value<View> {
     let zero = k.offset(0);
     let bytes = k.offset(elems as u64 * 4);
     let buffer = k.alloca_workgroup(bytes, 16);
@@ -288,33 +293,28 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let rotary = shape
         .rotary
         .then(|| (k.arg_index("rope"), k.arg_scalar("c", F32)));
-    let [
-        qs0,
-        qs1,
-        qs2,
-        oq,
-        lq,
-        ok,
-        lk,
-        ov,
-        lv,
-        oo,
-        lo,
-        os,
-        ls,
-        op,
-        lp,
-    ] = [
-        "qs0", "qs1", "qs2", "oq", "lq", "ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp",
-    ]
-    .map(|x| k.arg_index(x));
+    // q's strides, offset and length: none where q is projected here.
+    let q_args = shape
+        .qkv
+        .is_none()
+        .then(|| ["qs0", "qs1", "qs2", "oq", "lq"].map(|x| k.arg_index(x)));
+    // The first buffer, where there is one.
+    let q_input = q_args.map(|args| (args, k.arg_buffer("q", true)));
+    let [ok, lk, ov, lv, oo, lo, os, ls, op, lp] =
+        ["ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp"].map(|x| k.arg_index(x));
     let projection_args = shape.project.map(|format| {
         let [width, rw, ow, lw, or, lr, oh, lh] =
             ["width", "rw", "ow", "lw", "or", "lr", "oh", "lh"].map(|x| k.arg_index(x));
         (format, [width, rw, ow, lw, or, lr, oh, lh])
     });
-    let [q, kc, vc, sequence, position] =
-        ["q", "k_cache", "v_cache", "sequence", "position"].map(|x| k.arg_buffer(x, true));
+    let qkv_args = shape.qkv.map(|qkv| {
+        let [rq, owq, ox, on] = ["rq", "owq", "ox", "on"].map(|x| k.arg_index(x));
+        (qkv, [rq, owq, ox, on], k.arg_scalar("eps", F32))
+    });
+    // The projected form stores the row's key and value.
+    let read_caches = shape.qkv.is_none();
+    let [kc, vc] = ["k_cache", "v_cache"].map(|x| k.arg_buffer(x, read_caches));
+    let [sequence, position] = ["sequence", "position"].map(|x| k.arg_buffer(x, true));
     let out = k.arg_buffer("out", false);
     let zero = k.offset(0);
     let projection = projection_args.map(|(format, [width, rw, ow, lw, or, lr, oh, lh])| {
@@ -342,7 +342,49 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
         }
     });
-    let qv = k.buffer_view(q, zero, [lq.into()], F32);
+    // The projected q's operands: rows of x as wide as the projection's
+    // output, their lengths (too many for push constants) from the grid
+    // and the static shape.
+    let width = projection.as_ref().map(|p| p.width);
+    let qkv_operands = qkv_args
+        .zip(width)
+        .map(|((qkv, [rq, owq, ox, on], eps), width)| {
+            let rows = k.workgroup_count(Axis::Y);
+            let lx = k.madd(rows, width, ox);
+            let ln = k.add(on, width);
+            let [xb, nb, wb] = ["x", "nw", "wqkv"].map(|x| k.arg_buffer(x, true));
+            let [heads, kvh] = [heads, kvh];
+            let hdc = k.index(hd as u64);
+            let two = k.index(2);
+            let kv2 = k.mul(kvh, two);
+            let stacked = k.add(heads, kv2);
+            let wrows = k.mul(stacked, hdc);
+            let lw = k.madd(wrows, rq, owq);
+            let x = XRows {
+                view: k.buffer_view(xb, zero, [lx.into()], F32),
+                cols: width,
+                quads: qkv.quads,
+                tail: false,
+            };
+            let operands = QkvOperands {
+                gains: XRows {
+                    view: k.buffer_view(nb, zero, [ln.into()], F32),
+                    ..x
+                },
+                x,
+                weights: Weights {
+                    format: qkv.format,
+                    view: k.buffer_view(wb, zero, [lw.into()], Scalar::U32),
+                    row_words: rq,
+                    tail: false,
+                },
+                ox,
+                on,
+                ow: owq,
+                eps,
+            };
+            (qkv, operands)
+        });
     let kv = k.buffer_view(kc, zero, [lk.into()], F32);
     let vv = k.buffer_view(vc, zero, [lv.into()], F32);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
@@ -366,8 +408,10 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let sgsize = k.subgroup_size();
     let g = k.div(h0, group);
 
-    // The row's slot and position; `n` positions to attend (0: inactive),
-    // made subgroup-uniform by a broadcast so chunk loops may reduce.
+    // The row's slot and position; `n` positions to attend from the
+    // cache (0: inactive; the projected form takes its own position from
+    // workgroup memory), made subgroup-uniform by a broadcast so chunk
+    // loops may reduce.
     let ps = k.add(os, r);
     let pp = k.add(op, r);
     let seq = k.load(sv, &[ps]);
@@ -383,51 +427,14 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let pi = k.to_index(posu);
     let seqi = k.select(active, si, c0);
     let next = k.add(pi, c1);
-    let n_lane = k.select(active, next, c0);
+    let cached = if shape.qkv.is_some() { pi } else { next };
+    let n_lane = k.select(active, cached, c0);
     let n_u = k.index_cast(n_lane, Scalar::U32);
     let n_b = k.subgroup_broadcast(n_u, c0);
     let n = k.to_index(n_b);
     let head_row = k.madd(seqi, kvh, g);
     let kvrow = k.mul(head_row, cap);
 
-    // q of the workgroup's heads, scaled, into workgroup memory.
-    let q0 = k.madd(r, qs0, oq);
-    let izero = k.int(0, Scalar::I32);
-    let all = k.index((hd * hq) as u64);
-    k.for_each(t, all, wgs, |b, e| {
-        let j = b.div(e, hdc);
-        let d = b.rem(e, hdc);
-        let h = b.add(h0, j);
-        let qbase = b.madd(h, qs1, q0);
-        let load = |b: &mut Builder| {
-            let at = b.madd(d, qs2, qbase);
-            b.load(qv, &[at])
-        };
-        let x = match rotary {
-            None => load(b),
-            Some((rope, c)) => {
-                let inside = b.cmp(IntPredicate::Ult, d, rope);
-                let placed = b.cmpi(IntPredicate::Sge, pos, izero);
-                let turn = b.and(inside, placed);
-                let at = Pair {
-                    xv: qv,
-                    xbase: qbase,
-                    xs2: qs2,
-                    d,
-                    pos,
-                    c,
-                };
-                b.if_else(turn, |b| vec![rotated(b, at)], |b| vec![load(b)])[0]
-            }
-        };
-        let y = b.mulf(x, scale);
-        b.store(y, sq, &[e]);
-    });
-    k.barrier(Barrier::Workgroup);
-
-    let lowest = k.float(f64::from(f32::MIN), F32);
-    let zf = k.float(0.0, F32);
-    let zdot = if w == 1 { zf } else { k.splat(zf, w as u8) };
     // This lane's dimensions `lane + i * sgsize`, clamped for the loads
     // (a slot past the head accumulates garbage that is never stored).
     let dims: Vec<(Value<Index>, Value<Index>)> = (0..slots_n)
@@ -438,6 +445,57 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             (d, dl)
         })
         .collect();
+
+    // q of the workgroup's heads, scaled, into workgroup memory: loaded,
+    // or projected from x (with the row's own key and value).
+    let fresh = if let Some((qkv, operands)) = &qkv_operands {
+        let (rope, c) = rotary.unwrap_or((c0, scale));
+        let group_first = k.mul(g, group);
+        let writer = k.cmp(IntPredicate::Eq, h0, group_first);
+        let place = Place {
+            hd,
+            hq,
+            max_subgroups: max_sg,
+            r,
+            h0,
+            g,
+            heads,
+            kvh,
+            pos,
+            pi,
+            active,
+            writer,
+            rope,
+            c,
+            scale,
+            sq,
+            k_cache: (kv, ok),
+            v_cache: (vv, ov),
+            kvrow,
+            t,
+            wgs,
+            sg,
+            nsg,
+            lane,
+        };
+        Some(project_qkv(&mut k, *qkv, operands, &place, &dims))
+    } else {
+        if let Some(([qs0, qs1, qs2, oq, lq], q)) = q_input {
+            let qv = k.buffer_view(q, zero, [lq.into()], F32);
+            let q = QuerySource {
+                view: qv,
+                strides: [qs0, qs1, qs2],
+                offset: oq,
+            };
+            load_q(&mut k, &q, (r, h0, hd, hq), rotary, (pos, scale), sq);
+        }
+        None
+    };
+    k.barrier(Barrier::Workgroup);
+
+    let lowest = k.float(f64::from(f32::MIN), F32);
+    let zf = k.float(0.0, F32);
+    let zdot = if w == 1 { zf } else { k.splat(zf, w as u8) };
     // Lane-split scores: this lane's part of a row and, per head, its q
     // vectors.
     let split = shape.lane_split().map(|ls| {
@@ -466,9 +524,27 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     // head's accumulators.
     let per = 2 + slots_n;
     let mut init = Vec::with_capacity(per * hq);
-    for _ in 0..hq {
-        init.extend([lowest, zf]);
-        init.extend(std::iter::repeat_n(zf, slots_n));
+    match &fresh {
+        // The first subgroup starts from the row's own position.
+        Some(Fresh { scores, values }) => {
+            let first_sg = k.cmp(IntPredicate::Eq, sg, c0);
+            let seeded = k.and(first_sg, active);
+            let onef = k.float(1.0, F32);
+            for &score in scores {
+                let m = k.select(seeded, score, lowest);
+                let l = k.select(seeded, onef, zf);
+                init.extend([m, l]);
+                for &v in values {
+                    init.push(k.select(seeded, v, zf));
+                }
+            }
+        }
+        None => {
+            for _ in 0..hq {
+                init.extend([lowest, zf]);
+                init.extend(std::iter::repeat_n(zf, slots_n));
+            }
+        }
     }
     let state = k.for_carry(first_chunk, n, stride, &init, |b, c, acc| {
         // 1. The scores of position c + lane (lane-split: of the position
@@ -640,6 +716,61 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     Built::kernel(k.finish())
 }
 
+/// q read from a tensor: its view, strides and element offset.
+struct QuerySource {
+    view: Value<View>,
+    strides: [Value<Index>; 3],
+    offset: Value<Index>,
+}
+
+/// q of the workgroup's `hq` heads of `hd` (from head `h0` of row `r`),
+/// turned by RoPE at `pos` where `rotary` is given and scaled, into `sq`.
+fn load_q(
+    k: &mut Builder,
+    q: &QuerySource,
+    (r, h0, hd, hq): (Value<Index>, Value<Index>, usize, usize),
+    rotary: Option<(Value<Index>, Value<Num>)>,
+    (pos, scale): (Value<Num>, Value<Num>),
+    sq: Value<View>,
+) {
+    let [qs0, qs1, qs2] = q.strides;
+    let q0 = k.madd(r, qs0, q.offset);
+    let izero = k.int(0, Scalar::I32);
+    let all = k.index((hd * hq) as u64);
+    let hdc = k.index(hd as u64);
+    let t = k.workitem_id(Axis::X);
+    let wgs = k.workgroup_size(Axis::X);
+    k.for_each(t, all, wgs, |b, e| {
+        let j = b.div(e, hdc);
+        let d = b.rem(e, hdc);
+        let h = b.add(h0, j);
+        let qbase = b.madd(h, qs1, q0);
+        let load = |b: &mut Builder| {
+            let at = b.madd(d, qs2, qbase);
+            b.load(q.view, &[at])
+        };
+        let x = match rotary {
+            None => load(b),
+            Some((rope, c)) => {
+                let inside = b.cmp(IntPredicate::Ult, d, rope);
+                let placed = b.cmpi(IntPredicate::Sge, pos, izero);
+                let turn = b.and(inside, placed);
+                let at = Pair {
+                    xv: q.view,
+                    xbase: qbase,
+                    xs2: qs2,
+                    d,
+                    pos,
+                    c,
+                };
+                b.if_else(turn, |b| vec![rotated(b, at)], |b| vec![load(b)])[0]
+            }
+        };
+        let y = b.mulf(x, scale);
+        b.store(y, sq, &[e]);
+    });
+}
+
 /// The output projection's operands (`AttentionShape::project`).
 struct Projection {
     /// Output columns (the weight's rows).
@@ -738,6 +869,7 @@ mod tests {
                 rotary: false,
                 heads: 1,
                 project: None,
+                qkv: None,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -758,6 +890,7 @@ mod tests {
             rotary: false,
             heads: 1,
             project: None,
+            qkv: None,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -803,6 +936,7 @@ mod tests {
                     rotary,
                     heads,
                     project,
+                    qkv: None,
                 });
                 compiler
                     .built(&built)
