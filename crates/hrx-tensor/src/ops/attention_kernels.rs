@@ -61,6 +61,18 @@
 //! come after the attention's: `width`, the weight's row words, and the
 //! offsets and lengths of the weight, the residual and the output; the
 //! scratch and the per-row counters are bound whole, sized by the grid.
+//! The epilogue is `attention_epilogue`.
+//!
+//! The block variant (`AttentionShape::qkv`, rotary and projected) has
+//! no q operand: it computes q, and the row's own key and value, from a
+//! row of x in the same dispatch (`attention_block_kernel`), stores the
+//! key and value into the caches, and attends to the cached positions
+//! before the row's plus its own, which starts the first subgroup's
+//! softmax state. Its arguments replace q's strides, offset and length
+//! with the stacked weight's row words and the element offsets of the
+//! weight, x and the norm weight, then eps (after the projection's); its
+//! buffers (x, the norm weight, the stacked weight) come last, their
+//! lengths from the grid and the shape.
 //!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
@@ -68,8 +80,8 @@
 
 use super::QuantFormat;
 use super::attention_block_kernel::{Fresh, Place, QkvOperands, QkvShape, project_qkv};
-use super::quant_spans::{SPAN, Weights, XRows, span_values};
-use super::split_count::{last_split, sum_planes};
+use super::attention_epilogue::{Projection, project};
+use super::quant_spans::{Weights, XRows};
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
@@ -449,7 +461,10 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     // q of the workgroup's heads, scaled, into workgroup memory: loaded,
     // or projected from x (with the row's own key and value).
     let fresh = if let Some((qkv, operands)) = &qkv_operands {
-        let (rope, c) = rotary.unwrap_or((c0, scale));
+        // The host builds this variant rotary only; without the
+        // arguments, `rope` 0 would turn nothing.
+        let no_turn = k.float(0.0, F32);
+        let (rope, c) = rotary.unwrap_or((c0, no_turn));
         let group_first = k.mul(g, group);
         let writer = k.cmp(IntPredicate::Eq, h0, group_first);
         let place = Place {
@@ -771,88 +786,10 @@ fn load_q(
     });
 }
 
-/// The output projection's operands (`AttentionShape::project`).
-struct Projection {
-    /// Output columns (the weight's rows).
-    width: Value<Index>,
-    weights: Weights,
-    /// The weights' element offset.
-    ow: Value<Index>,
-    /// `[rows, width]` each: the residual and the output, with their
-    /// element offsets.
-    residual: (Value<View>, Value<Index>),
-    out: (Value<View>, Value<Index>),
-    /// Partial sums, `[rows, workgroups per row, width]`, and a finishing
-    /// counter per row.
-    scratch: Value<View>,
-    counters: Value<View>,
-}
-
-/// The fused output projection, after the heads' outputs are in `ys`
-/// (`values` of them, the workgroup's heads side by side): this
-/// workgroup's part, `wo[:, h0 * hd ..][.. values] . ys` for every
-/// output column, into its plane of the scratch; the row's last
-/// workgroup to finish adds the planes in order to the residual.
-fn project(
-    k: &mut Builder,
-    p: &Projection,
-    (ys, values): (Value<View>, usize),
-    (r, hg, h0, hd): (Value<Index>, Value<Index>, Value<Index>, usize),
-    (t, wgs): (Value<Index>, Value<Index>),
-) {
-    k.barrier(Barrier::Workgroup);
-    let c0 = k.index(0);
-    let c8 = k.index(SPAN as u64);
-    let hdc = k.index(hd as u64);
-    let groups = k.workgroup_count(Axis::X);
-    let column0 = k.mul(h0, hdc);
-    let span0 = k.div(column0, c8);
-    let row_plane = k.mul(r, groups);
-    let plane = k.add(row_plane, hg);
-    let plane_at = k.mul(plane, p.width);
-    k.for_each(t, p.width, wgs, |b, o| {
-        let row = b.madd(o, p.weights.row_words, p.ow);
-        let (mut even, mut odd) = (b.float(0.0, F32), b.float(0.0, F32));
-        for s in 0..values / SPAN {
-            let ds = b.index(s as u64);
-            let span = b.add(span0, ds);
-            let ws = span_values(b, &p.weights, row, span);
-            for (e, w) in ws.into_iter().enumerate() {
-                let at = b.index((s * SPAN + e) as u64);
-                let y = b.load(ys, &[at]);
-                if e % 2 == 0 {
-                    even = b.fmaf(w, y, even);
-                } else {
-                    odd = b.fmaf(w, y, odd);
-                }
-            }
-        }
-        let part = b.addf(even, odd);
-        let at = b.add(plane_at, o);
-        b.store(part, p.scratch, &[at]);
-    });
-    let lead = k.cmp(IntPredicate::Eq, t, c0);
-    let last = last_split(k, p.counters, r, groups, lead);
-    k.if_(last, |b| {
-        let first_plane = b.mul(row_plane, p.width);
-        b.for_each(t, p.width, wgs, |b, o| {
-            let within = b.add(first_plane, o);
-            let sum = sum_planes(b, p.scratch, groups, p.width, within);
-            let at = b.madd(r, p.width, o);
-            let (rv, or) = p.residual;
-            let rat = b.add(at, or);
-            let residual = b.load(rv, &[rat]);
-            let value = b.addf(residual, sum);
-            let (hv, oh) = p.out;
-            let hat = b.add(at, oh);
-            b.store(value, hv, &[hat]);
-        });
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::quant_spans::SPAN;
 
     /// The lane-split rounds leave lane `l` the position `(l % L) * R + l
     /// / L` of the chunk, and `lane_of` finds that lane for every position
@@ -946,6 +883,39 @@ mod tests {
                     .unwrap_or_else(|e| {
                         panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads} {project:?}: {e}")
                     });
+            }
+            // The block variant: one head a workgroup (a GPU's decode) and
+            // a kv head's three; x in quads and not.
+            for (heads, wg, quads, format) in [
+                (1, 1024, true, QuantFormat::Q4_1),
+                (3, 16, false, QuantFormat::F16),
+            ] {
+                // Within the device's workgroup memory: a CPU's 16.
+                let wg = match target.kind {
+                    hrx_core::DeviceKind::Cpu => 16,
+                    _ => wg,
+                };
+                let shape = AttentionShape {
+                    hd: 64,
+                    w: 4,
+                    wg,
+                    sg_min,
+                    sg_fixed: true,
+                    rotary: true,
+                    heads,
+                    project: Some(QuantFormat::Q4_1),
+                    qkv: Some(QkvShape {
+                        format,
+                        spl: crate::ops::quant_resident::spans_per_lane(576, sg_min),
+                        quads,
+                    }),
+                };
+                compiler
+                    .built(&cached_attention(shape))
+                    .and_then(|m| {
+                        m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
+                    })
+                    .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
             }
         }
     }

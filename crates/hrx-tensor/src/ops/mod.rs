@@ -17,6 +17,7 @@ mod argmax_kernel;
 mod attention;
 mod attention_block;
 mod attention_block_kernel;
+mod attention_epilogue;
 mod attention_kernels;
 mod biased_softmax;
 mod biased_softmax_kernel;
