@@ -639,10 +639,13 @@ impl Ops {
         let launch = kernel.launch(operation, &scalars, &grid)?;
         // Graph storage is taken only now, when nothing else can fail; each
         // row's last workgroup leaves its counter at zero.
+        // The block variant's split rows and counters follow.
+        let (more_scratch, more_counters) =
+            qkv.as_ref().map_or((0, 0), |b| (b.scratch, b.counters));
         let planes = rows * (heads / shape.heads) * p.width;
         views.extend(p.views);
-        views.push(graph.scratch(4 * planes)?);
-        views.push(graph.zeroed_scratch(4 * rows)?);
+        views.push(graph.scratch(4 * (planes + more_scratch))?);
+        views.push(graph.zeroed_scratch(4 * (rows + more_counters))?);
         views.extend(qkv.into_iter().flat_map(|b| b.views));
         launch.record(graph, &views)
     }

@@ -39,10 +39,17 @@ pub struct AttentionInput<'a> {
     pub weight: &'a QuantMatrix,
 }
 
-/// The bound input: launch scalars and buffers after the projection's.
+/// The most workgroups sharing a head group's projection rows.
+const MAX_SPLITS: usize = 16;
+
+/// The bound input: launch scalars and buffers after the projection's,
+/// and the scratch elements and counters its split rows need after the
+/// projection's.
 pub(super) struct BoundInput {
     pub(super) scalars: Vec<ScalarValue>,
     pub(super) views: Vec<BufferView>,
+    pub(super) scratch: usize,
+    pub(super) counters: usize,
 }
 
 /// Check `input` against an attention of `rows` rows of `heads` query
@@ -133,10 +140,21 @@ pub(super) fn bind_input(
         }
     }
     disjoint(operation, ("k_cache", caches[0]), ("v_cache", caches[1]))?;
+    // A head group's rows over enough workgroups for about one row a
+    // subgroup.
+    let stacked_rows = (shape.heads + 2) * hd;
+    let splits = stacked_rows.div_ceil(subgroups).clamp(1, MAX_SPLITS);
+    let groups = heads / shape.heads;
+    if groups * splits > target.max_workgroup_count[0] as usize {
+        return Err(Error::Unsupported(format!(
+            "{operation}: {groups} head groups of {splits} workgroups exceed the device's grid"
+        )));
+    }
     shape.qkv = Some(QkvShape {
         format: weight.format(),
         spl,
         quads: quad_offset(&kx).is_some() && quad_offset(&kn).is_some(),
+        splits,
     });
     let row_words = weight.format().row_words(width)?;
     Ok(BoundInput {
@@ -148,6 +166,8 @@ pub(super) fn bind_input(
             ScalarValue::F32(norm.eps),
         ],
         views: vec![kx.view, kn.view, kw.view],
+        scratch: rows * groups * stacked_rows,
+        counters: rows * groups,
     })
 }
 

@@ -25,6 +25,7 @@ use super::QuantFormat;
 use super::attention_kernels::shared;
 use super::quant_resident::{ResidentNorm, lane_dot, lane_spans, resident_row};
 use super::quant_spans::{SpanWords, Weights, XRows, decode_span, span_words};
+use super::split_count::last_split;
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Bool, Builder, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, ReduceOp, Scalar};
@@ -40,6 +41,20 @@ pub(crate) struct QkvShape {
     pub(crate) spl: usize,
     /// x and the norm weight read in 16-byte quads.
     pub(crate) quads: bool,
+    /// Workgroups sharing a head group's projection rows.
+    pub(crate) splits: usize,
+}
+
+/// How a head group's projection rows are shared: this workgroup's part
+/// of `splits`, the head group's index over the grid (row-major), where
+/// the rows go in the scratch (the view and the element the head groups'
+/// rows start at) and the counters (the view and the head groups' first).
+pub(super) struct Split {
+    pub(super) part: Value<Index>,
+    pub(super) splits: usize,
+    pub(super) head_group: Value<Index>,
+    pub(super) scratch: (Value<View>, Value<Index>),
+    pub(super) counters: (Value<View>, Value<Index>),
 }
 
 /// The stage's operands: x and the norm weight (rows of `width`), the
@@ -97,10 +112,13 @@ pub(super) struct Place {
 
 /// The row's own position for the attention: per query head its score
 /// (scaled query . turned key), and this lane's dimensions of the value
-/// (the attention's `dims` slots).
+/// (the attention's `dims` slots); and whether this workgroup attends
+/// (the last of its head group to finish its rows; the others' q, key
+/// and value are zeros and they store nothing).
 pub(super) struct Fresh {
     pub(super) scores: Vec<Value<Num>>,
     pub(super) values: Vec<Value<Num>>,
+    pub(super) attends: Value<Bool>,
 }
 
 /// The stage: q into `place.sq`, the key and value into the caches (by
@@ -111,6 +129,7 @@ pub(super) fn project_qkv(
     shape: QkvShape,
     ops: &QkvOperands,
     place: &Place,
+    split: &Split,
     dims: &[(Value<Index>, Value<Index>)],
 ) -> Fresh {
     let (hd, hq) = (place.hd, place.hq);
@@ -126,24 +145,30 @@ pub(super) fn project_qkv(
     let start = k.madd(place.r, ops.x.cols, ops.ox);
     let x = resident_row(k, &ops.x, start, None, &spans, &norm);
 
-    // Weight rows: the workgroup's queries, then its kv head's key and
-    // value.
-    let block = total.div_ceil(place.max_subgroups).clamp(1, MAX_BLOCK);
-    let cb = k.index(block as u64);
-    let first = k.mul(place.sg, cb);
+    // Weight rows: the head group's queries, then its kv head's key and
+    // value; this workgroup's part of them.
+    let per = total.div_ceil(split.splits);
+    let block = per.div_ceil(place.max_subgroups).clamp(1, MAX_BLOCK);
+    let [cb, cper] = [block, per].map(|v| k.index(v as u64));
+    let slice0 = k.mul(split.part, cper);
+    let slice_end = k.add(slice0, cper);
+    let slice_end = k.min(slice_end, end);
+    let first = k.madd(place.sg, cb, slice0);
     let stride = k.mul(place.nsg, cb);
+    let (scratch, rows0) = split.scratch;
+    let rows_at = k.madd(split.head_group, end, rows0);
     let q0 = k.mul(place.h0, hdc);
     let keys = k.mul(place.heads, hdc);
     let key0 = k.madd(place.g, hdc, keys);
     let kv_width = k.mul(place.kvh, hdc);
     let values_skip = k.sub(kv_width, hdc);
     let first_lane = k.cmp(IntPredicate::Eq, place.lane, c0);
-    k.for_each(first, end, stride, |b, i0| {
+    k.for_each(first, slice_end, stride, |b, i0| {
         let rows: Vec<(Value<Index>, Value<Bool>, Value<Index>)> = (0..block)
             .map(|u| {
                 let du = b.index(u as u64);
                 let i = b.add(i0, du);
-                let inside = b.cmp(IntPredicate::Ult, i, end);
+                let inside = b.cmp(IntPredicate::Ult, i, slice_end);
                 let i = b.min(i, last);
                 let is_query = b.cmp(IntPredicate::Ult, i, qn);
                 let query_row = b.add(q0, i);
@@ -175,8 +200,29 @@ pub(super) fn project_qkv(
             let part = lane_dot(b, &x, &values, &spans);
             let dot = b.subgroup_reduce(ReduceOp::AddF, part);
             let store = b.and(inside, first_lane);
-            b.if_(store, |b| b.store(dot, raw, &[i]));
+            b.if_(store, |b| {
+                let at = b.add(rows_at, i);
+                b.store(dot, scratch, &[at]);
+            });
         }
+    });
+    // The head group's last workgroup to finish takes all its rows.
+    let lead = k.cmp(IntPredicate::Eq, place.t, c0);
+    let (counters, counters0) = split.counters;
+    let tile = k.add(counters0, split.head_group);
+    let csplits = k.index(split.splits as u64);
+    let last = last_split(k, counters, tile, csplits, lead);
+    let zf = k.float(0.0, Scalar::F32);
+    k.for_each(place.t, end, place.wgs, |b, i| {
+        let v = b.if_else(
+            last,
+            |b| {
+                let at = b.add(rows_at, i);
+                vec![b.load(scratch, &[at])]
+            },
+            |_| vec![zf],
+        )[0];
+        b.store(v, raw, &[i]);
     });
     k.barrier(Barrier::Workgroup);
 
@@ -214,6 +260,7 @@ pub(super) fn project_qkv(
     });
     let values_at = k.add(qn, hdc);
     let stores = k.and(place.writer, place.active);
+    let stores = k.and(stores, last);
     k.for_each(place.t, hdc, place.wgs, |b, d| {
         let key = turn(b, qn, d);
         b.store(key, sk, &[d]);
@@ -235,7 +282,6 @@ pub(super) fn project_qkv(
 
     // The row's own score per head, and this lane's dimensions of its
     // value.
-    let zf = k.float(0.0, Scalar::F32);
     let scores = (0..hq)
         .map(|j| {
             let head = k.index((j * hd) as u64);
@@ -259,5 +305,9 @@ pub(super) fn project_qkv(
             k.load(raw, &[at])
         })
         .collect();
-    Fresh { scores, values }
+    Fresh {
+        scores,
+        values,
+        attends: last,
+    }
 }

@@ -7,8 +7,8 @@
 
 use super::quant_spans::{SPAN, Weights, span_values};
 use super::split_count::{last_split, sum_planes};
-use hrx_loom::build::{Barrier, Builder, Index, Value, View};
-use hrx_loom::ir::{Axis, IntPredicate, Scalar};
+use hrx_loom::build::{Barrier, Bool, Builder, Index, Value, View};
+use hrx_loom::ir::{IntPredicate, Scalar};
 
 const F32: Scalar = Scalar::F32;
 
@@ -27,6 +27,19 @@ pub(super) struct Projection {
     /// counter per row.
     pub(super) scratch: Value<View>,
     pub(super) counters: Value<View>,
+    /// Elements of the scratch the planes take (the block variant's
+    /// projected rows follow).
+    pub(super) planes: Value<Index>,
+}
+
+/// How the workgroups of a row share its planes: `per_row` planes (head
+/// groups), `arrivals` workgroups counting themselves done (more where a
+/// head group's projection rows are split), and whether this one writes
+/// its head group's plane.
+pub(super) struct Planes {
+    pub(super) per_row: Value<Index>,
+    pub(super) arrivals: Value<Index>,
+    pub(super) writes: Value<Bool>,
 }
 
 /// The fused output projection, after the heads' outputs are in `ys`
@@ -39,13 +52,14 @@ pub(super) fn project(
     p: &Projection,
     (ys, values): (Value<View>, usize),
     (r, hg, h0, hd): (Value<Index>, Value<Index>, Value<Index>, usize),
+    planes: Planes,
     (t, wgs): (Value<Index>, Value<Index>),
 ) {
     k.barrier(Barrier::Workgroup);
     let c0 = k.index(0);
     let c8 = k.index(SPAN as u64);
     let hdc = k.index(hd as u64);
-    let groups = k.workgroup_count(Axis::X);
+    let groups = planes.per_row;
     let column0 = k.mul(h0, hdc);
     let span0 = k.div(column0, c8);
     let row_plane = k.mul(r, groups);
@@ -70,10 +84,10 @@ pub(super) fn project(
         }
         let part = b.addf(even, odd);
         let at = b.add(plane_at, o);
-        b.store(part, p.scratch, &[at]);
+        b.if_(planes.writes, |b| b.store(part, p.scratch, &[at]));
     });
     let lead = k.cmp(IntPredicate::Eq, t, c0);
-    let last = last_split(k, p.counters, r, groups, lead);
+    let last = last_split(k, p.counters, r, planes.arrivals, lead);
     k.if_(last, |b| {
         let first_plane = b.mul(row_plane, p.width);
         b.for_each(t, p.width, wgs, |b, o| {

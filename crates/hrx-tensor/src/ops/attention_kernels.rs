@@ -79,8 +79,8 @@
 //! of known length).
 
 use super::QuantFormat;
-use super::attention_block_kernel::{Fresh, Place, QkvOperands, QkvShape, project_qkv};
-use super::attention_epilogue::{Projection, project};
+use super::attention_block_kernel::{Fresh, Place, QkvOperands, QkvShape, Split, project_qkv};
+use super::attention_epilogue::{Planes, Projection, project};
 use super::quant_spans::{Weights, XRows};
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
@@ -154,6 +154,11 @@ impl LaneSplit {
     fn lane_of(&self, j: usize) -> usize {
         (j % self.rows) * self.lanes + j / self.rows
     }
+}
+
+/// The index 0.
+fn zero_index(k: &mut Builder) -> Value<Index> {
+    k.index(0)
 }
 
 /// Workgroup memory of `elems` f32 slots.
@@ -297,7 +302,12 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let one = kb.index(1);
     let wgc = kb.index(wg as u64);
     let hqc = kb.index(hq as u64);
-    let gx = kb.div(heads_n, hqc);
+    // The block variant splits each head group's projection rows over
+    // `splits` workgroups.
+    let splits = shape.qkv.map_or(1, |q| q.splits);
+    let csplits = kb.index(splits as u64);
+    let groups_n = kb.div(heads_n, hqc);
+    let gx = kb.mul(groups_n, csplits);
     let mut k = kb.launch_config([gx, rows_n, one], [wgc, one, one]);
     let [heads, group, kvh, slots, cap] =
         ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
@@ -329,14 +339,30 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let [sequence, position] = ["sequence", "position"].map(|x| k.arg_buffer(x, true));
     let out = k.arg_buffer("out", false);
     let zero = k.offset(0);
+    // Head groups per row (workgroups per row over the splits), and of
+    // the whole grid.
+    let csplits = k.index(splits as u64);
+    let arrivals = k.workgroup_count(Axis::X);
+    let per_row = k.div(arrivals, csplits);
+    let grid_rows = k.workgroup_count(Axis::Y);
+    let head_groups = k.mul(per_row, grid_rows);
+    // The block variant's projected rows (per head group) and counters
+    // follow the projection's planes and counters.
+    let stacked = (hq + 2) * hd;
+    let (extra_scratch, extra_counters) = match shape.qkv {
+        Some(_) => {
+            let cst = k.index(stacked as u64);
+            (k.mul(head_groups, cst), head_groups)
+        }
+        None => (zero_index(&mut k), zero_index(&mut k)),
+    };
     let projection = projection_args.map(|(format, [width, rw, ow, lw, or, lr, oh, lh])| {
         // The scratch and the counters are bound whole, sized by the grid
         // (push constants are too few for their lengths): a plane of
-        // `width` per workgroup, a counter per row.
-        let per_row = k.workgroup_count(Axis::X);
-        let rows = k.workgroup_count(Axis::Y);
-        let planes = k.mul(per_row, rows);
-        let lsc = k.mul(planes, width);
+        // `width` per head group, a counter per row.
+        let lsc = k.mul(head_groups, width);
+        let scratch_len = k.add(lsc, extra_scratch);
+        let counters_len = k.add(grid_rows, extra_counters);
         let [wb, rb] = ["wo", "res"].map(|x| k.arg_buffer(x, true));
         let [hb, sb, cb] = ["h", "scratch", "cnt"].map(|x| k.arg_buffer(x, false));
         Projection {
@@ -350,8 +376,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             ow,
             residual: (k.buffer_view(rb, zero, [lr.into()], F32), or),
             out: (k.buffer_view(hb, zero, [lh.into()], F32), oh),
-            scratch: k.buffer_view(sb, zero, [lsc.into()], F32),
-            counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
+            scratch: k.buffer_view(sb, zero, [scratch_len.into()], F32),
+            counters: k.buffer_view(cb, zero, [counters_len.into()], Scalar::U32),
+            planes: lsc,
         }
     });
     // The projected q's operands: rows of x as wide as the projection's
@@ -410,7 +437,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
 
     let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
     let t = k.workitem_id(Axis::X);
-    let hg = k.workgroup_id(Axis::X);
+    let wid = k.workgroup_id(Axis::X);
+    let hg = k.div(wid, csplits);
+    let part = k.rem(wid, csplits);
     let hq_b = k.index(hq as u64);
     let h0 = k.mul(hg, hq_b);
     let r = k.workgroup_id(Axis::Y);
@@ -439,11 +468,6 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let pi = k.to_index(posu);
     let seqi = k.select(active, si, c0);
     let next = k.add(pi, c1);
-    let cached = if shape.qkv.is_some() { pi } else { next };
-    let n_lane = k.select(active, cached, c0);
-    let n_u = k.index_cast(n_lane, Scalar::U32);
-    let n_b = k.subgroup_broadcast(n_u, c0);
-    let n = k.to_index(n_b);
     let head_row = k.madd(seqi, kvh, g);
     let kvrow = k.mul(head_row, cap);
 
@@ -493,7 +517,17 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             nsg,
             lane,
         };
-        Some(project_qkv(&mut k, *qkv, operands, &place, &dims))
+        let (scratch, counters, planes) = projection
+            .as_ref()
+            .map_or((kv, kv, c0), |p| (p.scratch, p.counters, p.planes));
+        let split = Split {
+            part,
+            splits,
+            head_group: k.madd(r, per_row, hg),
+            scratch: (scratch, planes),
+            counters: (counters, grid_rows),
+        };
+        Some(project_qkv(&mut k, *qkv, operands, &place, &split, &dims))
     } else {
         if let Some(([qs0, qs1, qs2, oq, lq], q)) = q_input {
             let qv = k.buffer_view(q, zero, [lq.into()], F32);
@@ -507,6 +541,18 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         None
     };
     k.barrier(Barrier::Workgroup);
+    // Whether this workgroup attends: all do, but of a split head group
+    // only the last to finish its projection rows.
+    let attends = match &fresh {
+        Some(f) => f.attends,
+        None => k.cmp(IntPredicate::Eq, c0, c0),
+    };
+    let attending = k.and(active, attends);
+    let cached = if shape.qkv.is_some() { pi } else { next };
+    let n_lane = k.select(attending, cached, c0);
+    let n_u = k.index_cast(n_lane, Scalar::U32);
+    let n_b = k.subgroup_broadcast(n_u, c0);
+    let n = k.to_index(n_b);
 
     let lowest = k.float(f64::from(f32::MIN), F32);
     let zf = k.float(0.0, F32);
@@ -541,9 +587,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let mut init = Vec::with_capacity(per * hq);
     match &fresh {
         // The first subgroup starts from the row's own position.
-        Some(Fresh { scores, values }) => {
+        Some(Fresh { scores, values, .. }) => {
             let first_sg = k.cmp(IntPredicate::Eq, sg, c0);
-            let seeded = k.and(first_sg, active);
+            let seeded = k.and(first_sg, attending);
             let onef = k.float(1.0, F32);
             for &score in scores {
                 let m = k.select(seeded, score, lowest);
@@ -717,7 +763,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             })[0];
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
-            b.store(y, outv, &[at]);
+            b.if_(attends, |b| b.store(y, outv, &[at]));
             if projection.is_some() {
                 // q is spent: its memory holds the heads' outputs.
                 let at = b.madd(jc, hdc, d);
@@ -726,7 +772,12 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         });
     }
     if let Some(p) = projection {
-        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), (t, wgs));
+        let planes = Planes {
+            per_row,
+            arrivals,
+            writes: attends,
+        };
+        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), planes, (t, wgs));
     }
     Built::kernel(k.finish())
 }
@@ -908,6 +959,7 @@ mod tests {
                         format,
                         spl: crate::ops::quant_resident::spans_per_lane(576, sg_min),
                         quads,
+                        splits: 6,
                     }),
                 };
                 compiler
