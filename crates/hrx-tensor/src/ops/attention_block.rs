@@ -6,8 +6,9 @@
 //! A decode step is bound by its dependent dispatches, not by its bytes,
 //! and the projection that feeds an attention is one of them. A decode
 //! row's attention needs of the projection only its own head's query and
-//! its kv head's key and value, so each attention workgroup computes
-//! those itself (`attention_block_kernel`). The price: rows of one
+//! its kv head's key and value, so a few workgroups per head compute
+//! those rows, and the last of them to finish attends
+//! (`attention_block_kernel`). The price: rows of one
 //! sequence in one dispatch do not see each other's keys, so the operator
 //! serves decode rows of distinct sequences (a prompt's rows take
 //! [`Ops::record_rotary_attention_projected`] after a product that stores

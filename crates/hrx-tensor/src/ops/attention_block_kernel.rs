@@ -2,17 +2,26 @@
 //! (`AttentionShape::qkv`), built: the projection that feeds an attention
 //! at decode, in the attention's own dispatch.
 //!
-//! A workgroup needs, of its row, only the queries of its heads and the
-//! key and value of their kv head: `(heads + 2) * hd` weight rows. Every
-//! subgroup holds the row of x in registers, RMS-normalised as it loads
-//! it (`quant_resident`); subgroup `s` takes weight rows `s * u, ..` in
-//! blocks of `u` (all the block's words loaded before any is used, `u`
-//! chosen so that one block per subgroup covers the rows where the
-//! workgroup is large), and lane 0 stores each dot into workgroup memory.
-//! Then, after a barrier, the queries are turned by RoPE at the row's
-//! position and scaled into the attention's q memory, the key is turned,
-//! and the workgroup of the kv head's first query head stores the key and
-//! value into the caches at the row's position.
+//! A head group (the workgroup's query heads) needs, of its row, only
+//! the queries of its heads and the key and value of their kv head:
+//! `(heads + 2) * hd` weight rows. One workgroup computing them all would
+//! do a third of the whole projection on one compute unit (and the key
+//! and value once per head group), far slower than the attention itself,
+//! so `splits` workgroups share them ([`Split`]):
+//!
+//! 1. Workgroup `part` takes its slice of the rows. Every subgroup holds
+//!    the row of x in registers, RMS-normalised as it loads it
+//!    (`quant_resident`); subgroup `s` takes rows in blocks of `u` (all
+//!    the block's words loaded before any is used), and lane 0 stores each
+//!    dot into the head group's rows in the scratch.
+//! 2. Each workgroup counts itself done (`split_count`); the last of the
+//!    head group copies all its rows into workgroup memory and attends.
+//!    The others take zeros, attend to nothing and store nothing, but run
+//!    on through the kernel's barriers.
+//! 3. The queries are turned by RoPE at the row's position and scaled into
+//!    the attention's q memory, the key is turned, and the last workgroup
+//!    of the kv head's first head group stores the key and value into the
+//!    caches at the row's position.
 //!
 //! No workgroup reads a cache entry another writes in the same dispatch:
 //! the attention reads the positions before the row's own (stored by
