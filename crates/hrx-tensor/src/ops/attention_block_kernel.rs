@@ -148,11 +148,11 @@ pub(super) fn project_qkv(
     let sk = shared(k, hd);
     let [c0, hdc, qn, end, last] = [0, hd, queries, total, total - 1].map(|v| k.index(v as u64));
 
-    // x, normalised, in every subgroup's registers.
+    // The norm's gains now; x, normalised, in every subgroup's registers
+    // once the first weights are on their way.
     let spans = lane_spans(k, shape.spl, ops.x.cols);
     let norm = ResidentNorm::load(k, &ops.gains, ops.on, &spans, ops.eps);
     let start = k.madd(place.r, ops.x.cols, ops.ox);
-    let x = resident_row(k, &ops.x, start, None, &spans, &norm);
 
     // Weight rows: the head group's queries, then its kv head's key and
     // value; this workgroup's part of them.
@@ -201,6 +201,9 @@ pub(super) fn project_qkv(
                     .collect()
             })
             .collect();
+        // x after the words, so both loads are in flight together (a
+        // trip loads it again: once where the workgroup is large).
+        let x = resident_row(b, &ops.x, start, None, &spans, &norm);
         for (&(i, inside, _), row_words) in rows.iter().zip(&words) {
             let values: Vec<Vec<Value<Num>>> = row_words
                 .iter()
