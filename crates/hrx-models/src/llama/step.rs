@@ -43,8 +43,8 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_runtime::{Completion, ExecutableGraph, Graph, MemoryPlacement};
 use hrx_tensor::ops::{
-    AttentionInput, AttentionOutput, KvStore, QUANT_GATED_MAX_ROWS, QUANT_LOGITS_MAX_PICKS,
-    QuantFusion, Rotary, RowNorm,
+    AttentionOutput, KvStore, QUANT_GATED_MAX_ROWS, QUANT_LOGITS_MAX_PICKS, QuantFusion, Rotary,
+    RowNorm,
 };
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
@@ -211,31 +211,113 @@ impl StepGraph {
             base: c.rope_base as f32,
         };
         let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
         // A decode-sized step folds each RMS norm into the product that
         // reads it and each residual add into the product before it (four
-        // dispatches a layer, three for one row); larger steps record them
-        // as their own dispatches, `s.norm` holding each product's
-        // normalised input.
+        // dispatches a layer); larger steps record them as their own
+        // dispatches, `s.norm` holding each product's normalised input.
         let fused = rows <= QUANT_GATED_MAX_ROWS;
+        let normed = |weight| QuantFusion {
+            norm: Some(RowNorm { weight, eps }),
+            ..QuantFusion::default()
+        };
+        let plus = |residual| QuantFusion {
+            residual: Some(residual),
+            ..QuantFusion::default()
+        };
+        let unfused = QuantFusion::default();
         let mut g = context.runtime().graph();
         ops.record_quant_gather(&mut g, &weights.embedding, &tokens, &s.x)?;
         if !fused {
             let first_norm = &weights.blocks[0].attn_norm;
             ops.record_rms_norm(&mut g, &s.x, Some(first_norm), None, eps, &s.norm)?;
         }
-        let layout = Layout {
-            rows,
-            fused,
-            config: c,
-            rotary,
-            eps,
-            scale,
-            sequence: &sequence,
-            position: &position,
-        };
         for (layer, b) in weights.blocks.iter().enumerate() {
-            let caches = [&cache.keys[layer], &cache.values[layer]];
-            attention(ops, &mut g, &s, b, caches, &layout)?;
+            // `s.x` holds this layer's input. A decode-sized stacked
+            // projection also stores the keys (turned) and values.
+            let (keys, values) = (&cache.keys[layer], &cache.values[layer]);
+            let stored = fused && matches!(b.qkv, Stacked::One(_));
+            let (input, fusion) = match fused {
+                true => (&s.x, normed(&b.attn_norm)),
+                false => (&s.norm, unfused),
+            };
+            let fusion = QuantFusion {
+                kv_store: stored.then_some(KvStore {
+                    query_width: w,
+                    sequence: &sequence,
+                    position: &position,
+                    rotary,
+                    k_cache: keys,
+                    v_cache: values,
+                }),
+                ..fusion
+            };
+            let [q, k, v] = &s.qkv.project(ops, &mut g, input, &b.qkv, &fusion)?[..] else {
+                return Err(Error::Message(
+                    "query, key and value are three projections".into(),
+                ));
+            };
+            let (q, k, v) = (
+                heads(q, c.heads)?,
+                heads(k, c.kv_heads)?,
+                heads(v, c.kv_heads)?,
+            );
+            if !stored {
+                ops.record_rope_kv_store(
+                    &mut g,
+                    &k,
+                    &v,
+                    &sequence,
+                    &position,
+                    rotary.dims,
+                    rotary.base,
+                    keys,
+                    values,
+                )?;
+            }
+            // q turns as the attention reads it; at decode sizes the
+            // output projection (with the residual: h = x + attention)
+            // rides in the attention's dispatch.
+            let cache = [keys, values, &sequence, &position];
+            let projected = match fused {
+                true => {
+                    let projection = AttentionOutput {
+                        weight: &b.output,
+                        residual: &s.x,
+                        out: &s.h,
+                    };
+                    let attended = &s.attended;
+                    ops.record_rotary_attention_projected(
+                        &mut g, &q, rotary, cache, scale, attended, projection,
+                    )
+                }
+                false => Err(Error::Unsupported("a projection of many rows".into())),
+            };
+            if let Err(Error::Unsupported(_)) = projected {
+                ops.record_rotary_attention(
+                    &mut g,
+                    &q,
+                    rotary,
+                    keys,
+                    values,
+                    &sequence,
+                    &position,
+                    scale,
+                    &s.attended,
+                )?;
+                let attended = s.attended.reshape(vec![rows, w])?;
+                // h = x + attention (and norm = rms_norm(h) unfused).
+                if fused {
+                    let plus = plus(&s.x);
+                    ops.record_quant_matmul_fused(&mut g, &attended, &b.output, &plus, &s.h)?;
+                } else {
+                    ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
+                    let norm = &b.ffn_norm;
+                    ops.record_add_rms_norm(&mut g, &s.x, &s.proj, norm, eps, &s.h, &s.norm)?;
+                }
+            } else {
+                projected?;
+            }
             // x = h + feed-forward (and, unfused, normalised for the next
             // layer or the output).
             let next_norm = weights
@@ -436,150 +518,6 @@ impl StepGraph {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect())
-    }
-}
-
-/// What every layer's recording shares.
-struct Layout<'a> {
-    rows: usize,
-    /// Decode-sized: norms and residual adds fold into the products.
-    fused: bool,
-    config: &'a LlamaConfig,
-    rotary: Rotary,
-    eps: f32,
-    scale: f32,
-    sequence: &'a DeviceTensor,
-    position: &'a DeviceTensor,
-}
-
-/// A layer's attention, `s.x` in, `s.h = x + attention` out (and, unfused,
-/// `s.norm = rms_norm(h)`). One row: a single dispatch from the norm to
-/// the residual (`record_attention_block`). Decode sizes: the
-/// query-key-value product (normalising its input, storing the keys and
-/// values), then the attention with its output projection. Larger: the
-/// product, the cache store, the attention, the projection and the
-/// residual add with the next norm.
-fn attention(
-    ops: &hrx_tensor::Ops,
-    g: &mut Graph,
-    s: &Scratch,
-    b: &Block,
-    [keys, values]: [&DeviceTensor; 2],
-    l: &Layout,
-) -> Result<()> {
-    let (c, rows, fused, eps) = (l.config, l.rows, l.fused, l.eps);
-    let (rotary, scale, sequence, position) = (l.rotary, l.scale, l.sequence, l.position);
-    let projection = AttentionOutput {
-        weight: &b.output,
-        residual: &s.x,
-        out: &s.h,
-    };
-    if let (1, Stacked::One(qkv)) = (rows, &b.qkv) {
-        let input = AttentionInput {
-            x: &s.x,
-            norm: RowNorm {
-                weight: &b.attn_norm,
-                eps,
-            },
-            weight: qkv,
-        };
-        let cache = [keys, values, sequence, position];
-        match ops.record_attention_block(g, input, rotary, cache, scale, &s.attended, projection) {
-            Err(Error::Unsupported(_)) => {}
-            other => return other,
-        }
-    }
-    let w = c.width;
-    let heads = |t: &DeviceTensor, n: usize| split_heads(t, rows, n, c.head_dim);
-    let normed = |weight| QuantFusion {
-        norm: Some(RowNorm { weight, eps }),
-        ..QuantFusion::default()
-    };
-    let unfused = QuantFusion::default();
-    // A decode-sized stacked projection also stores the keys (turned) and
-    // values.
-    let stored = fused && matches!(b.qkv, Stacked::One(_));
-    let (input, fusion) = match fused {
-        true => (&s.x, normed(&b.attn_norm)),
-        false => (&s.norm, unfused),
-    };
-    let fusion = QuantFusion {
-        kv_store: stored.then_some(KvStore {
-            query_width: w,
-            sequence,
-            position,
-            rotary,
-            k_cache: keys,
-            v_cache: values,
-        }),
-        ..fusion
-    };
-    let [q, k, v] = &s.qkv.project(ops, g, input, &b.qkv, &fusion)?[..] else {
-        return Err(Error::Message(
-            "query, key and value are three projections".into(),
-        ));
-    };
-    let (q, k, v) = (
-        heads(q, c.heads)?,
-        heads(k, c.kv_heads)?,
-        heads(v, c.kv_heads)?,
-    );
-    if !stored {
-        ops.record_rope_kv_store(
-            g,
-            &k,
-            &v,
-            sequence,
-            position,
-            rotary.dims,
-            rotary.base,
-            keys,
-            values,
-        )?;
-    }
-    // q turns as the attention reads it; at decode sizes the output
-    // projection (with the residual: h = x + attention) rides in the
-    // attention's dispatch.
-    let cache = [keys, values, sequence, position];
-    let projected = match fused {
-        true => ops.record_rotary_attention_projected(
-            g,
-            &q,
-            rotary,
-            cache,
-            scale,
-            &s.attended,
-            projection,
-        ),
-        false => Err(Error::Unsupported("a projection of many rows".into())),
-    };
-    if let Err(Error::Unsupported(_)) = projected {
-        ops.record_rotary_attention(
-            g,
-            &q,
-            rotary,
-            keys,
-            values,
-            sequence,
-            position,
-            scale,
-            &s.attended,
-        )?;
-        let attended = s.attended.reshape(vec![rows, w])?;
-        // h = x + attention (and norm = rms_norm(h) unfused).
-        if fused {
-            let plus = QuantFusion {
-                residual: Some(&s.x),
-                ..QuantFusion::default()
-            };
-            ops.record_quant_matmul_fused(g, &attended, &b.output, &plus, &s.h)
-        } else {
-            ops.record_quant_matmul(g, &attended, &b.output, &s.proj)?;
-            let norm = &b.ffn_norm;
-            ops.record_add_rms_norm(g, &s.x, &s.proj, norm, eps, &s.h, &s.norm)
-        }
-    } else {
-        projected
     }
 }
 

@@ -24,9 +24,7 @@
 //! recorded.
 
 use super::{
-    Ops, QuantMatrix, attention_block,
-    attention_block::AttentionInput,
-    attention_kernels,
+    Ops, QuantMatrix, attention_kernels,
     attention_kernels::AttentionShape,
     operand::{Operand, check_inputs, check_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
@@ -36,7 +34,7 @@ use super::{
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{DeviceKind, Error, Result};
 use hrx_loom::ScalarValue;
-use hrx_runtime::{BufferView, Graph};
+use hrx_runtime::Graph;
 
 /// The largest head size the attention kernel is built for.
 const MAX_HEAD_DIM: usize = 256;
@@ -135,14 +133,6 @@ pub struct AttentionOutput<'a> {
     pub out: &'a DeviceTensor,
 }
 
-/// Where an attention's q comes from: a tensor, or the query-key-value
-/// projection in the same dispatch ([`Ops::record_attention_block`]).
-#[derive(Clone, Copy)]
-pub(super) enum Query<'a> {
-    Tensor(&'a DeviceTensor),
-    Projected(AttentionInput<'a>),
-}
-
 /// A bound projection: its launch scalars (after the attention's), its
 /// buffers (weights, residual, output; the scratch and counters follow)
 /// and its width.
@@ -161,7 +151,7 @@ fn bind_projection(
     operation: &str,
     p: AttentionOutput,
     (rows, columns, hd): (usize, usize, usize),
-    others: &[&Operand],
+    others: [&Operand; 6],
 ) -> Result<BoundProjection> {
     check_inputs(runtime, operation, &[p.weight.words(), p.residual])?;
     let width = p.weight.rows();
@@ -184,7 +174,7 @@ fn bind_projection(
         operand(p.residual, target, operation)?,
         operand(p.out, target, operation)?,
     );
-    for input in others.iter().copied().chain([&kw, &kr]) {
+    for input in others.into_iter().chain([&kw, &kr]) {
         no_alias(operation, &kh, input)?;
     }
     let row_words = p.weight.format().row_words(columns)?;
@@ -349,7 +339,6 @@ impl Ops {
             rotary: false,
             heads: shared,
             project: None,
-            qkv: None,
         })
     }
 
@@ -379,7 +368,7 @@ impl Ops {
         self.record_attention(
             graph,
             &operation,
-            Query::Tensor(q),
+            q,
             None,
             [k_cache, v_cache, sequence, position],
             scale,
@@ -411,7 +400,7 @@ impl Ops {
         self.record_attention(
             graph,
             &operation,
-            Query::Tensor(q),
+            q,
             Some(rotary),
             [k_cache, v_cache, sequence, position],
             scale,
@@ -449,7 +438,7 @@ impl Ops {
         self.record_attention(
             graph,
             &operation,
-            Query::Tensor(q),
+            q,
             Some(rotary),
             [k_cache, v_cache, sequence, position],
             scale,
@@ -460,33 +449,25 @@ impl Ops {
     /// Cached attention, with q turned on load where `rotary` is given:
     /// the checks and the recording.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn record_attention(
+    fn record_attention(
         &self,
         graph: &mut Graph,
         operation: &str,
-        query: Query,
+        q: &DeviceTensor,
         rotary: Option<Rotary>,
         [k_cache, v_cache, sequence, position]: [&DeviceTensor; 4],
         scale: f32,
         (out, projection): (&DeviceTensor, Option<AttentionOutput>),
     ) -> Result<()> {
         let runtime = self.runtime();
-        check_inputs(runtime, operation, &[k_cache, v_cache, sequence, position])?;
-        // The rows, heads and head size: q's, or the output's where q is
-        // projected in the dispatch.
-        let shaped = match query {
-            Query::Tensor(q) => {
-                check_inputs(runtime, operation, &[q])?;
-                f32_rank(operation, "q", q, 3)?;
-                q
-            }
-            Query::Projected(_) => {
-                f32_rank(operation, "the output", out, 3)?;
-                out
-            }
-        };
+        check_inputs(
+            runtime,
+            operation,
+            &[q, k_cache, v_cache, sequence, position],
+        )?;
+        f32_rank(operation, "q", q, 3)?;
         f32_rank(operation, "k_cache", k_cache, 4)?;
-        let [rows, heads, hd] = [0, 1, 2].map(|i| shaped.desc().shape()[i]);
+        let [rows, heads, hd] = [0, 1, 2].map(|i| q.desc().shape()[i]);
         let turn = rotary
             .map(|r| Ok::<_, Error>((r.dims, rotation(operation, r.dims, r.base, hd)?)))
             .transpose()?;
@@ -516,7 +497,7 @@ impl Ops {
                 "{operation}: scale {scale} must be finite"
             )));
         }
-        check_output(runtime, operation, out, DType::F32, &[rows, heads, hd])?;
+        check_output(runtime, operation, out, DType::F32, q.desc().shape())?;
         if out.desc().is_empty() {
             return Ok(());
         }
@@ -545,61 +526,33 @@ impl Ops {
         } else {
             (slots, cap)
         };
-        let kq = match query {
-            Query::Tensor(q) => Some(operand(q, &target, operation)?),
-            Query::Projected(_) => None,
-        };
-        let (kk, kv, ks, kp, ko) = (
+        let (kq, kk, kv, ks, kp, ko) = (
+            operand(q, &target, operation)?,
             cache_operand(k_cache)?,
             cache_operand(v_cache)?,
             operand(sequence, &target, operation)?,
             operand(position, &target, operation)?,
             operand(out, &target, operation)?,
         );
-        for input in kq.iter().chain([&kk, &kv, &ks, &kp]) {
+        for input in [&kq, &kk, &kv, &ks, &kp] {
             no_alias(operation, &ko, input)?;
         }
         let mut shape = self.attention_shape(hd, (rows, heads, heads / kvh), &[&kk], operation)?;
         shape.rotary = turn.is_some();
-        let attention_operands: Vec<&Operand> =
-            kq.iter().chain([&kk, &kv, &ks, &kp, &ko]).collect();
         let projected = projection
             .map(|p| {
+                let inputs = [&kq, &kk, &kv, &ks, &kp, &ko];
                 bind_projection(
                     runtime,
                     &target,
                     operation,
                     p,
                     (rows, heads * hd, hd),
-                    &attention_operands,
+                    inputs,
                 )
             })
             .transpose()?;
         shape.project = projection.map(|p| p.weight.format());
-        let qkv = match (query, &projected) {
-            (Query::Projected(input), Some(p)) => {
-                let others: Vec<&BufferView> = [&ks.view, &kp.view, &ko.view]
-                    .into_iter()
-                    .chain(&p.views)
-                    .collect();
-                Some(attention_block::bind_input(
-                    runtime,
-                    &target,
-                    operation,
-                    input,
-                    &mut shape,
-                    (rows, heads, kvh, p.width),
-                    [&kk, &kv],
-                    &others,
-                )?)
-            }
-            (Query::Projected(_), None) => {
-                return Err(Error::Message(format!(
-                    "{operation}: a projected q needs the output projection"
-                )));
-            }
-            (Query::Tensor(_), _) => None,
-        };
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cached_attention {shape:?}"),
@@ -608,10 +561,7 @@ impl Ops {
             symbol: "cached_attention",
             config: Vec::new(),
         })?;
-        let strides = match query {
-            Query::Tensor(q) => q.desc().strides().iter().map(|&s| index(s)).collect(),
-            Query::Projected(_) => Vec::new(),
-        };
+        let s = q.desc().strides();
         let scalars: Vec<ScalarValue> = [heads, heads / kvh, kvh, slots, cap]
             .map(index)
             .into_iter()
@@ -620,18 +570,16 @@ impl Ops {
                 turn.into_iter()
                     .flat_map(|(dims, c)| [index(dims), ScalarValue::F32(c)]),
             )
-            .chain(strides)
-            .chain(kq.iter().flat_map(|o| o.scalars()))
+            .chain([s[0], s[1], s[2]].map(index))
+            .chain(kq.scalars())
             .chain(kk.scalars())
             .chain(kv.scalars())
             .chain(ko.scalars())
             .chain(ks.scalars())
             .chain(kp.scalars())
             .chain(projected.iter().flat_map(|p| p.scalars.clone()))
-            .chain(qkv.iter().flat_map(|b| b.scalars.clone()))
             .collect();
-        let mut views: Vec<_> = kq.iter().map(|o| o.view.clone()).collect();
-        views.extend([kk.view, kv.view, ks.view, kp.view, ko.view]);
+        let mut views = vec![kq.view, kk.view, kv.view, ks.view, kp.view, ko.view];
         let grid = [heads as u64, rows as u64];
         let Some(p) = projected else {
             return kernel.record(graph, operation, &views, &scalars, &grid);
@@ -639,14 +587,10 @@ impl Ops {
         let launch = kernel.launch(operation, &scalars, &grid)?;
         // Graph storage is taken only now, when nothing else can fail; each
         // row's last workgroup leaves its counter at zero.
-        // The block variant's split rows and counters follow.
-        let (more_scratch, more_counters) =
-            qkv.as_ref().map_or((0, 0), |b| (b.scratch, b.counters));
         let planes = rows * (heads / shape.heads) * p.width;
         views.extend(p.views);
-        views.push(graph.scratch(4 * (planes + more_scratch))?);
-        views.push(graph.zeroed_scratch(4 * (rows + more_counters))?);
-        views.extend(qkv.into_iter().flat_map(|b| b.views));
+        views.push(graph.scratch(4 * planes)?);
+        views.push(graph.zeroed_scratch(4 * rows)?);
         launch.record(graph, &views)
     }
 

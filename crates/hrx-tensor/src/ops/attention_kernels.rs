@@ -61,27 +61,14 @@
 //! come after the attention's: `width`, the weight's row words, and the
 //! offsets and lengths of the weight, the residual and the output; the
 //! scratch and the per-row counters are bound whole, sized by the grid.
-//! The epilogue is `attention_epilogue`.
-//!
-//! The block variant (`AttentionShape::qkv`, rotary and projected) has
-//! no q operand: it computes q, and the row's own key and value, from a
-//! row of x in the same dispatch (`attention_block_kernel`), stores the
-//! key and value into the caches, and attends to the cached positions
-//! before the row's plus its own, which starts the first subgroup's
-//! softmax state. Its arguments replace q's strides, offset and length
-//! with the stacked weight's row words and the element offsets of the
-//! weight, x and the norm weight, then eps (after the projection's); its
-//! buffers (x, the norm weight, the stacked weight) come last, their
-//! lengths from the grid and the shape.
 //!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
 
 use super::QuantFormat;
-use super::attention_block_kernel::{Fresh, Place, QkvOperands, QkvShape, Split, project_qkv};
-use super::attention_epilogue::{Planes, Projection, project};
-use super::quant_spans::{Weights, XRows};
+use super::quant_spans::{SPAN, Weights, span_values};
+use super::split_count::{last_split, sum_planes};
 use super::token_kernels::{Pair, rotated};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
@@ -106,10 +93,6 @@ pub(crate) struct AttentionShape {
     /// The output projection fused in, by a matrix of this format
     /// (arguments after the attention's; see the module documentation).
     pub(crate) project: Option<QuantFormat>,
-    /// The query-key-value projection fused in (`attention_block_kernel`):
-    /// q, the key and the value come from a row of x, not from `q`
-    /// (rotary and projected only).
-    pub(crate) qkv: Option<QkvShape>,
 }
 
 impl AttentionShape {
@@ -156,13 +139,8 @@ impl LaneSplit {
     }
 }
 
-/// The index 0.
-fn zero_index(k: &mut Builder) -> Value<Index> {
-    k.index(0)
-}
-
 /// Workgroup memory of `elems` f32 slots.
-pub(super) fn shared(k: &mut Builder, elems: usize) -> Value<View> {
+fn shared(k: &mut Builder, elems: usize) -> Value<View> {
     let zero = k.offset(0);
     let bytes = k.offset(elems as u64 * 4);
     let buffer = k.alloca_workgroup(bytes, 16);
@@ -302,12 +280,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let one = kb.index(1);
     let wgc = kb.index(wg as u64);
     let hqc = kb.index(hq as u64);
-    // The block variant splits each head group's projection rows over
-    // `splits` workgroups.
-    let splits = shape.qkv.map_or(1, |q| q.splits);
-    let csplits = kb.index(splits as u64);
-    let groups_n = kb.div(heads_n, hqc);
-    let gx = kb.mul(groups_n, csplits);
+    let gx = kb.div(heads_n, hqc);
     let mut k = kb.launch_config([gx, rows_n, one], [wgc, one, one]);
     let [heads, group, kvh, slots, cap] =
         ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
@@ -315,54 +288,43 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let rotary = shape
         .rotary
         .then(|| (k.arg_index("rope"), k.arg_scalar("c", F32)));
-    // q's strides, offset and length: none where q is projected here.
-    let q_args = shape
-        .qkv
-        .is_none()
-        .then(|| ["qs0", "qs1", "qs2", "oq", "lq"].map(|x| k.arg_index(x)));
-    // The first buffer, where there is one.
-    let q_input = q_args.map(|args| (args, k.arg_buffer("q", true)));
-    let [ok, lk, ov, lv, oo, lo, os, ls, op, lp] =
-        ["ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp"].map(|x| k.arg_index(x));
+    let [
+        qs0,
+        qs1,
+        qs2,
+        oq,
+        lq,
+        ok,
+        lk,
+        ov,
+        lv,
+        oo,
+        lo,
+        os,
+        ls,
+        op,
+        lp,
+    ] = [
+        "qs0", "qs1", "qs2", "oq", "lq", "ok", "lk", "ov", "lv", "oo", "lo", "os", "ls", "op", "lp",
+    ]
+    .map(|x| k.arg_index(x));
     let projection_args = shape.project.map(|format| {
         let [width, rw, ow, lw, or, lr, oh, lh] =
             ["width", "rw", "ow", "lw", "or", "lr", "oh", "lh"].map(|x| k.arg_index(x));
         (format, [width, rw, ow, lw, or, lr, oh, lh])
     });
-    let qkv_args = shape.qkv.map(|qkv| {
-        let [rq, owq, ox, on] = ["rq", "owq", "ox", "on"].map(|x| k.arg_index(x));
-        (qkv, [rq, owq, ox, on], k.arg_scalar("eps", F32))
-    });
-    // The projected form stores the row's key and value.
-    let read_caches = shape.qkv.is_none();
-    let [kc, vc] = ["k_cache", "v_cache"].map(|x| k.arg_buffer(x, read_caches));
-    let [sequence, position] = ["sequence", "position"].map(|x| k.arg_buffer(x, true));
+    let [q, kc, vc, sequence, position] =
+        ["q", "k_cache", "v_cache", "sequence", "position"].map(|x| k.arg_buffer(x, true));
     let out = k.arg_buffer("out", false);
     let zero = k.offset(0);
-    // Head groups per row (workgroups per row over the splits), and of
-    // the whole grid.
-    let csplits = k.index(splits as u64);
-    let arrivals = k.workgroup_count(Axis::X);
-    let per_row = k.div(arrivals, csplits);
-    let grid_rows = k.workgroup_count(Axis::Y);
-    let head_groups = k.mul(per_row, grid_rows);
-    // The block variant's projected rows (per head group) and counters
-    // follow the projection's planes and counters.
-    let stacked = (hq + 2) * hd;
-    let (extra_scratch, extra_counters) = match shape.qkv {
-        Some(_) => {
-            let cst = k.index(stacked as u64);
-            (k.mul(head_groups, cst), head_groups)
-        }
-        None => (zero_index(&mut k), zero_index(&mut k)),
-    };
     let projection = projection_args.map(|(format, [width, rw, ow, lw, or, lr, oh, lh])| {
         // The scratch and the counters are bound whole, sized by the grid
         // (push constants are too few for their lengths): a plane of
-        // `width` per head group, a counter per row.
-        let lsc = k.mul(head_groups, width);
-        let scratch_len = k.add(lsc, extra_scratch);
-        let counters_len = k.add(grid_rows, extra_counters);
+        // `width` per workgroup, a counter per row.
+        let per_row = k.workgroup_count(Axis::X);
+        let rows = k.workgroup_count(Axis::Y);
+        let planes = k.mul(per_row, rows);
+        let lsc = k.mul(planes, width);
         let [wb, rb] = ["wo", "res"].map(|x| k.arg_buffer(x, true));
         let [hb, sb, cb] = ["h", "scratch", "cnt"].map(|x| k.arg_buffer(x, false));
         Projection {
@@ -376,54 +338,11 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             ow,
             residual: (k.buffer_view(rb, zero, [lr.into()], F32), or),
             out: (k.buffer_view(hb, zero, [lh.into()], F32), oh),
-            scratch: k.buffer_view(sb, zero, [scratch_len.into()], F32),
-            counters: k.buffer_view(cb, zero, [counters_len.into()], Scalar::U32),
-            planes: lsc,
+            scratch: k.buffer_view(sb, zero, [lsc.into()], F32),
+            counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
         }
     });
-    // The projected q's operands: rows of x as wide as the projection's
-    // output, their lengths (too many for push constants) from the grid
-    // and the static shape.
-    let width = projection.as_ref().map(|p| p.width);
-    let qkv_operands = qkv_args
-        .zip(width)
-        .map(|((qkv, [rq, owq, ox, on], eps), width)| {
-            let rows = k.workgroup_count(Axis::Y);
-            let lx = k.madd(rows, width, ox);
-            let ln = k.add(on, width);
-            let [xb, nb, wb] = ["x", "nw", "wqkv"].map(|x| k.arg_buffer(x, true));
-            let [heads, kvh] = [heads, kvh];
-            let hdc = k.index(hd as u64);
-            let two = k.index(2);
-            let kv2 = k.mul(kvh, two);
-            let stacked = k.add(heads, kv2);
-            let wrows = k.mul(stacked, hdc);
-            let lw = k.madd(wrows, rq, owq);
-            let x = XRows {
-                view: k.buffer_view(xb, zero, [lx.into()], F32),
-                cols: width,
-                quads: qkv.quads,
-                tail: false,
-            };
-            let operands = QkvOperands {
-                gains: XRows {
-                    view: k.buffer_view(nb, zero, [ln.into()], F32),
-                    ..x
-                },
-                x,
-                weights: Weights {
-                    format: qkv.format,
-                    view: k.buffer_view(wb, zero, [lw.into()], Scalar::U32),
-                    row_words: rq,
-                    tail: false,
-                },
-                ox,
-                on,
-                ow: owq,
-                eps,
-            };
-            (qkv, operands)
-        });
+    let qv = k.buffer_view(q, zero, [lq.into()], F32);
     let kv = k.buffer_view(kc, zero, [lk.into()], F32);
     let vv = k.buffer_view(vc, zero, [lv.into()], F32);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
@@ -437,9 +356,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
 
     let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
     let t = k.workitem_id(Axis::X);
-    let wid = k.workgroup_id(Axis::X);
-    let hg = k.div(wid, csplits);
-    let part = k.rem(wid, csplits);
+    let hg = k.workgroup_id(Axis::X);
     let hq_b = k.index(hq as u64);
     let h0 = k.mul(hg, hq_b);
     let r = k.workgroup_id(Axis::Y);
@@ -449,10 +366,8 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let sgsize = k.subgroup_size();
     let g = k.div(h0, group);
 
-    // The row's slot and position; `n` positions to attend from the
-    // cache (0: inactive; the projected form takes its own position from
-    // workgroup memory), made subgroup-uniform by a broadcast so chunk
-    // loops may reduce.
+    // The row's slot and position; `n` positions to attend (0: inactive),
+    // made subgroup-uniform by a broadcast so chunk loops may reduce.
     let ps = k.add(os, r);
     let pp = k.add(op, r);
     let seq = k.load(sv, &[ps]);
@@ -468,9 +383,51 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let pi = k.to_index(posu);
     let seqi = k.select(active, si, c0);
     let next = k.add(pi, c1);
+    let n_lane = k.select(active, next, c0);
+    let n_u = k.index_cast(n_lane, Scalar::U32);
+    let n_b = k.subgroup_broadcast(n_u, c0);
+    let n = k.to_index(n_b);
     let head_row = k.madd(seqi, kvh, g);
     let kvrow = k.mul(head_row, cap);
 
+    // q of the workgroup's heads, scaled, into workgroup memory.
+    let q0 = k.madd(r, qs0, oq);
+    let izero = k.int(0, Scalar::I32);
+    let all = k.index((hd * hq) as u64);
+    k.for_each(t, all, wgs, |b, e| {
+        let j = b.div(e, hdc);
+        let d = b.rem(e, hdc);
+        let h = b.add(h0, j);
+        let qbase = b.madd(h, qs1, q0);
+        let load = |b: &mut Builder| {
+            let at = b.madd(d, qs2, qbase);
+            b.load(qv, &[at])
+        };
+        let x = match rotary {
+            None => load(b),
+            Some((rope, c)) => {
+                let inside = b.cmp(IntPredicate::Ult, d, rope);
+                let placed = b.cmpi(IntPredicate::Sge, pos, izero);
+                let turn = b.and(inside, placed);
+                let at = Pair {
+                    xv: qv,
+                    xbase: qbase,
+                    xs2: qs2,
+                    d,
+                    pos,
+                    c,
+                };
+                b.if_else(turn, |b| vec![rotated(b, at)], |b| vec![load(b)])[0]
+            }
+        };
+        let y = b.mulf(x, scale);
+        b.store(y, sq, &[e]);
+    });
+    k.barrier(Barrier::Workgroup);
+
+    let lowest = k.float(f64::from(f32::MIN), F32);
+    let zf = k.float(0.0, F32);
+    let zdot = if w == 1 { zf } else { k.splat(zf, w as u8) };
     // This lane's dimensions `lane + i * sgsize`, clamped for the loads
     // (a slot past the head accumulates garbage that is never stored).
     let dims: Vec<(Value<Index>, Value<Index>)> = (0..slots_n)
@@ -481,82 +438,6 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             (d, dl)
         })
         .collect();
-
-    // q of the workgroup's heads, scaled, into workgroup memory: loaded,
-    // or projected from x (with the row's own key and value).
-    let fresh = if let Some((qkv, operands)) = &qkv_operands {
-        // The host builds this variant rotary only; without the
-        // arguments, `rope` 0 would turn nothing.
-        let no_turn = k.float(0.0, F32);
-        let (rope, c) = rotary.unwrap_or((c0, no_turn));
-        let group_first = k.mul(g, group);
-        let writer = k.cmp(IntPredicate::Eq, h0, group_first);
-        let place = Place {
-            hd,
-            hq,
-            max_subgroups: max_sg,
-            r,
-            h0,
-            g,
-            heads,
-            kvh,
-            pos,
-            pi,
-            active,
-            writer,
-            rope,
-            c,
-            scale,
-            sq,
-            k_cache: (kv, ok),
-            v_cache: (vv, ov),
-            kvrow,
-            t,
-            wgs,
-            sg,
-            nsg,
-            lane,
-        };
-        let (scratch, counters, planes) = projection
-            .as_ref()
-            .map_or((kv, kv, c0), |p| (p.scratch, p.counters, p.planes));
-        let split = Split {
-            part,
-            splits,
-            head_group: k.madd(r, per_row, hg),
-            scratch: (scratch, planes),
-            counters: (counters, grid_rows),
-        };
-        Some(project_qkv(&mut k, *qkv, operands, &place, &split, &dims))
-    } else {
-        if let Some(([qs0, qs1, qs2, oq, lq], q)) = q_input {
-            let qv = k.buffer_view(q, zero, [lq.into()], F32);
-            let q = QuerySource {
-                view: qv,
-                strides: [qs0, qs1, qs2],
-                offset: oq,
-            };
-            load_q(&mut k, &q, (r, h0, hd, hq), rotary, (pos, scale), sq);
-        }
-        None
-    };
-    k.barrier(Barrier::Workgroup);
-    // Whether this workgroup attends: all do, but of a split head group
-    // only the last to finish its projection rows.
-    let attends = match &fresh {
-        Some(f) => f.attends,
-        None => k.cmp(IntPredicate::Eq, c0, c0),
-    };
-    let attending = k.and(active, attends);
-    let cached = if shape.qkv.is_some() { pi } else { next };
-    let n_lane = k.select(attending, cached, c0);
-    let n_u = k.index_cast(n_lane, Scalar::U32);
-    let n_b = k.subgroup_broadcast(n_u, c0);
-    let n = k.to_index(n_b);
-
-    let lowest = k.float(f64::from(f32::MIN), F32);
-    let zf = k.float(0.0, F32);
-    let zdot = if w == 1 { zf } else { k.splat(zf, w as u8) };
     // Lane-split scores: this lane's part of a row and, per head, its q
     // vectors.
     let split = shape.lane_split().map(|ls| {
@@ -585,27 +466,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     // head's accumulators.
     let per = 2 + slots_n;
     let mut init = Vec::with_capacity(per * hq);
-    match &fresh {
-        // The first subgroup starts from the row's own position.
-        Some(Fresh { scores, values, .. }) => {
-            let first_sg = k.cmp(IntPredicate::Eq, sg, c0);
-            let seeded = k.and(first_sg, attending);
-            let onef = k.float(1.0, F32);
-            for &score in scores {
-                let m = k.select(seeded, score, lowest);
-                let l = k.select(seeded, onef, zf);
-                init.extend([m, l]);
-                for &v in values {
-                    init.push(k.select(seeded, v, zf));
-                }
-            }
-        }
-        None => {
-            for _ in 0..hq {
-                init.extend([lowest, zf]);
-                init.extend(std::iter::repeat_n(zf, slots_n));
-            }
-        }
+    for _ in 0..hq {
+        init.extend([lowest, zf]);
+        init.extend(std::iter::repeat_n(zf, slots_n));
     }
     let state = k.for_carry(first_chunk, n, stride, &init, |b, c, acc| {
         // 1. The scores of position c + lane (lane-split: of the position
@@ -763,7 +626,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             })[0];
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
-            b.if_(attends, |b| b.store(y, outv, &[at]));
+            b.store(y, outv, &[at]);
             if projection.is_some() {
                 // q is spent: its memory holds the heads' outputs.
                 let at = b.madd(jc, hdc, d);
@@ -772,75 +635,93 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         });
     }
     if let Some(p) = projection {
-        let planes = Planes {
-            per_row,
-            arrivals,
-            writes: attends,
-        };
-        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), planes, (t, wgs));
+        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), (t, wgs));
     }
     Built::kernel(k.finish())
 }
 
-/// q read from a tensor: its view, strides and element offset.
-struct QuerySource {
-    view: Value<View>,
-    strides: [Value<Index>; 3],
-    offset: Value<Index>,
+/// The output projection's operands (`AttentionShape::project`).
+struct Projection {
+    /// Output columns (the weight's rows).
+    width: Value<Index>,
+    weights: Weights,
+    /// The weights' element offset.
+    ow: Value<Index>,
+    /// `[rows, width]` each: the residual and the output, with their
+    /// element offsets.
+    residual: (Value<View>, Value<Index>),
+    out: (Value<View>, Value<Index>),
+    /// Partial sums, `[rows, workgroups per row, width]`, and a finishing
+    /// counter per row.
+    scratch: Value<View>,
+    counters: Value<View>,
 }
 
-/// q of the workgroup's `hq` heads of `hd` (from head `h0` of row `r`),
-/// turned by RoPE at `pos` where `rotary` is given and scaled, into `sq`.
-fn load_q(
+/// The fused output projection, after the heads' outputs are in `ys`
+/// (`values` of them, the workgroup's heads side by side): this
+/// workgroup's part, `wo[:, h0 * hd ..][.. values] . ys` for every
+/// output column, into its plane of the scratch; the row's last
+/// workgroup to finish adds the planes in order to the residual.
+fn project(
     k: &mut Builder,
-    q: &QuerySource,
-    (r, h0, hd, hq): (Value<Index>, Value<Index>, usize, usize),
-    rotary: Option<(Value<Index>, Value<Num>)>,
-    (pos, scale): (Value<Num>, Value<Num>),
-    sq: Value<View>,
+    p: &Projection,
+    (ys, values): (Value<View>, usize),
+    (r, hg, h0, hd): (Value<Index>, Value<Index>, Value<Index>, usize),
+    (t, wgs): (Value<Index>, Value<Index>),
 ) {
-    let [qs0, qs1, qs2] = q.strides;
-    let q0 = k.madd(r, qs0, q.offset);
-    let izero = k.int(0, Scalar::I32);
-    let all = k.index((hd * hq) as u64);
+    k.barrier(Barrier::Workgroup);
+    let c0 = k.index(0);
+    let c8 = k.index(SPAN as u64);
     let hdc = k.index(hd as u64);
-    let t = k.workitem_id(Axis::X);
-    let wgs = k.workgroup_size(Axis::X);
-    k.for_each(t, all, wgs, |b, e| {
-        let j = b.div(e, hdc);
-        let d = b.rem(e, hdc);
-        let h = b.add(h0, j);
-        let qbase = b.madd(h, qs1, q0);
-        let load = |b: &mut Builder| {
-            let at = b.madd(d, qs2, qbase);
-            b.load(q.view, &[at])
-        };
-        let x = match rotary {
-            None => load(b),
-            Some((rope, c)) => {
-                let inside = b.cmp(IntPredicate::Ult, d, rope);
-                let placed = b.cmpi(IntPredicate::Sge, pos, izero);
-                let turn = b.and(inside, placed);
-                let at = Pair {
-                    xv: q.view,
-                    xbase: qbase,
-                    xs2: qs2,
-                    d,
-                    pos,
-                    c,
-                };
-                b.if_else(turn, |b| vec![rotated(b, at)], |b| vec![load(b)])[0]
+    let groups = k.workgroup_count(Axis::X);
+    let column0 = k.mul(h0, hdc);
+    let span0 = k.div(column0, c8);
+    let row_plane = k.mul(r, groups);
+    let plane = k.add(row_plane, hg);
+    let plane_at = k.mul(plane, p.width);
+    k.for_each(t, p.width, wgs, |b, o| {
+        let row = b.madd(o, p.weights.row_words, p.ow);
+        let (mut even, mut odd) = (b.float(0.0, F32), b.float(0.0, F32));
+        for s in 0..values / SPAN {
+            let ds = b.index(s as u64);
+            let span = b.add(span0, ds);
+            let ws = span_values(b, &p.weights, row, span);
+            for (e, w) in ws.into_iter().enumerate() {
+                let at = b.index((s * SPAN + e) as u64);
+                let y = b.load(ys, &[at]);
+                if e % 2 == 0 {
+                    even = b.fmaf(w, y, even);
+                } else {
+                    odd = b.fmaf(w, y, odd);
+                }
             }
-        };
-        let y = b.mulf(x, scale);
-        b.store(y, sq, &[e]);
+        }
+        let part = b.addf(even, odd);
+        let at = b.add(plane_at, o);
+        b.store(part, p.scratch, &[at]);
+    });
+    let lead = k.cmp(IntPredicate::Eq, t, c0);
+    let last = last_split(k, p.counters, r, groups, lead);
+    k.if_(last, |b| {
+        let first_plane = b.mul(row_plane, p.width);
+        b.for_each(t, p.width, wgs, |b, o| {
+            let within = b.add(first_plane, o);
+            let sum = sum_planes(b, p.scratch, groups, p.width, within);
+            let at = b.madd(r, p.width, o);
+            let (rv, or) = p.residual;
+            let rat = b.add(at, or);
+            let residual = b.load(rv, &[rat]);
+            let value = b.addf(residual, sum);
+            let (hv, oh) = p.out;
+            let hat = b.add(at, oh);
+            b.store(value, hv, &[hat]);
+        });
     });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::quant_spans::SPAN;
 
     /// The lane-split rounds leave lane `l` the position `(l % L) * R + l
     /// / L` of the chunk, and `lane_of` finds that lane for every position
@@ -857,7 +738,6 @@ mod tests {
                 rotary: false,
                 heads: 1,
                 project: None,
-                qkv: None,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -878,7 +758,6 @@ mod tests {
             rotary: false,
             heads: 1,
             project: None,
-            qkv: None,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -924,7 +803,6 @@ mod tests {
                     rotary,
                     heads,
                     project,
-                    qkv: None,
                 });
                 compiler
                     .built(&built)
@@ -934,40 +812,6 @@ mod tests {
                     .unwrap_or_else(|e| {
                         panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads} {project:?}: {e}")
                     });
-            }
-            // The block variant: one head a workgroup (a GPU's decode) and
-            // a kv head's three; x in quads and not.
-            for (heads, wg, quads, format) in [
-                (1, 1024, true, QuantFormat::Q4_1),
-                (3, 16, false, QuantFormat::F16),
-            ] {
-                // Within the device's workgroup memory: a CPU's 16.
-                let wg = match target.kind {
-                    hrx_core::DeviceKind::Cpu => 16,
-                    _ => wg,
-                };
-                let shape = AttentionShape {
-                    hd: 64,
-                    w: 4,
-                    wg,
-                    sg_min,
-                    sg_fixed: true,
-                    rotary: true,
-                    heads,
-                    project: Some(QuantFormat::Q4_1),
-                    qkv: Some(QkvShape {
-                        format,
-                        spl: crate::ops::quant_resident::spans_per_lane(576, sg_min),
-                        quads,
-                        splits: 6,
-                    }),
-                };
-                compiler
-                    .built(&cached_attention(shape))
-                    .and_then(|m| {
-                        m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
-                    })
-                    .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
             }
         }
     }

@@ -15,9 +15,6 @@
 mod activation;
 mod argmax_kernel;
 mod attention;
-mod attention_block;
-mod attention_block_kernel;
-mod attention_epilogue;
 mod attention_kernels;
 mod biased_softmax;
 mod biased_softmax_kernel;
@@ -64,7 +61,6 @@ mod top_k_kernel;
 mod tuning;
 
 pub use attention::AttentionOutput;
-pub use attention_block::AttentionInput;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
 pub use indexing::broadcast_shapes;

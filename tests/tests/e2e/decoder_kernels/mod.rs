@@ -5,7 +5,6 @@
 //! dequantising matmul with its fused norm and residual, row gather).
 
 mod attention;
-mod attention_block;
 mod attention_projected;
 mod quant;
 mod quant_fused;
