@@ -55,6 +55,26 @@ pub enum TargetChoice {
     Device,
 }
 
+/// The element type of a text-generation model's key/value caches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheChoice {
+    /// f32: the reference's values.
+    #[default]
+    F32,
+    /// f16: half the memory and half the bytes each attention step reads
+    /// (devices with 16-bit storage and f16 arithmetic).
+    F16,
+}
+
+impl From<KvCacheChoice> for hrx::models::llama::CacheFormat {
+    fn from(choice: KvCacheChoice) -> Self {
+        match choice {
+            KvCacheChoice::F32 => hrx::models::llama::CacheFormat::F32,
+            KvCacheChoice::F16 => hrx::models::llama::CacheFormat::F16,
+        }
+    }
+}
+
 /// `hrx compile FILE --kernel @name ...`
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 compiled, 1 compile or I/O error \
@@ -146,6 +166,9 @@ pub struct GenerateArgs {
     /// Token rows of a prompt step.
     #[arg(long, value_name = "R", default_value_t = 64, value_parser = at_most::<16384>)]
     pub prefill_rows: usize,
+    /// The key/value caches' element type.
+    #[arg(long, value_enum, default_value_t = KvCacheChoice::F32)]
+    pub kv_cache: KvCacheChoice,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, value_name = "T", default_value_t = 0.0)]
     pub temperature: f32,
@@ -324,6 +347,24 @@ mod tests {
         assert_eq!(e.input, Some("in.txt".into()));
         assert_eq!(e.output, Some("out.jsonl".into()));
         assert_eq!(e.device.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn generate_cache_choice() {
+        let Command::Generate(g) = parse(&["generate", "--model", "m.gguf"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (g.kv_cache, g.slots, g.context),
+            (KvCacheChoice::F32, 4, 1024)
+        );
+        let Command::Generate(g) =
+            parse(&["generate", "--model", "m.gguf", "--kv-cache", "f16"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(g.kv_cache, KvCacheChoice::F16);
+        assert!(parse(&["generate", "--model", "m.gguf", "--kv-cache", "bf16"]).is_err());
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         sequences: args.slots,
         context: args.context,
         prefill_rows: args.prefill_rows,
+        cache: args.kv_cache.into(),
         // Every prompt is submitted at once.
         queue: inputs.len().max(1),
         ..GeneratorOptions::default()

@@ -71,6 +71,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 context: args.llm_context,
                 prefill_rows: args.llm_prefill_rows,
                 queue: args.queue,
+                cache: args.llm_kv_cache.into(),
                 ..GeneratorOptions::default()
             };
             let generator = Generator::open(&contexts[0], file, options)

@@ -38,7 +38,7 @@
 //!   free after the current step. Requests beyond the cache slots wait in
 //!   a bounded queue; past it, `generate` answers `Error::Busy`.
 //!
-//! f32 activations and caches throughout.
+//! f32 activations throughout; the caches f32 or f16 ([`CacheFormat`]).
 
 mod sampling;
 mod scheduler;
@@ -85,6 +85,8 @@ pub struct GeneratorOptions {
     /// the device's denominator where the draw depends on it. Greedy
     /// sequences always take the device's argmax.
     pub sample_on_device: bool,
+    /// The key/value caches' element type.
+    pub cache: CacheFormat,
 }
 
 impl Default for GeneratorOptions {
@@ -95,6 +97,34 @@ impl Default for GeneratorOptions {
             prefill_rows: 64,
             queue: 256,
             sample_on_device: true,
+            cache: CacheFormat::F32,
+        }
+    }
+}
+
+/// How the key/value caches hold their values.
+///
+/// Activations, products and the softmax are f32 either way; f16 rounds
+/// each key and value to nearest as it is stored, halving the caches'
+/// memory (twice the slots or context in the same bytes) and the bytes
+/// every attention step reads. Greedy tokens can then part from the f32
+/// caches' where two candidates are nearly tied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CacheFormat {
+    /// f32: the reference's values.
+    #[default]
+    F32,
+    /// f16, on devices with 16-bit storage and f16 arithmetic (loading
+    /// answers `Unsupported` elsewhere).
+    F16,
+}
+
+impl CacheFormat {
+    /// The caches' tensor element type.
+    pub fn dtype(self) -> hrx_tensor::DType {
+        match self {
+            CacheFormat::F32 => hrx_tensor::DType::F32,
+            CacheFormat::F16 => hrx_tensor::DType::F16,
         }
     }
 }
@@ -172,7 +202,7 @@ impl Generator {
             None => None,
         };
         let weights = LlamaWeights::upload(context, file, &config)?;
-        let cache = KvCache::new(context, &config, options.sequences, options.context)?;
+        let cache = KvCache::new(context, &config, &options)?;
         let graphs = scheduler::tiers(options.sequences, options.prefill_rows)
             .into_iter()
             .map(|rows| {
@@ -344,7 +374,7 @@ pub fn record_step(
     let config = LlamaConfig::from_gguf(file)?;
     check_options(&options, &config)?;
     let weights = LlamaWeights::upload(context, file, &config)?;
-    let cache = KvCache::new(context, &config, options.sequences, options.context)?;
+    let cache = KvCache::new(context, &config, &options)?;
     let outputs = rows.min(options.sequences);
     let (graph, step) = StepGraph::record(context, &config, &weights, &cache, rows, outputs)?;
     let rows: Vec<step::Row> = (0..rows)

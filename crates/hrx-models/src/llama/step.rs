@@ -49,21 +49,23 @@ use hrx_tensor::ops::{
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
 
 /// The key and value caches of every layer: `[slots, kv_heads, capacity,
-/// head_dim]` f32 each.
+/// head_dim]` each, of the options' [`CacheFormat`](super::CacheFormat).
 pub(crate) struct KvCache {
     pub keys: Vec<DeviceTensor>,
     pub values: Vec<DeviceTensor>,
 }
 
 impl KvCache {
+    /// A slot per sequence of `options`, each holding its context.
     pub fn new(
         context: &ModelContext,
         config: &LlamaConfig,
-        slots: usize,
-        capacity: usize,
+        options: &super::GeneratorOptions,
     ) -> Result<Self> {
+        let (slots, capacity) = (options.sequences, options.context);
         let shape = vec![slots, config.kv_heads, capacity, config.head_dim];
-        let layer = || context.allocate(TensorDesc::new(DType::F32, shape.clone())?);
+        let dtype = options.cache.dtype();
+        let layer = || context.allocate(TensorDesc::new(dtype, shape.clone())?);
         let keys = (0..config.layers).map(|_| layer()).collect::<Result<_>>()?;
         let values = (0..config.layers).map(|_| layer()).collect::<Result<_>>()?;
         Ok(KvCache { keys, values })

@@ -12,7 +12,8 @@
 use hrx_inference::ModelContext;
 use hrx_models::gguf::GgufFile;
 use hrx_models::llama::{
-    FinishReason, GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling,
+    CacheFormat, FinishReason, GenerateRequest, GenerationEvent, Generator, GeneratorOptions,
+    Sampling,
 };
 use hrx_runtime::RuntimeOptions;
 use hrx_test_support::models::smollm2_gguf;
@@ -20,6 +21,9 @@ use serde::Deserialize;
 
 /// Margins below this are near-ties: f32 may pick either token.
 const NEAR_TIE: f64 = 0.02;
+
+/// Near-ties for f16 caches.
+const F16_NEAR_TIE: f64 = 0.02;
 
 #[derive(Deserialize)]
 struct Reference {
@@ -198,6 +202,57 @@ fn greedy_generation_matches_the_reference_alone_and_batched() {
     }
     assert_idle(&generator);
     assert!(generator.stats().generated_tokens >= (2 * n * reference.prompts.len()) as u64);
+}
+
+/// With f16 key/value caches the caches take half the bytes, and the
+/// prompts, all at once through four slots, agree with the reference up
+/// to a near-tie of [`F16_NEAR_TIE`]: each cached key and value is
+/// rounded to f16 (relative error up to 2^-11), which moves the logits by
+/// more than f32 arithmetic does.
+#[test]
+fn f16_caches_halve_the_caches_and_agree_margin_aware() {
+    let reference = reference();
+    let f32_bytes = generator(options()).stats().device_bytes;
+    let f16_options = GeneratorOptions {
+        cache: CacheFormat::F16,
+        ..options()
+    };
+    let generator = generator(f16_options);
+    let c = generator.config();
+    let f16_cache =
+        c.layers * 2 * f16_options.sequences * c.kv_heads * f16_options.context * c.head_dim * 2;
+    assert_eq!(f32_bytes - generator.stats().device_bytes, f16_cache);
+    let n = reference.new_tokens;
+    let streams: Vec<_> = reference
+        .prompts
+        .iter()
+        .map(|p| generator.generate(request(p, n)).unwrap())
+        .collect();
+    let mut differing = 0;
+    for (stream, prompt) in streams.into_iter().zip(&reference.prompts) {
+        let ids = stream.collect_blocking().unwrap().ids;
+        assert_eq!(ids.len(), prompt.ids.len(), "{}: {ids:?}", prompt.name);
+        if let Some(step) = ids.iter().zip(&prompt.ids).position(|(a, b)| a != b) {
+            differing += 1;
+            eprintln!(
+                "{}: f16 caches part from the reference at step {step} (margin {})",
+                prompt.name, prompt.margins[step]
+            );
+            assert!(
+                prompt.margins[step] < F16_NEAR_TIE,
+                "{}: step {step} chose {} where the reference chose {} with a margin of {}",
+                prompt.name,
+                ids[step],
+                prompt.ids[step],
+                prompt.margins[step]
+            );
+        }
+    }
+    eprintln!(
+        "f16 caches: {differing} of {} prompts part from the reference",
+        reference.prompts.len()
+    );
+    assert_idle(&generator);
 }
 
 #[test]

@@ -17,7 +17,12 @@
 //! written and attention declares it read, so a store then an attention
 //! in one graph are ordered by the runtime's hazard tracking.
 //!
-//! Checks: f32 activations and caches, i32 contiguous `[rows]` slot and
+//! Caches are f32, or f16 where the device has 16-bit storage and f16
+//! arithmetic: half the memory and half the bytes each attention step
+//! reads, each value rounded to nearest as it is stored and widened to
+//! f32 as it is read; every product and softmax stays in f32.
+//!
+//! Checks: f32 activations, caches of one element type, i32 contiguous `[rows]` slot and
 //! position tensors, matching head counts and sizes, contiguous outputs
 //! (activations may be strided views, e.g. slices of a fused projection);
 //! every failure names the operator and the shapes before anything is
@@ -32,8 +37,9 @@ use super::{
     token_kernels,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
-use hrx_core::{DeviceKind, Error, Result};
+use hrx_core::{DeviceKind, Error, Result, Target};
 use hrx_loom::ScalarValue;
+use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
 
 /// The largest head size the attention kernel is built for.
@@ -91,8 +97,9 @@ pub(super) fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usiz
     Ok(())
 }
 
-/// Check a cache: contiguous f32 `[slots, kv_heads, capacity, head_dim]`
-/// with the given head count and size. Returns (slots, capacity).
+/// Check a cache: contiguous f32 or f16 `[slots, kv_heads, capacity,
+/// head_dim]` with the given head count and size. Returns (slots,
+/// capacity).
 pub(super) fn cache_shape(
     operation: &str,
     what: &str,
@@ -100,7 +107,12 @@ pub(super) fn cache_shape(
     kv_heads: usize,
     head_dim: usize,
 ) -> Result<(usize, usize)> {
-    f32_rank(operation, what, cache, 4)?;
+    let desc = cache.desc();
+    if !matches!(desc.dtype(), DType::F32 | DType::F16) || desc.rank() != 4 {
+        return Err(Error::Message(format!(
+            "{operation}: {what} {desc} must be an f32 or f16 tensor of rank 4"
+        )));
+    }
     let s = cache.desc().shape();
     if s[1] != kv_heads || s[3] != head_dim || !cache.desc().is_contiguous() {
         return Err(Error::Message(format!(
@@ -109,6 +121,34 @@ pub(super) fn cache_shape(
         )));
     }
     Ok((s[0], s[2]))
+}
+
+/// The element type of a layer's key and value caches, checked by
+/// [`cache_shape`]: both f32, or both f16 where `target` stores and
+/// converts 16-bit floats (kernels widen each cached value to f32 as
+/// they read it and round to f16 as they store it).
+pub(super) fn cache_element(
+    operation: &str,
+    target: &Target,
+    k_cache: &DeviceTensor,
+    v_cache: &DeviceTensor,
+) -> Result<Scalar> {
+    let (k, v) = (k_cache.desc().dtype(), v_cache.desc().dtype());
+    if k != v {
+        return Err(Error::Message(format!(
+            "{operation}: k_cache {} and v_cache {} must share an element type",
+            k_cache.desc(),
+            v_cache.desc()
+        )));
+    }
+    match k {
+        DType::F16 if target.shader_f16 && target.storage_16bit => Ok(Scalar::F16),
+        DType::F16 => Err(Error::Unsupported(format!(
+            "{operation}: f16 caches need 16-bit storage and f16 arithmetic, which the device \
+             lacks"
+        ))),
+        _ => Ok(Scalar::F32),
+    }
 }
 
 /// Refuse an output that shares storage with an input.
@@ -195,10 +235,10 @@ impl Ops {
     /// position[r], :] = new[r, h, :]` for every active row (`0 <=
     /// sequence < slots`, `0 <= position < capacity`); other rows write
     /// nothing. `new: [rows, kv_heads, head_dim]` f32 (may be strided),
-    /// `sequence`, `position`: i32 `[rows]`, `cache`: contiguous f32
-    /// `[slots, kv_heads, capacity, head_dim]`, declared written as a
-    /// whole. Two active rows naming the same slot and position leave one
-    /// of them.
+    /// `sequence`, `position`: i32 `[rows]`, `cache`: contiguous f32 or
+    /// f16 `[slots, kv_heads, capacity, head_dim]` (f16: each value
+    /// rounded to nearest), declared written as a whole. Two active rows
+    /// naming the same slot and position leave one of them.
     pub fn record_kv_store(
         &self,
         graph: &mut Graph,
@@ -216,10 +256,11 @@ impl Ops {
         row_data(operation, "sequence", sequence, rows)?;
         row_data(operation, "position", position, rows)?;
         let (slots, cap) = cache_shape(operation, "cache", cache, kvh, hd)?;
+        let target = self.registry.target()?;
+        let element = cache_element(operation, &target, cache, cache)?;
         if new.desc().is_empty() || cache.desc().is_empty() {
             return Ok(());
         }
-        let target = self.registry.target()?;
         let (kn, ks, kp, kc) = (
             operand(new, &target, operation)?,
             operand(sequence, &target, operation)?,
@@ -228,7 +269,10 @@ impl Ops {
         );
         no_alias(operation, &kc, &kn)?;
         let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new("kv_store".into(), token_kernels::kv_store)),
+            source: KernelSource::Built(Generator::new(
+                format!("kv_store {element:?}"),
+                move || token_kernels::kv_store(element),
+            )),
             symbol: "kv_store",
             config: self.grid_config("kv_store.wg", "kv_store.max_groups")?,
         })?;
@@ -339,6 +383,7 @@ impl Ops {
             rotary: false,
             heads: shared,
             project: None,
+            cache: Scalar::F32,
         })
     }
 
@@ -347,8 +392,9 @@ impl Ops {
     /// sum_{p=0..=position[r]} softmax_p(scale * q[r, h, :] . K[s, g, p,
     /// :]) V[s, g, p, :]` with `s = sequence[r]`; an inactive row (slot or
     /// position out of range) gives zeros. `q: [rows, heads, head_dim]` f32
-    /// (may be strided), `k_cache`, `v_cache`: contiguous f32 `[slots,
-    /// kv_heads, capacity, head_dim]`, `heads` a multiple of `kv_heads`,
+    /// (may be strided), `k_cache`, `v_cache`: contiguous `[slots,
+    /// kv_heads, capacity, head_dim]`, both f32 or both f16 (each value
+    /// widened to f32 as it is read), `heads` a multiple of `kv_heads`,
     /// `head_dim <= 256`; `sequence`, `position`: i32 `[rows]`; `out`:
     /// contiguous like `q`. One workgroup per (row, head); see
     /// `attention_kernels` for the online softmax.
@@ -466,7 +512,12 @@ impl Ops {
             &[q, k_cache, v_cache, sequence, position],
         )?;
         f32_rank(operation, "q", q, 3)?;
-        f32_rank(operation, "k_cache", k_cache, 4)?;
+        if k_cache.desc().rank() != 4 {
+            return Err(Error::Message(format!(
+                "{operation}: k_cache {} must be a tensor of rank 4",
+                k_cache.desc()
+            )));
+        }
         let [rows, heads, hd] = [0, 1, 2].map(|i| q.desc().shape()[i]);
         let turn = rotary
             .map(|r| Ok::<_, Error>((r.dims, rotation(operation, r.dims, r.base, hd)?)))
@@ -498,10 +549,11 @@ impl Ops {
             )));
         }
         check_output(runtime, operation, out, DType::F32, q.desc().shape())?;
+        let target = self.registry.target()?;
+        let element = cache_element(operation, &target, k_cache, v_cache)?;
         if out.desc().is_empty() {
             return Ok(());
         }
-        let target = self.registry.target()?;
         let grid = target.max_workgroup_count;
         if heads > grid[0] as usize || rows > grid[1] as usize {
             return Err(Error::Unsupported(format!(
@@ -539,6 +591,7 @@ impl Ops {
         }
         let mut shape = self.attention_shape(hd, (rows, heads, heads / kvh), &[&kk], operation)?;
         shape.rotary = turn.is_some();
+        shape.cache = element;
         let projected = projection
             .map(|p| {
                 let inputs = [&kq, &kk, &kv, &ks, &kp, &ko];

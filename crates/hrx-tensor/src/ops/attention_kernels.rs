@@ -62,6 +62,10 @@
 //! offsets and lengths of the weight, the residual and the output; the
 //! scratch and the per-row counters are bound whole, sized by the grid.
 //!
+//! Caches of f16 (`AttentionShape::cache`) are read as f16 and widened
+//! to f32 as each key vector or value is loaded; everything after the
+//! load is the f32 kernel's.
+//!
 //! An inactive row (slot or position out of range) runs no chunk and
 //! writes zeros. The head size is a static extent of the generator (loops
 //! of known length).
@@ -93,6 +97,8 @@ pub(crate) struct AttentionShape {
     /// The output projection fused in, by a matrix of this format
     /// (arguments after the attention's; see the module documentation).
     pub(crate) project: Option<QuantFormat>,
+    /// The caches' element type (f32 or f16, widened to f32 on load).
+    pub(crate) cache: Scalar,
 }
 
 impl AttentionShape {
@@ -153,6 +159,15 @@ fn load_w(b: &mut Builder, w: usize, view: Value<View>, at: Value<Index>) -> Val
         b.load(view, &[at])
     } else {
         b.vector_load(view, &[at], w as u8)
+    }
+}
+
+/// `v` as f32: a cached value as the products use it (f16 caches are
+/// widened, exactly).
+fn widen(b: &mut Builder, v: Value<Num>) -> Value<Num> {
+    match b.ty(v).element() {
+        Some(F32) => v,
+        _ => b.extf(v, F32),
     }
 }
 
@@ -218,7 +233,8 @@ fn lane_split_scores(
             .map(|v| {
                 let off = b.index((v * ls.lanes * 4) as u64);
                 let at = b.add(base, off);
-                b.vector_load(kv, &[at], 4)
+                let key = b.vector_load(kv, &[at], 4);
+                widen(b, key)
             })
             .collect();
         for (head, q) in qparts.iter().enumerate() {
@@ -343,8 +359,8 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         }
     });
     let qv = k.buffer_view(q, zero, [lq.into()], F32);
-    let kv = k.buffer_view(kc, zero, [lk.into()], F32);
-    let vv = k.buffer_view(vc, zero, [lv.into()], F32);
+    let kv = k.buffer_view(kc, zero, [lk.into()], shape.cache);
+    let vv = k.buffer_view(vc, zero, [lv.into()], shape.cache);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let outv = k.buffer_view(out, zero, [lo.into()], F32);
@@ -497,6 +513,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
                         let ec = b.index(e as u64);
                         let at = b.add(kbase, ec);
                         let kx = load_w(b, w, kv, at);
+                        let kx = widen(b, kx);
                         for (j, dot) in dots.iter_mut().enumerate() {
                             let qe = b.index((j * hd + e) as u64);
                             let qx = load_w(b, w, sq, qe);
@@ -537,7 +554,8 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
                     .iter()
                     .map(|&(_, dl)| {
                         let at = b.add(vb, dl);
-                        b.load(vv, &[at])
+                        let value = b.load(vv, &[at]);
+                        widen(b, value)
                     })
                     .collect();
                 for (j, &weight) in weights.iter().enumerate() {
@@ -738,6 +756,7 @@ mod tests {
                 rotary: false,
                 heads: 1,
                 project: None,
+                cache: F32,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -758,6 +777,7 @@ mod tests {
             rotary: false,
             heads: 1,
             project: None,
+            cache: F32,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -787,10 +807,12 @@ mod tests {
                 (64, 4, 256, true, 1),
             ];
             let projections = [None, Some(QuantFormat::Q4_1), Some(QuantFormat::F16)];
-            for (((hd, w, wg, sg_fixed, heads), rotary), project) in shapes
+            let caches = [F32, F32, Scalar::F16];
+            for ((((hd, w, wg, sg_fixed, heads), rotary), project), cache) in shapes
                 .into_iter()
                 .zip([false, true].repeat(3))
                 .zip(projections.repeat(2))
+                .zip(caches.repeat(2))
             {
                 // The projection reads whole spans of the heads.
                 let project = project.filter(|_| hd % SPAN == 0);
@@ -803,6 +825,7 @@ mod tests {
                     rotary,
                     heads,
                     project,
+                    cache,
                 });
                 compiler
                     .built(&built)
@@ -810,7 +833,10 @@ mod tests {
                         m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
                     })
                     .unwrap_or_else(|e| {
-                        panic!("hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads} {project:?}: {e}")
+                        panic!(
+                            "hd={hd} w={w} wg={wg} {sg_fixed} {rotary} {heads} {project:?} \
+                             {cache:?}: {e}"
+                        )
                     });
             }
         }

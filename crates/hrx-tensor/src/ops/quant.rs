@@ -400,7 +400,7 @@ impl Ops {
                     gated,
                     norm: fusion.norm.is_some(),
                     residual: fusion.residual.is_some(),
-                    kv_store: paired,
+                    kv_store: fused.cache,
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)

@@ -19,12 +19,13 @@
 //! own operators.
 
 use super::Rotary;
-use super::attention::{cache_shape, row_data};
+use super::attention::{cache_element, cache_shape, row_data};
 use super::operand::{Operand, check_inputs, disjoint, operand, quad_offset};
 use super::rope::rotation;
 use crate::{DType, DeviceTensor};
 use hrx_core::{Error, Result, Target};
 use hrx_loom::ScalarValue;
+use hrx_loom::ir::Scalar;
 use hrx_runtime::{BufferView, Runtime};
 
 /// RMS normalisation of each row of a product's input as the product
@@ -66,9 +67,10 @@ impl QuantFusion<'_> {
 /// besides writing every column to the output as the plain product does,
 /// the product does what [`Ops::record_rope_kv_store`] would do with the
 /// output's key and value columns, bit for bit. `sequence`, `position`:
-/// i32 `[m]`; caches: contiguous f32 `[slots, kv_heads, capacity,
-/// head_dim]` of one shape, not overlapping each other or any other
-/// operand; `query_width` and `head_dim` even.
+/// i32 `[m]`; caches: contiguous `[slots, kv_heads, capacity,
+/// head_dim]` of one shape, both f32 or both f16 (each value rounded to
+/// nearest), not overlapping each other or any other operand;
+/// `query_width` and `head_dim` even.
 ///
 /// [`Ops::record_rope_kv_store`]: super::Ops::record_rope_kv_store
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +96,8 @@ pub(crate) struct FusedOperands {
     pub(crate) scalars: Vec<ScalarValue>,
     pub(crate) views: Vec<BufferView>,
     pub(crate) norm_quads: bool,
+    /// The caches' element type, where the product stores into caches.
+    pub(crate) cache: Option<Scalar>,
 }
 
 /// Check `fusion` against a product of `m` rows of `cols` into `n`
@@ -116,6 +120,7 @@ pub(crate) fn bind(
         scalars: Vec::new(),
         views: Vec::new(),
         norm_quads: true,
+        cache: None,
     };
     let contiguous_f32 = |t: &DeviceTensor, what: &str, shape: &[usize]| {
         let d = t.desc();
@@ -200,6 +205,7 @@ fn bind_kv_store(
     };
     let (slots, cap) = cache_shape(operation, "k_cache", k_cache, kvh, hd)?;
     cache_shape(operation, "v_cache", v_cache, kvh, hd)?;
+    bound.cache = Some(cache_element(operation, target, k_cache, v_cache)?);
     if v_cache.desc().shape() != shape {
         return Err(Error::Message(format!(
             "{operation}: v_cache {} must have the shape of k_cache {}",

@@ -77,8 +77,8 @@ pub(crate) struct GemvKey {
     pub(crate) residual: bool,
     /// The paired form storing keys and values into caches
     /// (`QuantFusion::kv_store`, `quant_kv`): a subgroup takes output
-    /// columns `2j` and `2j + 1`.
-    pub(crate) kv_store: bool,
+    /// columns `2j` and `2j + 1`; the caches' element type.
+    pub(crate) kv_store: Option<Scalar>,
 }
 
 /// The fused operands' arguments, declared after [`QuantMatmulArgs`]'s in
@@ -103,7 +103,7 @@ impl FusedArgs {
             (eps, on, ln)
         });
         let residual = key.residual.then(|| ["or", "lr"].map(|a| k.arg_index(a)));
-        let kv = key.kv_store.then(|| KvScalars::declare(k));
+        let kv = key.kv_store.map(|element| (KvScalars::declare(k), element));
         let zero = k.offset(0);
         let norm = norm.map(|(eps, on, ln)| {
             let buffer = k.arg_buffer("nw", true);
@@ -120,7 +120,7 @@ impl FusedArgs {
             let buffer = k.arg_buffer("res", true);
             (k.buffer_view(buffer, zero, [lr.into()], Scalar::F32), or)
         });
-        let kv = kv.map(|scalars| KvArgs::declare(k, scalars));
+        let kv = kv.map(|(scalars, element)| KvArgs::declare(k, scalars, element));
         FusedArgs { norm, residual, kv }
     }
 }
@@ -167,7 +167,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let row0 = k.mul(tile, ct);
     let m1 = k.sub(a.m, c1);
     // A subgroup's job: output column j, or the pair 2j, 2j + 1.
-    let paired = key.kv_store;
+    let paired = key.kv_store.is_some();
     let jobs = match paired {
         true => {
             let c2 = k.index(2);
@@ -492,7 +492,7 @@ mod tests {
                         tail,
                         norm,
                         residual,
-                        kv_store: false,
+                        kv_store: None,
                         subgroup: target.subgroup_size_min as usize,
                         gated,
                     };

@@ -10,7 +10,7 @@
 //! cache, besides writing both columns to the product's output. A row
 //! whose slot or position is outside the caches stores nothing into them.
 
-use super::token_kernels::turned;
+use super::token_kernels::{narrow, turned};
 use hrx_loom::build::{Body, Builder, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, Scalar};
 
@@ -55,6 +55,8 @@ pub(crate) struct KvArgs {
     position: Value<View>,
     keys: Value<View>,
     values: Value<View>,
+    /// The caches' element type.
+    element: Scalar,
 }
 
 /// One row's cache place: its slot and position (i32), loaded before the
@@ -66,8 +68,9 @@ pub(crate) struct RowPlace {
 }
 
 impl KvArgs {
-    /// Declares the buffers (after the other fused buffers).
-    pub(crate) fn declare(k: &mut Body, s: KvScalars) -> KvArgs {
+    /// Declares the buffers (after the other fused buffers), the caches
+    /// of `element` (f32, or f16 stored rounded to nearest).
+    pub(crate) fn declare(k: &mut Body, s: KvScalars, element: Scalar) -> KvArgs {
         let [_, ls, _, lp, _, lkc, _, lvc] = s.places;
         let [sb, pb] = ["sequence", "position"].map(|a| k.arg_buffer(a, true));
         let [kb, vb] = ["k_cache", "v_cache"].map(|a| k.arg_buffer(a, false));
@@ -76,14 +79,15 @@ impl KvArgs {
             |k: &mut Body, b, len: Value<Index>, ty| k.buffer_view(b, zero, [len.into()], ty);
         let sequence = view(k, sb, ls, Scalar::I32);
         let position = view(k, pb, lp, Scalar::I32);
-        let keys = view(k, kb, lkc, Scalar::F32);
-        let values = view(k, vb, lvc, Scalar::F32);
+        let keys = view(k, kb, lkc, element);
+        let values = view(k, vb, lvc, element);
         KvArgs {
             s,
             sequence,
             position,
             keys,
             values,
+            element,
         }
     }
 
@@ -108,7 +112,7 @@ impl KvArgs {
         place: RowPlace,
         (y0, y1): (Value<Num>, Value<Num>),
     ) {
-        let s = &self.s;
+        let (s, element) = (&self.s, self.element);
         let [_, _, _, _, okc, _, ovc, _] = s.places;
         let slot = b.bitcast(place.slot, Scalar::U32);
         let pos = b.bitcast(place.position, Scalar::U32);
@@ -152,14 +156,16 @@ impl KvArgs {
                 );
                 let p0 = b.add(first, okc);
                 let p1 = b.add(p0, c1);
-                b.store(turned[0], self.keys, &[p0]);
-                b.store(turned[1], self.keys, &[p1]);
+                let [z0, z1] = [turned[0], turned[1]].map(|z| narrow(b, z, element));
+                b.store(z0, self.keys, &[p0]);
+                b.store(z1, self.keys, &[p1]);
             });
             b.if_(is_value, |b| {
                 let p0 = b.add(first, ovc);
                 let p1 = b.add(p0, c1);
-                b.store(y0, self.values, &[p0]);
-                b.store(y1, self.values, &[p1]);
+                let [v0, v1] = [y0, y1].map(|v| narrow(b, v, element));
+                b.store(v0, self.values, &[p0]);
+                b.store(v1, self.values, &[p1]);
             });
         });
     }

@@ -10,7 +10,7 @@
 
 use super::{
     Ops,
-    attention::{cache_shape, f32_rank, index, no_alias, row_data},
+    attention::{cache_element, cache_shape, f32_rank, index, no_alias, row_data},
     operand::{check_inputs, check_output, operand},
     registry::{Generator, KernelKey, KernelSource},
     token_kernels,
@@ -134,8 +134,9 @@ impl Ops {
     /// position[r], :] = v[r, h, :]`; other rows write nothing, as in
     /// [`Ops::record_kv_store`]. `k`, `v`: f32 `[rows, kv_heads,
     /// head_dim]` (may be strided), `sequence`, `position`: i32 `[rows]`,
-    /// caches: contiguous f32 `[slots, kv_heads, capacity, head_dim]` of
-    /// one shape, not overlapping each other or the inputs, both declared
+    /// caches: contiguous `[slots, kv_heads, capacity, head_dim]` of one
+    /// shape, both f32 or both f16 (each value rounded to nearest), not
+    /// overlapping each other or the inputs, both declared
     /// written as a whole (so a later attention is ordered after this).
     /// `rope_dims` is even, in `2..=head_dim`; `base` finite and positive.
     #[allow(clippy::too_many_arguments)]
@@ -187,10 +188,11 @@ impl Ops {
                 k_cache.desc()
             )));
         }
+        let target = self.registry.target()?;
+        let element = cache_element(operation, &target, k_cache, v_cache)?;
         if k.desc().is_empty() || k_cache.desc().is_empty() {
             return Ok(());
         }
-        let target = self.registry.target()?;
         let bind = |t: &DeviceTensor| operand(t, &target, operation);
         let (kk, kv, ks, kp) = (bind(k)?, bind(v)?, bind(sequence)?, bind(position)?);
         let (kkc, kvc) = (bind(k_cache)?, bind(v_cache)?);
@@ -205,8 +207,8 @@ impl Ops {
         }
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
-                "rope_kv_store".into(),
-                token_kernels::rope_kv_store,
+                format!("rope_kv_store {element:?}"),
+                move || token_kernels::rope_kv_store(element),
             )),
             symbol: "rope_kv_store",
             config: self.grid_config("rope_kv_store.wg", "rope_kv_store.max_groups")?,

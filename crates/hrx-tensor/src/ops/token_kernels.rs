@@ -215,11 +215,21 @@ pub(crate) fn rope() -> Built {
     module.finish()
 }
 
+/// An f32 value `x` as a cache of `element` stores it: itself, or
+/// rounded to the nearest f16.
+pub(crate) fn narrow(b: &mut Builder, x: Value<Num>, element: Scalar) -> Value<Num> {
+    match element {
+        Scalar::F32 => x,
+        _ => b.truncf(x, element),
+    }
+}
+
 /// `cache[seq[r], h, pos[r], j] = new[r, h, j]` for `new: [rows, kvh, hd]`
 /// (strided) into a contiguous `cache: [slots, kvh, cap, hd]`, for rows
 /// with `0 <= seq < slots` and `0 <= pos < cap` (negatives read as u32
-/// fail the test); other rows write nothing.
-pub(crate) fn kv_store() -> Built {
+/// fail the test); other rows write nothing. A `cache` of f16 takes
+/// each value rounded to nearest.
+pub(crate) fn kv_store(cache_element: Scalar) -> Built {
     let (mut module, mut k) = grid("kv_store", "n", None);
     let [n, kvh, hd, slots, cap] = ["n", "kvh", "hd", "slots", "cap"].map(|x| k.arg_index(x));
     let [ns0, ns1, ns2, on, ln, os, ls, op, lp, oc, lc] = [
@@ -234,7 +244,7 @@ pub(crate) fn kv_store() -> Built {
     let nv = k.buffer_view(new, zero, [ln.into()], F32);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
-    let cv = k.buffer_view(cache, zero, [lc.into()], F32);
+    let cv = k.buffer_view(cache, zero, [lc.into()], cache_element);
     let start = k.dispatch_id(Axis::X);
     let size = k.workgroup_size(Axis::X);
     let count = k.workgroup_count(Axis::X);
@@ -266,6 +276,7 @@ pub(crate) fn kv_store() -> Built {
             let at = b.madd(row, cap, p);
             let pc0 = b.madd(at, hd, d);
             let pc = b.add(pc0, oc);
+            let x = narrow(b, x, cache_element);
             b.store(x, cv, &[pc]);
         });
     });
@@ -278,8 +289,9 @@ pub(crate) fn kv_store() -> Built {
 /// slots` and `0 <= pos < cap`, `k_cache[seq, h, pos, j]` takes element
 /// `j` of `rope`'s output for `k[r, h]` (the same fragment, so the same
 /// bits) and `v_cache[seq, h, pos, j] = v[r, h, j]`; both caches are
-/// contiguous `[slots, kvh, cap, hd]`. Other rows write nothing.
-pub(crate) fn rope_kv_store() -> Built {
+/// contiguous `[slots, kvh, cap, hd]` of `cache_element` (f16: rounded
+/// to nearest). Other rows write nothing.
+pub(crate) fn rope_kv_store(cache_element: Scalar) -> Built {
     let (mut module, mut k) = grid("rope_kv_store", "n", None);
     let [n, kvh, hd, slots, cap, rope] =
         ["n", "kvh", "hd", "slots", "cap", "rope"].map(|x| k.arg_index(x));
@@ -316,8 +328,8 @@ pub(crate) fn rope_kv_store() -> Built {
     let vv = k.buffer_view(vb, zero, [lv.into()], F32);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
-    let kcv = k.buffer_view(kcb, zero, [lkc.into()], F32);
-    let vcv = k.buffer_view(vcb, zero, [lvc.into()], F32);
+    let kcv = k.buffer_view(kcb, zero, [lkc.into()], cache_element);
+    let vcv = k.buffer_view(vcb, zero, [lvc.into()], cache_element);
     let start = k.dispatch_id(Axis::X);
     let size = k.workgroup_size(Axis::X);
     let count = k.workgroup_count(Axis::X);
@@ -372,8 +384,10 @@ pub(crate) fn rope_kv_store() -> Built {
             let at = b.madd(row, cap, p);
             let pc = b.madd(at, hd, d);
             let pkc = b.add(pc, okc);
+            let y = narrow(b, y, cache_element);
             b.store(y, kcv, &[pkc]);
             let pvc = b.add(pc, ovc);
+            let x = narrow(b, x, cache_element);
             b.store(x, vcv, &[pvc]);
         });
     });
@@ -444,8 +458,10 @@ mod tests {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for (symbol, built) in [
                 ("rope", rope()),
-                ("kv_store", kv_store()),
-                ("rope_kv_store", rope_kv_store()),
+                ("kv_store", kv_store(Scalar::F32)),
+                ("kv_store", kv_store(Scalar::F16)),
+                ("rope_kv_store", rope_kv_store(Scalar::F32)),
+                ("rope_kv_store", rope_kv_store(Scalar::F16)),
                 ("swiglu", swiglu()),
             ] {
                 compiler

@@ -6,6 +6,7 @@
 
 mod attention;
 mod attention_projected;
+mod cache_f16;
 mod quant;
 mod quant_fused;
 mod quant_logits;
