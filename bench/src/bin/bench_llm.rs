@@ -29,6 +29,9 @@
 //! splits (1: none) on every tiled quantised matmul, for comparing with
 //! the built-in choice.
 //!
+//! `--kv-cache f16` runs the generator with f16 key/value caches (f32
+//! otherwise).
+//!
 //! `--profile ROWS POSITION` instead prints the device time of each
 //! kernel of the step graph for that many rows, by kernel and grid, and
 //! the whole step submitted and waited for.
@@ -38,7 +41,8 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_models::gguf::{GgufFile, TensorType};
 use hrx_models::llama::{
-    GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling, record_step,
+    CacheFormat, GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling,
+    record_step,
 };
 use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
 use hrx_tensor::ops::Tuning;
@@ -58,6 +62,7 @@ struct Settings {
     profile: Option<(usize, usize)>,
     quant_tiling: Option<String>,
     write_shapes: Option<(PathBuf, PathBuf)>,
+    cache: CacheFormat,
 }
 
 fn settings() -> Settings {
@@ -87,6 +92,10 @@ fn settings() -> Settings {
             let number = |k: usize| args.get(i + k)?.parse::<usize>().ok();
             Some((number(1)?, number(2)?))
         }),
+        cache: match value("--kv-cache").as_deref().and_then(Path::to_str) {
+            Some("f16") => CacheFormat::F16,
+            _ => CacheFormat::F32,
+        },
     }
 }
 
@@ -281,13 +290,19 @@ fn first_token_under_load(generator: &Generator, runs: usize) -> Result<f64> {
 /// `--profile ROWS POSITION`: the device time of each dispatch of the
 /// step graph for `ROWS` rows (each at `POSITION`), each recorded alone and
 /// repeated in one submission, summed per kernel.
-fn profile(context: &ModelContext, file: &GgufFile, rows: usize, position: usize) -> Result<()> {
+fn profile(
+    context: &ModelContext,
+    file: &GgufFile,
+    (rows, position): (usize, usize),
+    cache: CacheFormat,
+) -> Result<()> {
     const REPS: u32 = 20;
     let options = GeneratorOptions {
         sequences: rows.min(BATCH),
         context: 1024,
         prefill_rows: rows,
         queue: 1,
+        cache,
         ..GeneratorOptions::default()
     };
     let graph = record_step(context, file, options, rows, position)?;
@@ -388,7 +403,7 @@ fn main() -> std::result::Result<(), String> {
         }
     };
     if let Some((rows, position)) = s.profile {
-        return profile(&context, &file, rows, position).map_err(e);
+        return profile(&context, &file, (rows, position), s.cache).map_err(e);
     }
     let quick = s.quick || cpu;
     let options = GeneratorOptions {
@@ -396,6 +411,7 @@ fn main() -> std::result::Result<(), String> {
         context: 1024,
         prefill_rows: if quick { 64 } else { 512 },
         queue: 4 * BATCH,
+        cache: s.cache,
         ..GeneratorOptions::default()
     };
     let loaded = Instant::now();
