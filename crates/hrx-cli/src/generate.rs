@@ -14,6 +14,8 @@
 //!   Greedy unless `--temperature` is above 0; with a seed, sampling is
 //!   deterministic. With `--output FILE` the file appears only when every
 //!   line was written.
+//! - **Progress**: one line on stderr once the model is loaded (its
+//!   device memory and the caches' element type, `--kv-cache`).
 //! - **Batching**: every prompt is submitted at once; the generator runs
 //!   up to `--slots` sequences per step and admits the rest as slots free
 //!   up. Greedy results do not depend on `--slots` beyond float rounding
@@ -25,7 +27,7 @@ use hrx::{
     Error, Result,
     inference::ModelContext,
     models::{
-        llama::{GenerateRequest, Generation, Generator, GeneratorOptions, Sampling},
+        llama::{CacheFormat, GenerateRequest, Generation, Generator, GeneratorOptions, Sampling},
         tokenizer::ChatMessage,
     },
 };
@@ -97,6 +99,15 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     };
     let generator = Generator::open(&context, &args.model, options)
         .map_err(|e| Error::msg(format!("cannot load {}: {e}", args.model.display())))?;
+    eprintln!(
+        "hrx generate: loaded {}: {:.1} MiB on the device, {} caches",
+        args.model.display(),
+        generator.stats().device_bytes as f64 / f64::from(1 << 20),
+        match options.cache {
+            CacheFormat::F32 => "f32",
+            CacheFormat::F16 => "f16",
+        }
+    );
     let mut streams = Vec::with_capacity(inputs.len());
     let mut prompts = Vec::with_capacity(inputs.len());
     for (line, input) in inputs {
