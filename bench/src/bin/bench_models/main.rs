@@ -24,7 +24,9 @@
 //! `--profile BATCH SEQ [f16]` instead prints the device time of each
 //! kernel of the encoder's graph for that shape. `--attention fused |
 //! by-head` forces that attention path (`AttentionPath`; the built-in
-//! choice otherwise), for comparing them.
+//! choice otherwise), for comparing them. `--f32-quads on | off` forces
+//! the f32 matmuls onto the quad kernel or off it (`Tuning::f32_quads`),
+//! and `--precision f32 | f16` measures one precision only.
 
 mod profile;
 
@@ -37,6 +39,7 @@ use hrx_models::{
     tokenizer::WordPieceTokenizer,
 };
 use hrx_runtime::{DeviceKind, RuntimeOptions};
+use hrx_tensor::ops::Tuning;
 use report::{Better, Entry, env_usize, percentile};
 use std::{
     collections::BTreeMap,
@@ -55,6 +58,8 @@ struct Settings {
     batch: usize,
     measure: Duration,
     attention: AttentionPath,
+    f32_quads: Option<bool>,
+    precision: Option<Precision>,
 }
 
 fn settings(cpu: bool) -> std::result::Result<Settings, String> {
@@ -82,6 +87,18 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
             Some(other) => return Err(format!("--attention {other}: fused or by-head")),
         },
         measure: Duration::from_millis(ms as u64),
+        f32_quads: match value("--f32-quads").as_deref() {
+            None => None,
+            Some("on") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => return Err(format!("--f32-quads {other}: on or off")),
+        },
+        precision: match value("--precision").as_deref() {
+            None => None,
+            Some("f32") => Some(Precision::F32),
+            Some("f16") => Some(Precision::F16),
+            Some(other) => return Err(format!("--precision {other}: f32 or f16")),
+        },
     })
 }
 
@@ -257,6 +274,10 @@ fn main() -> std::result::Result<(), String> {
         .target()
         .clone();
     let s = settings(target.kind == DeviceKind::Cpu)?;
+    let context = context.with_tuning(Tuning {
+        f32_quads: s.f32_quads,
+        ..Tuning::default()
+    });
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--profile") {
         let number = |i: usize| {
@@ -275,6 +296,9 @@ fn main() -> std::result::Result<(), String> {
     let mut precisions = vec![Precision::F32];
     if target.shader_f16 && target.storage_16bit && target.kind != DeviceKind::Cpu {
         precisions.push(Precision::F16);
+    }
+    if let Some(only) = s.precision {
+        precisions.retain(|&p| p == only);
     }
     let mut entries = Vec::new();
     let mut extra = Vec::new();

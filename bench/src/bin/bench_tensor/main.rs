@@ -25,7 +25,8 @@
 //! - `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` and
 //!   `HRX_SPLITK=groups,bk,splits,prefetch`: shapes forced on the
 //!   tensor-core matmul kernels for tuning runs (`hrx_tensor::ops::Tuning`);
-//!   a malformed or invalid value is an error.
+//!   `HRX_F32_QUADS=on|off` forces the f32 matmuls onto the quad kernel
+//!   or off it; a malformed or invalid value is an error.
 
 mod cases;
 use hrx_bench::report as common;
@@ -71,6 +72,16 @@ impl Config {
             var("HRX_SPLITK").as_deref(),
         )
         .map_err(|e| e.to_string())?;
+        let f32_quads = match var("HRX_F32_QUADS").as_deref() {
+            None => None,
+            Some("on") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => return Err(format!("HRX_F32_QUADS={other}: on or off")),
+        };
+        let tuning = Tuning {
+            f32_quads,
+            ..tuning
+        };
         Ok(Config {
             small,
             torch,

@@ -7,12 +7,13 @@ use super::{
     matmul_coop::{CoopLayout, CoopTiles},
     matmul_dot::{dot_applies, dot_key, dot_max_rows},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
+    matmul_quads,
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
     matmul_tiled::tiled_key,
     operand::{Operand, check_inputs, check_output, operand},
 };
 use crate::{DType, DeviceTensor, TensorDesc, contiguous_strides};
-use hrx_core::{Error, Result, Target};
+use hrx_core::{DeviceKind, Error, Result, Target};
 use hrx_loom::ScalarValue;
 use hrx_runtime::Graph;
 
@@ -235,6 +236,7 @@ impl Ops {
                 };
                 tiles.key(layout, options.activation, out_f16)
             }
+            Choice::Quads(b_n_fast) => matmul_quads::quads_key(b_n_fast, options.activation),
             Choice::Tiled => tiled_key(
                 &target,
                 input,
@@ -348,6 +350,8 @@ enum Choice {
     Dot,
     SplitK(SplitK),
     Coop(CoopTiles),
+    /// The f32 quad kernel; B contiguous along n (else along k).
+    Quads(bool),
     Tiled,
 }
 
@@ -361,6 +365,7 @@ impl Choice {
             Choice::Decode(BLoad::Scalar) => "decode (elements)",
             Choice::Dot => "decode (rows of a transposed B)",
             Choice::Coop(_) => "cooperative matrix",
+            Choice::Quads(_) => "tiled (16-byte quads)",
             Choice::Tiled => "tiled",
         }
     }
@@ -395,8 +400,33 @@ fn choose(
         _ if decode => Choice::Decode(load),
         Some(tiles) => splitk_plan(target, tuning.splitk, true, (m, n, k, batch), a, b)
             .map_or(Choice::Coop(tiles), Choice::SplitK),
-        None => Choice::Tiled,
+        None => quads_choice(target, tuning, input, (m, n, batch), a, b).unwrap_or(Choice::Tiled),
     }
+}
+
+/// The f32 quad kernel where A runs along k and B along n or k in
+/// aligned quads (see `matmul_quads`), the device fits its workgroup, and
+/// the tuning or the built-in rule (a GPU, at least 128 tiles of 128 x
+/// 128) asks for it.
+fn quads_choice(
+    target: &Target,
+    tuning: Tuning,
+    input: DType,
+    (m, n, batch): (usize, usize, usize),
+    a: &BLayout,
+    b: &BLayout,
+) -> Option<Choice> {
+    let quads = |l: &BLayout| b_load(DType::F32, l) == BLoad::Quad32;
+    let b_n_fast = quads(b);
+    let layout = input == DType::F32 && quads(a) && (b_n_fast || quads(&b.along_k(a.n)));
+    let fits = target.max_workgroup_invocations as usize >= matmul_quads::THREADS
+        && target.max_workgroup_size[0] as usize >= matmul_quads::THREADS
+        && target.workgroup_memory_bytes as usize >= matmul_quads::WORKGROUP_BYTES;
+    let tiles = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
+    let wanted = tuning
+        .f32_quads
+        .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && tiles >= 128);
+    (layout && fits && wanted).then_some(Choice::Quads(b_n_fast))
 }
 
 /// The decode kernel's loom source for `target`, `dtype` inputs and B

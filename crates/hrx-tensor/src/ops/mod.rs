@@ -33,6 +33,7 @@ mod matmul_abi;
 mod matmul_coop;
 mod matmul_dot;
 mod matmul_gemv;
+mod matmul_quads;
 mod matmul_splitk;
 mod matmul_tiled;
 mod movement;

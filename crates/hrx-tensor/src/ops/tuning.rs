@@ -23,6 +23,12 @@ pub struct Tuning {
     /// The tile and k splits of every tiled quantised matmul (more rows
     /// of x than the matrix-vector kernel takes), on any device.
     pub quant_tiling: Option<QuantTiling>,
+    /// The f32 quad kernel (16-byte copies, two tile buffers; see
+    /// `matmul_quads`): `Some(true)` wherever its layout applies, on any
+    /// device; `Some(false)` never (the plain tiled kernel instead);
+    /// `None` the built-in choice (GPUs, products of at least 128 tiles
+    /// of 128 x 128).
+    pub f32_quads: Option<bool>,
 }
 
 impl Tuning {
@@ -34,6 +40,7 @@ impl Tuning {
             coop_tiles: coop_tiles.map(str::parse).transpose()?,
             splitk: splitk.map(str::parse).transpose()?,
             quant_tiling: None,
+            f32_quads: None,
         })
     }
 }

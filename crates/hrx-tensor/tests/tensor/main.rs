@@ -18,6 +18,7 @@ mod matmul;
 mod matmul_decode;
 mod matmul_dot;
 mod matmul_f16;
+mod matmul_quads;
 mod matmul_splitk;
 mod movement;
 mod pad;
