@@ -1,8 +1,9 @@
-//! What the driver reports about the tensor-core matmul kernels compiled
-//! for this device (register count, code size, ... under the driver's own
-//! names), through `GpuKernel::statistics`: the cooperative-matrix kernel
-//! of an 8192^3 matmul (B row-major and transposed) and the split-k
-//! decode kernels of m = 4..64, in their built-in shapes.
+//! What the driver reports about the matmul kernels compiled for this
+//! device (register count, code size, ... under the driver's own names),
+//! through `GpuKernel::statistics`: the cooperative-matrix kernel of an
+//! 8192^3 matmul (B row-major and transposed), the split-k decode kernels
+//! of m = 4..64, in their built-in shapes, and the f32 quad kernel (B
+//! row-major and transposed).
 //!
 //! `cargo run --release -p hrx-bench --bin kernel_stats [--ir DIR]`
 //!
@@ -15,7 +16,9 @@
 
 use hrx_loom::{Compiler, Specialization};
 use hrx_runtime::{GpuKernel, Runtime, RuntimeOptions};
-use hrx_tensor::ops::{SplitKOperands, coop_matmul_source, coop_splitk_source};
+use hrx_tensor::ops::{
+    SplitKOperands, coop_matmul_source, coop_splitk_source, quads_matmul_source,
+};
 
 fn main() -> hrx_core::Result<()> {
     let runtime = Runtime::with_options(RuntimeOptions::from_env()?.with_pipeline_statistics())?;
@@ -33,8 +36,14 @@ fn main() -> hrx_core::Result<()> {
             kernels.push((format!("matmul_splitk m={m}"), src, "@matmul_splitk"));
         }
     }
+    for transposed_b in [false, true] {
+        if let Some(src) = quads_matmul_source(&target, transposed_b) {
+            let name = format!("matmul f32 quads transposed_b={transposed_b}");
+            kernels.push((name, src, "@matmul"));
+        }
+    }
     if kernels.is_empty() {
-        println!("no cooperative-matrix kernels on this device");
+        println!("no matmul kernels of these kinds on this device");
         return Ok(());
     }
     let args: Vec<String> = std::env::args().collect();

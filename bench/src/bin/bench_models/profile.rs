@@ -21,8 +21,9 @@ pub fn run(
     seq: usize,
 ) -> Result<(), String> {
     let e = |e: hrx_core::Error| e.to_string();
-    let ops = Ops::new(context.runtime());
-    let mut slot = SlotBuilder::new(context, &ops);
+    // The context's operators, so its tuning applies.
+    let ops: &Ops = context.ops();
+    let mut slot = SlotBuilder::new(context, ops);
     encoder.build_slot(&mut slot, batch, seq).map_err(e)?;
     let dispatches: Vec<_> = slot
         .graph()

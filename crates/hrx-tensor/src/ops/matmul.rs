@@ -236,7 +236,9 @@ impl Ops {
                 };
                 tiles.key(layout, options.activation, out_f16)
             }
-            Choice::Quads(b_n_fast) => matmul_quads::quads_key(b_n_fast, options.activation),
+            Choice::Quads(bk, b_n_fast) => {
+                matmul_quads::quads_key(bk, b_n_fast, options.activation)
+            }
             Choice::Tiled => tiled_key(
                 &target,
                 input,
@@ -350,8 +352,9 @@ enum Choice {
     Dot,
     SplitK(SplitK),
     Coop(CoopTiles),
-    /// The f32 quad kernel; B contiguous along n (else along k).
-    Quads(bool),
+    /// The f32 quad kernel: its k step, and B contiguous along n (else
+    /// along k).
+    Quads(usize, bool),
     Tiled,
 }
 
@@ -365,7 +368,7 @@ impl Choice {
             Choice::Decode(BLoad::Scalar) => "decode (elements)",
             Choice::Dot => "decode (rows of a transposed B)",
             Choice::Coop(_) => "cooperative matrix",
-            Choice::Quads(_) => "tiled (16-byte quads)",
+            Choice::Quads(..) => "tiled (16-byte quads)",
             Choice::Tiled => "tiled",
         }
     }
@@ -419,14 +422,17 @@ fn quads_choice(
     let quads = |l: &BLayout| b_load(DType::F32, l) == BLoad::Quad32;
     let b_n_fast = quads(b);
     let layout = input == DType::F32 && quads(a) && (b_n_fast || quads(&b.along_k(a.n)));
-    let fits = target.max_workgroup_invocations as usize >= matmul_quads::THREADS
-        && target.max_workgroup_size[0] as usize >= matmul_quads::THREADS
-        && target.workgroup_memory_bytes as usize >= matmul_quads::WORKGROUP_BYTES;
+    let threads = target.max_workgroup_invocations as usize >= matmul_quads::THREADS
+        && target.max_workgroup_size[0] as usize >= matmul_quads::THREADS;
+    let depth = matmul_quads::DEPTHS
+        .into_iter()
+        .find(|&bk| matmul_quads::workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)
+        .filter(|_| threads)?;
     let tiles = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
     let wanted = tuning
         .f32_quads
         .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && tiles >= 128);
-    (layout && fits && wanted).then_some(Choice::Quads(b_n_fast))
+    (layout && wanted).then_some(Choice::Quads(depth, b_n_fast))
 }
 
 /// The decode kernel's loom source for `target`, `dtype` inputs and B

@@ -10,8 +10,8 @@
 //! This one is built for a GPU's load/store path:
 //!
 //! - **16-byte copies.** A workgroup's 128 x 128 tile of C takes k steps
-//!   of [`BK`]; each work item copies one 16-byte quad of A and one of B
-//!   per step, stored as quads into workgroup memory in their own layout
+//!   of 16 (8 where workgroup memory is short); each work item copies
+//!   two 16-byte quads of A and two of B per 16 deep step, stored as quads into workgroup memory in their own layout
 //!   (A's rows along k, B's along n or along k), so the copies need no
 //!   transposition.
 //! - **Quad reads of the tiles.** Work item (tx, ty) of 16 x 16 owns rows
@@ -42,31 +42,54 @@ use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 /// Rows and columns of C per workgroup.
 const BM: usize = 128;
 const BN: usize = 128;
-/// The k step.
-pub(crate) const BK: usize = 8;
 /// Work items per workgroup: 16 x 16, each 8 x 8 outputs.
 pub(crate) const THREADS: usize = 256;
-/// Row length of the k-running tiles (A, and B along k), padded.
-const PK: usize = BK + 4;
-/// Quads of each tile a work item copies per step.
-const COPIES: usize = BM * BK / 4 / THREADS;
-/// Workgroup memory: two buffers of each tile (B's the larger layout).
-pub(crate) const WORKGROUP_BYTES: usize =
-    4 * 2 * (BM * PK + if BK * BN > BN * PK { BK * BN } else { BN * PK });
+/// The k steps the kernel is built for, deepest first: 16 where the
+/// device's workgroup memory holds its tiles (half the barriers), else 8.
+pub(crate) const DEPTHS: [usize; 2] = [16, 8];
+
+/// Row length of the k-running tiles (A, and B along k) for k steps of
+/// `bk`, padded by 4 so a quad read's 8 work items hit distinct banks.
+const fn padded(bk: usize) -> usize {
+    bk + 4
+}
+
+/// Workgroup memory for k steps of `bk`: two buffers of each tile (B's
+/// in the larger of its layouts).
+pub(crate) const fn workgroup_bytes(bk: usize) -> usize {
+    let b = if bk * BN > BN * padded(bk) {
+        bk * BN
+    } else {
+        BN * padded(bk)
+    };
+    4 * 2 * (BM * padded(bk) + b)
+}
 
 const F32: Scalar = Scalar::F32;
 
-/// The kernel for B contiguous along n (`b_n_fast`) or along k, with
-/// `act` after the bias.
-pub(crate) fn quads_key(b_n_fast: bool, act: Option<UnaryOp>) -> KernelKey {
+/// The kernel for k steps of `bk` (one of [`DEPTHS`]), B contiguous
+/// along n (`b_n_fast`) or along k, with `act` after the bias.
+pub(crate) fn quads_key(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> KernelKey {
     KernelKey {
         source: KernelSource::Built(Generator::new(
-            format!("matmul quads b_n_fast {b_n_fast} {act:?}"),
-            move || quads_kernel(b_n_fast, act),
+            format!("matmul quads bk {bk} b_n_fast {b_n_fast} {act:?}"),
+            move || quads_kernel(bk, b_n_fast, act),
         )),
         symbol: "matmul",
         config: Vec::new(),
     }
+}
+
+/// The quad kernel's loom source at the deepest k step `target`'s
+/// workgroup memory holds, B contiguous along n or (`transposed_b`) along
+/// k (for offline compilation and the driver's statistics); `None` where
+/// no depth fits.
+#[cfg(feature = "kernel-sources")]
+pub fn quads_matmul_source(target: &hrx_core::Target, transposed_b: bool) -> Option<String> {
+    let bk = DEPTHS
+        .into_iter()
+        .find(|&bk| workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)?;
+    Some(quads_key(bk, !transposed_b, None).source())
 }
 
 /// A quad index `q` as an element index (`4 q`: provably a multiple of 4).
@@ -96,7 +119,9 @@ fn quad_or_zeros(
     )[0]
 }
 
-fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
+fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
+    assert!(DEPTHS.contains(&bk), "k steps of {bk}");
+    let (pk, copies) = (padded(bk), BM * bk / 4 / THREADS);
     let n64 = |v: usize| v as u64;
     let mut k = KernelBuilder::new("matmul");
     let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
@@ -144,13 +169,13 @@ fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         let memory = k.alloca_workgroup(bytes, 16);
         k.buffer_view(memory, zero, [Extent::from(rows), Extent::from(cols)], F32)
     };
-    let ta = tile(&mut k, 2 * BM, PK);
+    let ta = tile(&mut k, 2 * BM, pk);
     let tb = match b_n_fast {
-        true => tile(&mut k, 2 * BK, BN),
-        false => tile(&mut k, 2 * BN, PK),
+        true => tile(&mut k, 2 * bk, BN),
+        false => tile(&mut k, 2 * BN, pk),
     };
     let [c0, c1, c2, c4, c16, cbk, cbm, cbn] =
-        [0, 1, 2, 4, 16, BK, BM, BN].map(|v| k.index(n64(v)));
+        [0, 1, 2, 4, 16, bk, BM, BN].map(|v| k.index(n64(v)));
     let tid = k.workitem_id(Axis::X);
     let tx = k.rem(tid, c16);
     let ty = k.div(tid, c16);
@@ -170,18 +195,18 @@ fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
     let steps = k.div(kp, cbk);
 
     // Copy slot s of work item tid: the quads of a k-running tile (A, or
-    // B along k) are (row e / (BK / 4), k quad e % (BK / 4)) of e = tid +
+    // B along k) are (row e / (bk / 4), k quad e % (bk / 4)) of e = tid +
     // 256 s.
-    let slots: Vec<(Value<Index>, Value<Index>)> = (0..COPIES)
+    let slots: Vec<(Value<Index>, Value<Index>)> = (0..copies)
         .map(|s| {
             let off = k.index(n64(s * THREADS));
             let e = k.add(tid, off);
-            let per_row = k.index(n64(BK / 4));
+            let per_row = k.index(n64(bk / 4));
             (k.div(e, per_row), k.rem(e, per_row))
         })
         .collect();
     // B along n: (k row e / 32, column quad e % 32).
-    let n_slots: Vec<(Value<Index>, Value<Index>)> = (0..COPIES)
+    let n_slots: Vec<(Value<Index>, Value<Index>)> = (0..copies)
         .map(|s| {
             let off = k.index(n64(s * THREADS));
             let e = k.add(tid, off);
@@ -194,7 +219,7 @@ fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
     let fetch = |b: &mut Builder, t: Value<Index>| -> Vec<Value<Num>> {
         let k0 = b.mul(t, cbk);
         let k0_q = b.div(k0, c4);
-        let mut loaded = Vec::with_capacity(2 * COPIES);
+        let mut loaded = Vec::with_capacity(2 * copies);
         for &(r, kq) in &slots {
             let gr = b.add(row0, r);
             let gk_q = b.add(k0_q, kq);
@@ -238,21 +263,21 @@ fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
     // Store fetched quads into tile buffer `buf`.
     let stash = |b: &mut Builder, buf: Value<Index>, loaded: &[Value<Num>]| {
         let a_rows = b.mul(buf, cbm);
-        for (&(r, kq), &v) in slots.iter().zip(&loaded[..COPIES]) {
+        for (&(r, kq), &v) in slots.iter().zip(&loaded[..copies]) {
             let row = b.add(a_rows, r);
             let col = b.mul(kq, c4);
             b.vector_store(v, ta, &[row, col]);
         }
         if b_n_fast {
             let b_rows = b.mul(buf, cbk);
-            for (&(kr, cq), &v) in n_slots.iter().zip(&loaded[COPIES..]) {
+            for (&(kr, cq), &v) in n_slots.iter().zip(&loaded[copies..]) {
                 let row = b.add(b_rows, kr);
                 let col = b.mul(cq, c4);
                 b.vector_store(v, tb, &[row, col]);
             }
         } else {
             let b_rows = b.mul(buf, cbn);
-            for (&(cn, kq), &v) in slots.iter().zip(&loaded[COPIES..]) {
+            for (&(cn, kq), &v) in slots.iter().zip(&loaded[copies..]) {
                 let row = b.add(b_rows, cn);
                 let col = b.mul(kq, c4);
                 b.vector_store(v, tb, &[row, col]);
@@ -297,7 +322,7 @@ fn quads_kernel(b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         let loaded = fetch(b, next);
         let buf = b.rem(t, c2);
         let mut acc = acc.to_vec();
-        for slice in 0..BK / 4 {
+        for slice in 0..bk / 4 {
             let kq = b.index(n64(4 * slice));
             // bvals[kk][j]: B at k = 4 slice + kk, column j.
             let mut bvals = vec![vec![zf; 8]; 4];
@@ -379,13 +404,16 @@ mod tests {
     fn both_layouts_compile() {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = Compiler::for_target(None, &target).unwrap();
-            for b_n_fast in [true, false] {
-                let key = quads_key(b_n_fast, Some(UnaryOp::Gelu));
+            for (b_n_fast, bk) in [(true, 16), (false, 16), (true, 8), (false, 8)] {
+                if workgroup_bytes(bk) > target.workgroup_memory_bytes as usize {
+                    continue;
+                }
+                let key = quads_key(bk, b_n_fast, Some(UnaryOp::Gelu));
                 let source = key.source();
                 compiler
                     .module(&source)
                     .and_then(|m| m.compile_uncached(&Specialization::new("@matmul")))
-                    .unwrap_or_else(|e| panic!("{} {b_n_fast}: {e}", target.name));
+                    .unwrap_or_else(|e| panic!("{} {b_n_fast} {bk}: {e}", target.name));
             }
         }
     }

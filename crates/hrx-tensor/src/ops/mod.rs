@@ -73,6 +73,8 @@ pub use matmul_coop::coop_matmul_source;
 #[cfg(feature = "kernel-sources")]
 pub use matmul_dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
+pub use matmul_quads::quads_matmul_source;
+#[cfg(feature = "kernel-sources")]
 pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
 pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
 pub use quant_fused::{KvStore, QuantFusion, RowNorm};
