@@ -33,8 +33,8 @@
 //!   are; never text assembled by code. Grid sizes go through
 //!   `Specialization` config values. Tile and workgroup sizes come from
 //!   the `Target` (workgroup invocation and count limits), not constants.
-//!   Tuning runs (and tests) force tensor-core and quantised-matmul shapes
-//!   with [`Ops::with_tuning`].
+//!   Tuning runs (and tests) force tensor-core and quantised-matmul shapes,
+//!   and the f32 quad matmul kernel on or off, with [`Ops::with_tuning`].
 //! - **Record or run.** Each operator has a `record_*` form writing a
 //!   caller's output tensor inside a caller's [`Graph`](hrx_runtime::Graph)
 //!   (submit it after the inputs' producers), and an eager form that
