@@ -212,6 +212,28 @@ async fn the_openai_client_gets_the_reference_tokens() {
     assert!(server.wait_exit(Duration::from_secs(60)).success());
 }
 
+/// `hrx generate --model SmolLM2 FLAGS` with `input` on stdin (validation
+/// layers on), run to its end.
+fn generate(flags: &[&str], input: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["generate", "--model"])
+        .arg(smollm2_gguf())
+        .args(flags)
+        .env("HRX_VALIDATION", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn hrx_generate_writes_the_reference_tokens_in_input_order() {
     let _alone = crate::serve::HEAVY.blocking_lock();
@@ -226,31 +248,19 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
         };
         input.push_str(&format!("{line}\n"));
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
-        .args(["generate", "--model"])
-        .arg(smollm2_gguf())
-        .args([
-            "--max-new",
-            &NEW.to_string(),
-            "--slots",
-            "2",
-            "--context",
-            "128",
-        ])
-        .args(["--prefill-rows", "64", "--ignore-eos"])
-        .env("HRX_VALIDATION", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let new = NEW.to_string();
+    let flags = [
+        "--max-new",
+        &new,
+        "--slots",
+        "2",
+        "--context",
+        "128",
+        "--prefill-rows",
+        "64",
+        "--ignore-eos",
+    ];
+    let output = generate(&flags, &input);
     assert!(
         output.status.success(),
         "{}",
@@ -278,32 +288,19 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
     // f16 caches: the counting prompt's margins (1.9 and more) leave no
     // room for the caches' rounding to change a token.
     let p = prompt(&reference, "counting");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
-        .args(["generate", "--model"])
-        .arg(smollm2_gguf())
-        .args([
-            "--max-new",
-            &NEW.to_string(),
-            "--slots",
-            "1",
-            "--context",
-            "64",
-        ])
-        .args(["--kv-cache", "f16", "--ignore-eos"])
-        .env("HRX_VALIDATION", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = json!({"prompt": p.text});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{line}\n").as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let line = format!("{}\n", json!({"prompt": p.text}));
+    let flags = [
+        "--max-new",
+        &new,
+        "--slots",
+        "1",
+        "--context",
+        "64",
+        "--kv-cache",
+        "f16",
+        "--ignore-eos",
+    ];
+    let output = generate(&flags, &line);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let line: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -311,21 +308,7 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
     assert!(stderr.contains("f16 caches"), "{stderr}");
 
     // A malformed line is an error naming it; nothing runs.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
-        .args(["generate", "--model"])
-        .arg(smollm2_gguf())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"{\"prompt\": \"a\"}\n{\"prompt\": 3}\n")
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = generate(&[], "{\"prompt\": \"a\"}\n{\"prompt\": 3}\n");
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("stdin:2"));
     assert!(output.stdout.is_empty());

@@ -124,7 +124,9 @@ impl Ops {
     /// without cooperative matrices) run on a
     /// decode kernel that streams B with 16-byte loads where its layout
     /// allows; otherwise f16 runs on cooperative matrices where the target
-    /// reports a 16x16x16 f16 -> f32 shape, else on the tiled kernel.
+    /// reports a 16x16x16 f16 -> f32 shape, f32 on a GPU on the quad kernel
+    /// where the operands lie in aligned 16-byte quads and the product
+    /// makes at least 128 tiles of 128 x 128, else on the tiled kernel.
     pub fn record_matmul(
         &self,
         graph: &mut Graph,
@@ -273,7 +275,7 @@ impl Ops {
     /// device: `"decode (16-byte loads)"`, `"decode (4-byte words)"`,
     /// `"decode (elements)"`, `"decode (rows of a transposed B)"`,
     /// `"cooperative matrix (split k)"`,
-    /// `"cooperative matrix"` or `"tiled"`.
+    /// `"cooperative matrix"`, `"tiled (16-byte quads)"` or `"tiled"`.
     pub fn matmul_kernel(
         &self,
         a: &DeviceTensor,

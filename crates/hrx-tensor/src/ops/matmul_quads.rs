@@ -119,6 +119,63 @@ fn quad_or_zeros(
     )[0]
 }
 
+/// A work item's `copies` copy slots of a tile whose rows hold `per_row`
+/// quads: (row, quad within the row) of quad `tid + 256 s`.
+fn copy_slots(
+    k: &mut Builder,
+    tid: Value<Index>,
+    copies: usize,
+    per_row: usize,
+) -> Vec<(Value<Index>, Value<Index>)> {
+    let per_row = k.index(per_row as u64);
+    (0..copies)
+        .map(|s| {
+            let off = k.index((s * THREADS) as u64);
+            let e = k.add(tid, off);
+            (k.div(e, per_row), k.rem(e, per_row))
+        })
+        .collect()
+}
+
+/// An operand contiguous along k (A, or B along k), its leading axis
+/// (A's rows, B's columns) `stride_q` quads apart from `base_q`; the
+/// tile's leads start at `first`, and `count` exist.
+struct Running {
+    view: Value<View>,
+    base_q: Value<Index>,
+    stride_q: Value<Index>,
+    first: Value<Index>,
+    count: Value<Index>,
+}
+
+impl Running {
+    /// The quads of `slots` (lead within the tile, k quad within the
+    /// step) for the step starting at quad `k0_q` of `k` elements; zeros
+    /// past either end.
+    fn fetch(
+        &self,
+        b: &mut Builder,
+        slots: &[(Value<Index>, Value<Index>)],
+        k0_q: Value<Index>,
+        k: Value<Index>,
+    ) -> Vec<Value<Num>> {
+        slots
+            .iter()
+            .map(|&(lead, kq)| {
+                let g = b.add(self.first, lead);
+                let gk_q = b.add(k0_q, kq);
+                let gk = elements(b, gk_q);
+                let inside_lead = b.cmp(IntPredicate::Ult, g, self.count);
+                let inside_k = b.cmp(IntPredicate::Ult, gk, k);
+                let inside = b.and(inside_lead, inside_k);
+                let at = b.madd(g, self.stride_q, self.base_q);
+                let q = b.add(at, gk_q);
+                quad_or_zeros(b, self.view, q, inside)
+            })
+            .collect()
+    }
+}
+
 fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
     assert!(DEPTHS.contains(&bk), "k steps of {bk}");
     let (pk, copies) = (padded(bk), BM * bk / 4 / THREADS);
@@ -194,43 +251,31 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
     let kp = k.sub(kp, c1);
     let steps = k.div(kp, cbk);
 
-    // Copy slot s of work item tid: the quads of a k-running tile (A, or
-    // B along k) are (row e / (bk / 4), k quad e % (bk / 4)) of e = tid +
-    // 256 s.
-    let slots: Vec<(Value<Index>, Value<Index>)> = (0..copies)
-        .map(|s| {
-            let off = k.index(n64(s * THREADS));
-            let e = k.add(tid, off);
-            let per_row = k.index(n64(bk / 4));
-            (k.div(e, per_row), k.rem(e, per_row))
-        })
-        .collect();
-    // B along n: (k row e / 32, column quad e % 32).
-    let n_slots: Vec<(Value<Index>, Value<Index>)> = (0..copies)
-        .map(|s| {
-            let off = k.index(n64(s * THREADS));
-            let e = k.add(tid, off);
-            let per_row = k.index(n64(BN / 4));
-            (k.div(e, per_row), k.rem(e, per_row))
-        })
-        .collect();
+    // A work item's copy slots: the quads of a k-running tile (A, or B
+    // along k) are (row, k quad) = (e / (bk / 4), e % (bk / 4)) of e = tid
+    // + 256 s; B's along n (k row, column quad) = (e / 32, e % 32).
+    let slots = copy_slots(&mut k, tid, copies, bk / 4);
+    let n_slots = copy_slots(&mut k, tid, copies, BN / 4);
+    let a_rows = Running {
+        view: av,
+        base_q: base_a,
+        stride_q: sam_q,
+        first: row0,
+        count: m,
+    };
+    let b_cols = Running {
+        view: bv,
+        base_q: base_b,
+        stride_q: sbn_q,
+        first: col0,
+        count: n,
+    };
 
     // The quads of step t, loaded into registers: A's, then B's.
     let fetch = |b: &mut Builder, t: Value<Index>| -> Vec<Value<Num>> {
         let k0 = b.mul(t, cbk);
         let k0_q = b.div(k0, c4);
-        let mut loaded = Vec::with_capacity(2 * copies);
-        for &(r, kq) in &slots {
-            let gr = b.add(row0, r);
-            let gk_q = b.add(k0_q, kq);
-            let gk = b.mul(gk_q, c4);
-            let okr = b.cmp(IntPredicate::Ult, gr, m);
-            let okk = b.cmp(IntPredicate::Ult, gk, kk);
-            let ok = b.and(okr, okk);
-            let row = b.madd(gr, sam_q, base_a);
-            let q = b.add(row, gk_q);
-            loaded.push(quad_or_zeros(b, av, q, ok));
-        }
+        let mut loaded = a_rows.fetch(b, &slots, k0_q, kk);
         if b_n_fast {
             for &(kr, cq) in &n_slots {
                 let gk = b.add(k0, kr);
@@ -246,42 +291,26 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
                 loaded.push(quad_or_zeros(b, bv, q, ok));
             }
         } else {
-            for &(col, kq) in &slots {
-                let gc = b.add(col0, col);
-                let gk_q = b.add(k0_q, kq);
-                let gk = b.mul(gk_q, c4);
-                let okc = b.cmp(IntPredicate::Ult, gc, n);
-                let okk = b.cmp(IntPredicate::Ult, gk, kk);
-                let ok = b.and(okc, okk);
-                let row = b.madd(gc, sbn_q, base_b);
-                let q = b.add(row, gk_q);
-                loaded.push(quad_or_zeros(b, bv, q, ok));
-            }
+            loaded.extend(b_cols.fetch(b, &slots, k0_q, kk));
         }
         loaded
     };
-    // Store fetched quads into tile buffer `buf`.
+    // Store fetched quads into tile buffer `buf`: rows of `rows` per
+    // buffer, each slot's quad at (row, column quad).
+    let put =
+        |b: &mut Builder, tile: Value<View>, rows: Value<Index>, buf, slots: &[_], quads: &[_]| {
+            let first = b.mul(buf, rows);
+            for (&(r, q), &v) in slots.iter().zip(quads) {
+                let row = b.add(first, r);
+                let col = b.mul(q, c4);
+                b.vector_store(v, tile, &[row, col]);
+            }
+        };
     let stash = |b: &mut Builder, buf: Value<Index>, loaded: &[Value<Num>]| {
-        let a_rows = b.mul(buf, cbm);
-        for (&(r, kq), &v) in slots.iter().zip(&loaded[..copies]) {
-            let row = b.add(a_rows, r);
-            let col = b.mul(kq, c4);
-            b.vector_store(v, ta, &[row, col]);
-        }
-        if b_n_fast {
-            let b_rows = b.mul(buf, cbk);
-            for (&(kr, cq), &v) in n_slots.iter().zip(&loaded[copies..]) {
-                let row = b.add(b_rows, kr);
-                let col = b.mul(cq, c4);
-                b.vector_store(v, tb, &[row, col]);
-            }
-        } else {
-            let b_rows = b.mul(buf, cbn);
-            for (&(cn, kq), &v) in slots.iter().zip(&loaded[copies..]) {
-                let row = b.add(b_rows, cn);
-                let col = b.mul(kq, c4);
-                b.vector_store(v, tb, &[row, col]);
-            }
+        put(b, ta, cbm, buf, &slots, &loaded[..copies]);
+        match b_n_fast {
+            true => put(b, tb, cbk, buf, &n_slots, &loaded[copies..]),
+            false => put(b, tb, cbn, buf, &slots, &loaded[copies..]),
         }
     };
 
