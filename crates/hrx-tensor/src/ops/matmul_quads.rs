@@ -11,12 +11,13 @@
 //!
 //! - **16-byte copies.** A workgroup's 128 x 128 tile of C takes k steps
 //!   of 16 (8 where workgroup memory is short); each work item copies
-//!   two 16-byte quads of A and two of B per 16 deep step, stored as quads into workgroup memory in their own layout
-//!   (A's rows along k, B's along n or along k), so the copies need no
-//!   transposition.
+//!   two 16-byte quads of A and two of B per 16-deep step (one of each
+//!   per 8-deep step), stored as quads into workgroup memory in their
+//!   operand's own layout (A's rows along k, B's along n or along k), so
+//!   the copies need no transposition.
 //! - **Quad reads of the tiles.** Work item (tx, ty) of 16 x 16 owns rows
 //!   `ty + 16 i` and, for B along n, columns `4 tx + {0..3}` and `64 + 4
-//!   tx + {0..3}` (along k: `tx + 16 j`), 8 x 8 outputs. For each 4 deep
+//!   tx + {0..3}` (along k: `tx + 16 j`), 8 x 8 outputs. For each 4-deep
 //!   slice of k it reads 8 quads of A (one per row: 4 k values) and 8 of B,
 //!   16 reads for 256 multiply-adds, against 128 single reads in the plain
 //!   kernel. Rows of the tiles are padded by 4 elements, so the 8 work
@@ -135,6 +136,22 @@ fn copy_slots(
             (k.div(e, per_row), k.rem(e, per_row))
         })
         .collect()
+}
+
+/// Store `quads` at their `slots` (row, quad within the row) of buffer
+/// `buf` of `tile`, whose buffers are `rows` rows each.
+fn put(
+    b: &mut Builder,
+    (tile, rows, buf): (Value<View>, Value<Index>, Value<Index>),
+    slots: &[(Value<Index>, Value<Index>)],
+    quads: &[Value<Num>],
+) {
+    let first = b.mul(buf, rows);
+    for (&(r, q), &v) in slots.iter().zip(quads) {
+        let row = b.add(first, r);
+        let col = elements(b, q);
+        b.vector_store(v, tile, &[row, col]);
+    }
 }
 
 /// An operand contiguous along k (A, or B along k), its leading axis
@@ -295,22 +312,12 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         }
         loaded
     };
-    // Store fetched quads into tile buffer `buf`: rows of `rows` per
-    // buffer, each slot's quad at (row, column quad).
-    let put =
-        |b: &mut Builder, tile: Value<View>, rows: Value<Index>, buf, slots: &[_], quads: &[_]| {
-            let first = b.mul(buf, rows);
-            for (&(r, q), &v) in slots.iter().zip(quads) {
-                let row = b.add(first, r);
-                let col = b.mul(q, c4);
-                b.vector_store(v, tile, &[row, col]);
-            }
-        };
+    // Store fetched quads into tile buffer `buf`.
     let stash = |b: &mut Builder, buf: Value<Index>, loaded: &[Value<Num>]| {
-        put(b, ta, cbm, buf, &slots, &loaded[..copies]);
+        put(b, (ta, cbm, buf), &slots, &loaded[..copies]);
         match b_n_fast {
-            true => put(b, tb, cbk, buf, &n_slots, &loaded[copies..]),
-            false => put(b, tb, cbn, buf, &slots, &loaded[copies..]),
+            true => put(b, (tb, cbk, buf), &n_slots, &loaded[copies..]),
+            false => put(b, (tb, cbn, buf), &slots, &loaded[copies..]),
         }
     };
 
