@@ -9,6 +9,7 @@
 //! stores them into the key cache, or stores a value pair into the value
 //! cache, besides writing both columns to the product's output. A row
 //! whose slot or position is outside the caches stores nothing into them.
+//! f16 caches take each value rounded to nearest (the output stays f32).
 
 use super::token_kernels::{narrow, turned};
 use hrx_loom::build::{Body, Builder, Index, Num, Value, View};
