@@ -457,3 +457,63 @@ pub fn decode_matmul_source(
     };
     gemv_key(target, dtype, b_load(dtype, &b), 8, activation).source()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row-major `[k, n]` (or, `along_k`, `[n, k]`) operand at offset 0.
+    fn layout(rows: usize, cols: usize) -> BLayout {
+        BLayout {
+            k_stride: cols,
+            n_stride: 1,
+            batch_stride: rows * cols,
+            offset: 0,
+            binding_offset: 0,
+            n: cols,
+        }
+    }
+
+    /// The built-in rule: the quad kernel for an encoder-sized f32 product
+    /// on a GPU (k steps of 16 in 48 KiB), not for one of few tiles, not
+    /// for f16, not on a CPU device unless forced (then k steps of 8 in
+    /// lavapipe's 32 KiB), and never with an A that is not in quads.
+    #[test]
+    fn the_quad_kernel_is_chosen_where_the_rule_says() {
+        let (hopper, lavapipe) = (Target::hopper(), Target::lavapipe());
+        let none = Tuning::default();
+        let forced = Tuning {
+            f32_quads: Some(true),
+            ..Tuning::default()
+        };
+        let (m, k, n) = (131_072, 384, 1152);
+        let (a, b) = (layout(m, k), layout(k, n));
+        let choice = |t: &Target, tuning, dtype, (m, n), a: &BLayout, b: &BLayout| {
+            quads_choice(t, tuning, dtype, (m, n, 1), a, b).map(|c| c.name())
+        };
+        let quads = Some("tiled (16-byte quads)");
+        assert!(matches!(
+            quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &b),
+            Some(Choice::Quads(16, true))
+        ));
+        // B along k (a linear layer's [out, in] weight used transposed).
+        let bt = layout(n, k).along_k(k);
+        assert!(matches!(
+            quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &bt),
+            Some(Choice::Quads(16, false))
+        ));
+        assert_eq!(choice(&hopper, none, DType::F32, (256, 256), &a, &b), None);
+        assert_eq!(choice(&hopper, none, DType::F16, (m, n), &a, &b), None);
+        assert_eq!(choice(&lavapipe, none, DType::F32, (m, n), &a, &b), None);
+        assert!(matches!(
+            quads_choice(&lavapipe, forced, DType::F32, (m, n, 1), &a, &b),
+            Some(Choice::Quads(8, true))
+        ));
+        let odd = BLayout {
+            offset: 2,
+            ..layout(m, k)
+        };
+        assert_eq!(choice(&hopper, forced, DType::F32, (m, n), &odd, &b), None);
+        assert_eq!(choice(&hopper, none, DType::F32, (m, n), &a, &b), quads);
+    }
+}
