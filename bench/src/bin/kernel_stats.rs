@@ -36,10 +36,12 @@ fn main() -> hrx_core::Result<()> {
             kernels.push((format!("matmul_splitk m={m}"), src, "@matmul_splitk"));
         }
     }
-    for transposed_b in [false, true] {
-        if let Some(src) = quads_matmul_source(&target, transposed_b) {
-            let name = format!("matmul f32 quads transposed_b={transposed_b}");
-            kernels.push((name, src, "@matmul"));
+    for depth in [16, 8] {
+        for transposed_b in [false, true] {
+            if let Some(src) = quads_matmul_source(&target, transposed_b, Some(depth)) {
+                let name = format!("matmul f32 quads bk={depth} transposed_b={transposed_b}");
+                kernels.push((name, src, "@matmul"));
+            }
         }
     }
     if kernels.is_empty() {

@@ -58,7 +58,7 @@ struct Settings {
     batch: usize,
     measure: Duration,
     attention: AttentionPath,
-    f32_quads: Option<bool>,
+    f32_quads: Option<String>,
     precision: Option<Precision>,
 }
 
@@ -87,12 +87,7 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
             Some(other) => return Err(format!("--attention {other}: fused or by-head")),
         },
         measure: Duration::from_millis(ms as u64),
-        f32_quads: match value("--f32-quads").as_deref() {
-            None => None,
-            Some("on") => Some(true),
-            Some("off") => Some(false),
-            Some(other) => return Err(format!("--f32-quads {other}: on or off")),
-        },
+        f32_quads: value("--f32-quads"),
         precision: match value("--precision").as_deref() {
             None => None,
             Some("f32") => Some(Precision::F32),
@@ -274,10 +269,13 @@ fn main() -> std::result::Result<(), String> {
         .target()
         .clone();
     let s = settings(target.kind == DeviceKind::Cpu)?;
-    let context = context.with_tuning(Tuning {
-        f32_quads: s.f32_quads,
-        ..Tuning::default()
-    });
+    let tuning = match &s.f32_quads {
+        Some(text) => Tuning::default()
+            .with_f32_quads(text)
+            .map_err(|e| e.to_string())?,
+        None => Tuning::default(),
+    };
+    let context = context.with_tuning(tuning);
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--profile") {
         let number = |i: usize| {

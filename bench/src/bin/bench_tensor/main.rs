@@ -72,15 +72,9 @@ impl Config {
             var("HRX_SPLITK").as_deref(),
         )
         .map_err(|e| e.to_string())?;
-        let f32_quads = match var("HRX_F32_QUADS").as_deref() {
-            None => None,
-            Some("on") => Some(true),
-            Some("off") => Some(false),
-            Some(other) => return Err(format!("HRX_F32_QUADS={other}: on or off")),
-        };
-        let tuning = Tuning {
-            f32_quads,
-            ..tuning
+        let tuning = match var("HRX_F32_QUADS") {
+            Some(text) => tuning.with_f32_quads(&text).map_err(|e| e.to_string())?,
+            None => tuning,
         };
         Ok(Config {
             small,

@@ -7,7 +7,7 @@ use super::{
     matmul_coop::{CoopLayout, CoopTiles},
     matmul_dot::{dot_applies, dot_key, dot_max_rows},
     matmul_gemv::{BLayout, BLoad, b_load, gemv_key, gemv_max_rows},
-    matmul_quads,
+    matmul_quads::{self, QuadShape},
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
     matmul_tiled::tiled_key,
     operand::{Operand, check_inputs, check_output, operand},
@@ -238,9 +238,7 @@ impl Ops {
                 };
                 tiles.key(layout, options.activation, out_f16)
             }
-            Choice::Quads(bk, b_n_fast) => {
-                matmul_quads::quads_key(bk, b_n_fast, options.activation)
-            }
+            Choice::Quads(shape) => matmul_quads::quads_key(shape, options.activation),
             Choice::Tiled => tiled_key(
                 &target,
                 input,
@@ -354,9 +352,8 @@ enum Choice {
     Dot,
     SplitK(SplitK),
     Coop(CoopTiles),
-    /// The f32 quad kernel: its k step, and B contiguous along n (else
-    /// along k).
-    Quads(usize, bool),
+    /// The f32 quad kernel: its k step and B's layout.
+    Quads(matmul_quads::QuadShape),
     Tiled,
 }
 
@@ -424,17 +421,12 @@ fn quads_choice(
     let quads = |l: &BLayout| b_load(DType::F32, l) == BLoad::Quad32;
     let b_n_fast = quads(b);
     let layout = input == DType::F32 && quads(a) && (b_n_fast || quads(&b.along_k(a.n)));
-    let threads = target.max_workgroup_invocations as usize >= matmul_quads::THREADS
-        && target.max_workgroup_size[0] as usize >= matmul_quads::THREADS;
-    let depth = matmul_quads::DEPTHS
-        .into_iter()
-        .find(|&bk| matmul_quads::workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)
-        .filter(|_| threads)?;
-    let tiles = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
+    let bk = QuadShape::depth(target, tuning.f32_quad_depth)?;
+    let count = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
     let wanted = tuning
         .f32_quads
-        .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && tiles >= 128);
-    (layout && wanted).then_some(Choice::Quads(depth, b_n_fast))
+        .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && count >= 128);
+    (layout && wanted).then_some(Choice::Quads(QuadShape { bk, b_n_fast }))
 }
 
 /// The decode kernel's loom source for `target`, `dtype` inputs and B
@@ -494,26 +486,51 @@ mod tests {
         let quads = Some("tiled (16-byte quads)");
         assert!(matches!(
             quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &b),
-            Some(Choice::Quads(16, true))
+            Some(Choice::Quads(QuadShape {
+                bk: 16,
+                b_n_fast: true,
+                ..
+            }))
         ));
         // B along k (a linear layer's [out, in] weight used transposed).
         let bt = layout(n, k).along_k(k);
         assert!(matches!(
             quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &bt),
-            Some(Choice::Quads(16, false))
+            Some(Choice::Quads(QuadShape {
+                bk: 16,
+                b_n_fast: false,
+                ..
+            }))
         ));
         assert_eq!(choice(&hopper, none, DType::F32, (256, 256), &a, &b), None);
         assert_eq!(choice(&hopper, none, DType::F16, (m, n), &a, &b), None);
         assert_eq!(choice(&lavapipe, none, DType::F32, (m, n), &a, &b), None);
         assert!(matches!(
             quads_choice(&lavapipe, forced, DType::F32, (m, n, 1), &a, &b),
-            Some(Choice::Quads(8, true))
+            Some(Choice::Quads(QuadShape {
+                bk: 8,
+                b_n_fast: true,
+                ..
+            }))
         ));
         let odd = BLayout {
             offset: 2,
             ..layout(m, k)
         };
         assert_eq!(choice(&hopper, forced, DType::F32, (m, n), &odd, &b), None);
+        // A k step asked for: taken where it fits, else no quad kernel.
+        let depth = |d| Tuning {
+            f32_quad_depth: Some(d),
+            ..forced
+        };
+        assert!(matches!(
+            quads_choice(&hopper, depth(8), DType::F32, (m, n, 1), &a, &b),
+            Some(Choice::Quads(QuadShape { bk: 8, .. }))
+        ));
+        assert_eq!(
+            choice(&lavapipe, depth(16), DType::F32, (m, n), &a, &b),
+            None
+        );
         assert_eq!(choice(&hopper, none, DType::F32, (m, n), &a, &b), quads);
     }
 }

@@ -10,22 +10,28 @@
 //! This one is built for a GPU's load/store path:
 //!
 //! - **16-byte copies.** A workgroup's 128 x 128 tile of C takes k steps
-//!   of 16 (8 where workgroup memory is short); each work item copies
-//!   two 16-byte quads of A and two of B per 16-deep step (one of each
-//!   per 8-deep step), stored as quads into workgroup memory in their
-//!   operand's own layout (A's rows along k, B's along n or along k), so
-//!   the copies need no transposition.
+//!   of 16 (8 where workgroup memory is short, or where a tuning asks);
+//!   each work item copies two 16-byte quads of A and two of B per
+//!   16-deep step (one of each per 8-deep step).
+//! - **k-major tiles.** Both tiles are kept as rows of k: A's quads (and
+//!   B's, where B runs along k) are stored transposed, a lane at a time,
+//!   as they are copied in; B's along n are stored whole. Rows are padded
+//!   by 4 elements, so a transposed store's lanes spread over the banks
+//!   (two-way at most) and every row starts on 16 bytes.
 //! - **Quad reads of the tiles.** Work item (tx, ty) of 16 x 16 owns rows
-//!   `ty + 16 i` and, for B along n, columns `4 tx + {0..3}` and `64 + 4
-//!   tx + {0..3}` (along k: `tx + 16 j`), 8 x 8 outputs. For each 4-deep
-//!   slice of k it reads 8 quads of A (one per row: 4 k values) and 8 of B,
-//!   16 reads for 256 multiply-adds, against 128 single reads in the plain
-//!   kernel. Rows of the tiles are padded by 4 elements, so the 8 work
-//!   items of a quad read's phase hit distinct banks.
+//!   `4 ty + {0..3}` and `64 + 4 ty + {0..3}` and the same columns of tx,
+//!   8 x 8 outputs. For each k it reads 2 quads of A and 2 of B, 4 reads
+//!   for 64 multiply-adds, and holds only those 16 values. Tiles in the
+//!   operands' own layouts (8 quads of each per 4-deep slice of k, 64
+//!   values held) took 186 registers a work item on an H200 against 148
+//!   (254 against 150 with B along k), and 39.4 against 41.9 TFLOP/s on
+//!   8192^3.
 //! - **Loads in flight during the products.** Two tile buffers alternate:
 //!   step t's products read one while the quads of step t + 1, loaded
 //!   before them, wait in registers and are stored into the other after;
-//!   one barrier a step.
+//!   one barrier a step. (A step's k values in a loop instead of
+//!   unrolled took 126 registers, so two workgroups fit an SM, but ran
+//!   32.8 TFLOP/s.)
 //!
 //! Element indices of A and B are formed as 4 x (a quad index), so the
 //! module declares both as arrays of 4-vectors: each copy is one 16-byte
@@ -49,48 +55,69 @@ pub(crate) const THREADS: usize = 256;
 /// device's workgroup memory holds its tiles (half the barriers), else 8.
 pub(crate) const DEPTHS: [usize; 2] = [16, 8];
 
-/// Row length of the k-running tiles (A, and B along k) for k steps of
-/// `bk`, padded by 4 so a quad read's 8 work items hit distinct banks.
-const fn padded(bk: usize) -> usize {
-    bk + 4
-}
+/// Row length of the k-major tiles: padded by 4 elements (see the
+/// module docs).
+const ROW: usize = BM + 4;
 
-/// Workgroup memory for k steps of `bk`: two buffers of each tile (B's
-/// in the larger of its layouts).
+/// Workgroup memory for k steps of `bk`: two buffers of each tile.
 pub(crate) const fn workgroup_bytes(bk: usize) -> usize {
-    let b = if bk * BN > BN * padded(bk) {
-        bk * BN
-    } else {
-        BN * padded(bk)
-    };
-    4 * 2 * (BM * padded(bk) + b)
+    4 * 2 * 2 * bk * ROW
 }
 
 const F32: Scalar = Scalar::F32;
 
-/// The kernel for k steps of `bk` (one of [`DEPTHS`]), B contiguous
-/// along n (`b_n_fast`) or along k, with `act` after the bias.
-pub(crate) fn quads_key(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> KernelKey {
+/// One build of the kernel: k steps of `bk` (one of [`DEPTHS`]), B
+/// contiguous along n (`b_n_fast`) or along k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QuadShape {
+    pub bk: usize,
+    pub b_n_fast: bool,
+}
+
+impl QuadShape {
+    /// The deepest k step (or the one `wanted`) whose tiles `target`'s
+    /// workgroup memory holds, if the device runs workgroups of
+    /// [`THREADS`] at all.
+    pub(crate) fn depth(target: &hrx_core::Target, wanted: Option<usize>) -> Option<usize> {
+        let threads = target.max_workgroup_invocations as usize >= THREADS
+            && target.max_workgroup_size[0] as usize >= THREADS;
+        DEPTHS
+            .into_iter()
+            .filter(|&bk| wanted.is_none_or(|w| w == bk))
+            .find(|&bk| workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)
+            .filter(|_| threads)
+    }
+}
+
+/// The kernel of `shape`, with `act` after the bias.
+pub(crate) fn quads_key(shape: QuadShape, act: Option<UnaryOp>) -> KernelKey {
+    let QuadShape { bk, b_n_fast } = shape;
     KernelKey {
         source: KernelSource::Built(Generator::new(
             format!("matmul quads bk {bk} b_n_fast {b_n_fast} {act:?}"),
-            move || quads_kernel(bk, b_n_fast, act),
+            move || quads_kernel(shape, act),
         )),
         symbol: "matmul",
         config: Vec::new(),
     }
 }
 
-/// The quad kernel's loom source at the deepest k step `target`'s
-/// workgroup memory holds, B contiguous along n or (`transposed_b`) along
-/// k (for offline compilation and the driver's statistics); `None` where
-/// no depth fits.
+/// The quad kernel's loom source at k steps of `depth` or the deepest
+/// `target`'s workgroup memory holds, B contiguous along n or
+/// (`transposed_b`) along k (for offline compilation and the driver's
+/// statistics); `None` where no depth fits.
 #[cfg(feature = "kernel-sources")]
-pub fn quads_matmul_source(target: &hrx_core::Target, transposed_b: bool) -> Option<String> {
-    let bk = DEPTHS
-        .into_iter()
-        .find(|&bk| workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)?;
-    Some(quads_key(bk, !transposed_b, None).source())
+pub fn quads_matmul_source(
+    target: &hrx_core::Target,
+    transposed_b: bool,
+    depth: Option<usize>,
+) -> Option<String> {
+    let bk = QuadShape::depth(target, depth)?;
+    let shape = QuadShape {
+        bk,
+        b_n_fast: !transposed_b,
+    };
+    Some(quads_key(shape, None).source())
 }
 
 /// A quad index `q` as an element index (`4 q`: provably a multiple of 4).
@@ -138,8 +165,8 @@ fn copy_slots(
         .collect()
 }
 
-/// Store `quads` at their `slots` (row, quad within the row) of buffer
-/// `buf` of `tile`, whose buffers are `rows` rows each.
+/// Store `quads` whole at their `slots` (row, quad within the row) of
+/// buffer `buf` of `tile`, whose buffers are `rows` rows each.
 fn put(
     b: &mut Builder,
     (tile, rows, buf): (Value<View>, Value<Index>, Value<Index>),
@@ -151,6 +178,28 @@ fn put(
         let row = b.add(first, r);
         let col = elements(b, q);
         b.vector_store(v, tile, &[row, col]);
+    }
+}
+
+/// Store `quads` of a k-running operand at their `slots` (lead, k quad)
+/// of buffer `buf` of k-major `tile` (`depth` rows a buffer), transposed:
+/// lane `l` of a quad goes to row `4 kq + l` at column `lead`.
+fn put_across(
+    b: &mut Builder,
+    (tile, depth, buf): (Value<View>, Value<Index>, Value<Index>),
+    slots: &[(Value<Index>, Value<Index>)],
+    quads: &[Value<Num>],
+) {
+    let first = b.mul(buf, depth);
+    for (&(lead, kq), &v) in slots.iter().zip(quads) {
+        let k0 = elements(b, kq);
+        let row0 = b.add(first, k0);
+        for l in 0..4 {
+            let at = b.index(l as u64);
+            let row = b.add(row0, at);
+            let x = b.extract(v, at);
+            b.store(x, tile, &[row, lead]);
+        }
     }
 }
 
@@ -193,9 +242,42 @@ impl Running {
     }
 }
 
-fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
+/// Lane `i` of the 4-vector `v`.
+fn lane(b: &mut Builder, v: Value<Num>, i: usize) -> Value<Num> {
+    let at = b.index(i as u64);
+    b.extract(v, at)
+}
+
+/// The products of one k value from row `row` of the tiles: 2 quads of
+/// A's rows and 2 of B's columns, 64 multiply-adds.
+fn products(
+    b: &mut Builder,
+    (ta, tb): (Value<View>, Value<View>),
+    (rows, cols): (&[Value<Index>], &[Value<Index>]),
+    row: Value<Index>,
+    acc: &mut [Value<Num>],
+) {
+    let mut read = |tile: Value<View>, lead: &[Value<Index>]| {
+        let mut values = Vec::with_capacity(8);
+        for half in 0..2 {
+            let v = b.vector_load(tile, &[row, lead[4 * half]], 4);
+            values.extend((0..4).map(|l| lane(b, v, l)));
+        }
+        values
+    };
+    let xs = read(ta, rows);
+    let ys = read(tb, cols);
+    for (i, &x) in xs.iter().enumerate() {
+        for (j, &y) in ys.iter().enumerate() {
+            acc[8 * i + j] = b.fmaf(x, y, acc[8 * i + j]);
+        }
+    }
+}
+
+fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
+    let QuadShape { bk, b_n_fast } = shape;
     assert!(DEPTHS.contains(&bk), "k steps of {bk}");
-    let (pk, copies) = (padded(bk), BM * bk / 4 / THREADS);
+    let copies = BM * bk / 4 / THREADS;
     let n64 = |v: usize| v as u64;
     let mut k = KernelBuilder::new("matmul");
     let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
@@ -243,11 +325,8 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         let memory = k.alloca_workgroup(bytes, 16);
         k.buffer_view(memory, zero, [Extent::from(rows), Extent::from(cols)], F32)
     };
-    let ta = tile(&mut k, 2 * BM, pk);
-    let tb = match b_n_fast {
-        true => tile(&mut k, 2 * bk, BN),
-        false => tile(&mut k, 2 * BN, pk),
-    };
+    let ta = tile(&mut k, 2 * bk, ROW);
+    let tb = tile(&mut k, 2 * bk, ROW);
     let [c0, c1, c2, c4, c16, cbk, cbm, cbn] =
         [0, 1, 2, 4, 16, bk, BM, BN].map(|v| k.index(n64(v)));
     let tid = k.workitem_id(Axis::X);
@@ -312,39 +391,30 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         }
         loaded
     };
-    // Store fetched quads into tile buffer `buf`.
+    // Store fetched quads into tile buffer `buf`: A's (and B's along k)
+    // transposed, B's along n whole.
     let stash = |b: &mut Builder, buf: Value<Index>, loaded: &[Value<Num>]| {
-        put(b, (ta, cbm, buf), &slots, &loaded[..copies]);
+        let (a, rest) = loaded.split_at(copies);
+        put_across(b, (ta, cbk, buf), &slots, a);
         match b_n_fast {
-            true => put(b, (tb, cbk, buf), &n_slots, &loaded[copies..]),
-            false => put(b, (tb, cbn, buf), &slots, &loaded[copies..]),
+            true => put(b, (tb, cbk, buf), &n_slots, rest),
+            false => put_across(b, (tb, cbk, buf), &slots, rest),
         }
     };
 
-    // This work item's rows, and its columns (tile-relative).
-    let rows: Vec<Value<Index>> = (0..8)
-        .map(|i| {
-            let off = k.index(n64(16 * i));
-            k.add(ty, off)
-        })
-        .collect();
-    let tx4 = k.mul(tx, c4);
-    let cols: Vec<Value<Index>> = (0..8)
-        .map(|j| match b_n_fast {
-            true => {
-                let off = k.index(n64(64 * (j / 4) + j % 4));
-                k.add(tx4, off)
-            }
-            false => {
-                let off = k.index(n64(16 * j));
-                k.add(tx, off)
-            }
-        })
-        .collect();
-    let lane = |b: &mut Builder, v: Value<Num>, i: usize| {
-        let at = b.index(n64(i));
-        b.extract(v, at)
+    // This work item's rows and columns (tile-relative): two quads of
+    // each, 64 apart.
+    let owned = |k: &mut Builder, t: Value<Index>| -> Vec<Value<Index>> {
+        let t4 = k.mul(t, c4);
+        (0..8)
+            .map(|i| {
+                let off = k.index(n64(64 * (i / 4) + i % 4));
+                k.add(t4, off)
+            })
+            .collect()
     };
+    let rows = owned(&mut k, ty);
+    let cols = owned(&mut k, tx);
 
     let first = fetch(&mut k, c0);
     stash(&mut k, c0, &first);
@@ -358,43 +428,11 @@ fn quads_kernel(bk: usize, b_n_fast: bool, act: Option<UnaryOp>) -> Built {
         let loaded = fetch(b, next);
         let buf = b.rem(t, c2);
         let mut acc = acc.to_vec();
-        for slice in 0..bk / 4 {
-            let kq = b.index(n64(4 * slice));
-            // bvals[kk][j]: B at k = 4 slice + kk, column j.
-            let mut bvals = vec![vec![zf; 8]; 4];
-            if b_n_fast {
-                let b_rows = b.mul(buf, cbk);
-                for (kk_i, row_b) in bvals.iter_mut().enumerate() {
-                    let kr = b.index(n64(4 * slice + kk_i));
-                    let row = b.add(b_rows, kr);
-                    for half in 0..2 {
-                        let v = b.vector_load(tb, &[row, cols[4 * half]], 4);
-                        for l in 0..4 {
-                            row_b[4 * half + l] = lane(b, v, l);
-                        }
-                    }
-                }
-            } else {
-                let b_rows = b.mul(buf, cbn);
-                for (j, &cj) in cols.iter().enumerate() {
-                    let row = b.add(b_rows, cj);
-                    let v = b.vector_load(tb, &[row, kq], 4);
-                    for (kk_i, row_b) in bvals.iter_mut().enumerate() {
-                        row_b[j] = lane(b, v, kk_i);
-                    }
-                }
-            }
-            let a_rows = b.mul(buf, cbm);
-            for (i, &ri) in rows.iter().enumerate() {
-                let row = b.add(a_rows, ri);
-                let v = b.vector_load(ta, &[row, kq], 4);
-                for (kk_i, row_b) in bvals.iter().enumerate() {
-                    let x = lane(b, v, kk_i);
-                    for (j, &y) in row_b.iter().enumerate() {
-                        acc[8 * i + j] = b.fmaf(x, y, acc[8 * i + j]);
-                    }
-                }
-            }
+        let first = b.mul(buf, cbk);
+        for kk in 0..bk {
+            let at = b.index(n64(kk));
+            let row = b.add(first, at);
+            products(b, (ta, tb), (&rows, &cols), row, &mut acc);
         }
         let other = b.sub(c1, buf);
         stash(b, other, &loaded);
@@ -435,7 +473,8 @@ mod tests {
     use hrx_core::Target;
     use hrx_loom::{Compiler, Specialization};
 
-    /// Both layouts of B compile for a CPU and a GPU target.
+    /// Both layouts of B compile for a CPU and a GPU target at every k
+    /// step their workgroup memory holds.
     #[test]
     fn both_layouts_compile() {
         for target in [Target::lavapipe(), Target::hopper()] {
@@ -444,12 +483,12 @@ mod tests {
                 if workgroup_bytes(bk) > target.workgroup_memory_bytes as usize {
                     continue;
                 }
-                let key = quads_key(bk, b_n_fast, Some(UnaryOp::Gelu));
-                let source = key.source();
+                let shape = QuadShape { bk, b_n_fast };
+                let source = quads_key(shape, Some(UnaryOp::Gelu)).source();
                 compiler
                     .module(&source)
                     .and_then(|m| m.compile_uncached(&Specialization::new("@matmul")))
-                    .unwrap_or_else(|e| panic!("{} {b_n_fast} {bk}: {e}", target.name));
+                    .unwrap_or_else(|e| panic!("{} {shape:?}: {e}", target.name));
             }
         }
     }

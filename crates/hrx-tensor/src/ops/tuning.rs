@@ -29,6 +29,9 @@ pub struct Tuning {
     /// `None` the built-in choice (GPUs, products of at least 128 tiles
     /// of 128 x 128).
     pub f32_quads: Option<bool>,
+    /// The f32 quad kernel's k step (16 or 8), where the device's
+    /// workgroup memory holds it; `None` the deepest that fits.
+    pub f32_quad_depth: Option<usize>,
 }
 
 impl Tuning {
@@ -41,6 +44,28 @@ impl Tuning {
             splitk: splitk.map(str::parse).transpose()?,
             quant_tiling: None,
             f32_quads: None,
+            f32_quad_depth: None,
+        })
+    }
+
+    /// This tuning with the f32 quad kernel given as text: `off`, or
+    /// `on` optionally with its k step after a colon (`on:8`).
+    pub fn with_f32_quads(self, text: &str) -> Result<Tuning> {
+        let (on, depth) = match text {
+            "off" => (false, None),
+            "on" => (true, None),
+            "on:16" => (true, Some(16)),
+            "on:8" => (true, Some(8)),
+            _ => {
+                return Err(Error::Message(format!(
+                    "f32 quads `{text}`: expected off, on, on:16 or on:8"
+                )));
+            }
+        };
+        Ok(Tuning {
+            f32_quads: Some(on),
+            f32_quad_depth: depth,
+            ..self
         })
     }
 }
@@ -234,6 +259,18 @@ mod tests {
         for bad in ["1,128,0,2", "0,128,0,1", "1,24,0,1", "1,128,0", "x"] {
             let e = Tuning::parse(None, Some(bad)).unwrap_err().to_string();
             assert!(e.contains("split-k shape"), "{bad}: {e}");
+        }
+        let quads = |text: &str| {
+            Tuning::default()
+                .with_f32_quads(text)
+                .map(|t| (t.f32_quads, t.f32_quad_depth))
+        };
+        assert_eq!(quads("off").unwrap(), (Some(false), None));
+        assert_eq!(quads("on").unwrap(), (Some(true), None));
+        assert_eq!(quads("on:8").unwrap(), (Some(true), Some(8)));
+        for bad in ["on:4", "off:8", "yes", ""] {
+            let e = quads(bad).unwrap_err().to_string();
+            assert!(e.contains("f32 quads"), "{bad}: {e}");
         }
     }
 }
