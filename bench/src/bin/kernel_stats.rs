@@ -36,10 +36,11 @@ fn main() -> hrx_core::Result<()> {
             kernels.push((format!("matmul_splitk m={m}"), src, "@matmul_splitk"));
         }
     }
-    for depth in [16, 8] {
+    for (depth, bn) in [(16, 128), (8, 128), (16, 64), (8, 64)] {
         for transposed_b in [false, true] {
-            if let Some(src) = quads_matmul_source(&target, transposed_b, Some(depth)) {
-                let name = format!("matmul f32 quads bk={depth} transposed_b={transposed_b}");
+            if let Some(src) = quads_matmul_source(&target, transposed_b, (Some(depth), bn)) {
+                let name =
+                    format!("matmul f32 quads bk={depth} bn={bn} transposed_b={transposed_b}");
                 kernels.push((name, src, "@matmul"));
             }
         }

@@ -409,7 +409,7 @@ fn choose(
 /// The f32 quad kernel where A runs along k and B along n or k in
 /// aligned quads (see `matmul_quads`), the device fits its workgroup, and
 /// the tuning or the built-in rule (a GPU, at least 128 tiles of 128 x
-/// 128) asks for it.
+/// 128) asks for it; workgroups of 64 columns unless the tuning says.
 fn quads_choice(
     target: &Target,
     tuning: Tuning,
@@ -421,12 +421,13 @@ fn quads_choice(
     let quads = |l: &BLayout| b_load(DType::F32, l) == BLoad::Quad32;
     let b_n_fast = quads(b);
     let layout = input == DType::F32 && quads(a) && (b_n_fast || quads(&b.along_k(a.n)));
-    let bk = QuadShape::depth(target, tuning.f32_quad_depth)?;
+    let bn = tuning.f32_quad_columns.unwrap_or(64);
+    let bk = QuadShape::depth(target, tuning.f32_quad_depth, bn)?;
     let count = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
     let wanted = tuning
         .f32_quads
         .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && count >= 128);
-    (layout && wanted).then_some(Choice::Quads(QuadShape { bk, b_n_fast }))
+    (layout && wanted).then_some(Choice::Quads(QuadShape { bk, bn, b_n_fast }))
 }
 
 /// The decode kernel's loom source for `target`, `dtype` inputs and B
@@ -467,9 +468,10 @@ mod tests {
     }
 
     /// The built-in rule: the quad kernel for an encoder-sized f32 product
-    /// on a GPU (k steps of 16 in 48 KiB), not for one of few tiles, not
-    /// for f16, not on a CPU device unless forced (then k steps of 8 in
-    /// lavapipe's 32 KiB), and never with an A that is not in quads.
+    /// on a GPU (64 columns a workgroup, k steps of 16), not for one of
+    /// few tiles, not for f16, not on a CPU device unless forced, and
+    /// never with an A that is not in quads; a tuning's k step or columns
+    /// are taken where the workgroup memory holds them.
     #[test]
     fn the_quad_kernel_is_chosen_where_the_rule_says() {
         let (hopper, lavapipe) = (Target::hopper(), Target::lavapipe());
@@ -484,53 +486,61 @@ mod tests {
             quads_choice(t, tuning, dtype, (m, n, 1), a, b).map(|c| c.name())
         };
         let quads = Some("tiled (16-byte quads)");
-        assert!(matches!(
-            quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &b),
-            Some(Choice::Quads(QuadShape {
-                bk: 16,
-                b_n_fast: true,
-                ..
-            }))
-        ));
+        let shape = |t: &Target, tuning, b: &BLayout| match quads_choice(
+            t,
+            tuning,
+            DType::F32,
+            (m, n, 1),
+            &a,
+            b,
+        ) {
+            Some(Choice::Quads(shape)) => Some(shape),
+            _ => None,
+        };
+        let (bk, bn) = (16, 64);
+        let b_n_fast = true;
+        assert_eq!(
+            shape(&hopper, none, &b),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
         // B along k (a linear layer's [out, in] weight used transposed).
         let bt = layout(n, k).along_k(k);
-        assert!(matches!(
-            quads_choice(&hopper, none, DType::F32, (m, n, 1), &a, &bt),
-            Some(Choice::Quads(QuadShape {
-                bk: 16,
-                b_n_fast: false,
-                ..
-            }))
-        ));
+        let b_n_fast = false;
+        assert_eq!(
+            shape(&hopper, none, &bt),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
         assert_eq!(choice(&hopper, none, DType::F32, (256, 256), &a, &b), None);
         assert_eq!(choice(&hopper, none, DType::F16, (m, n), &a, &b), None);
         assert_eq!(choice(&lavapipe, none, DType::F32, (m, n), &a, &b), None);
-        assert!(matches!(
-            quads_choice(&lavapipe, forced, DType::F32, (m, n, 1), &a, &b),
-            Some(Choice::Quads(QuadShape {
-                bk: 8,
-                b_n_fast: true,
-                ..
-            }))
-        ));
+        let b_n_fast = true;
+        assert_eq!(
+            shape(&lavapipe, forced, &b),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
         let odd = BLayout {
             offset: 2,
             ..layout(m, k)
         };
         assert_eq!(choice(&hopper, forced, DType::F32, (m, n), &odd, &b), None);
-        // A k step asked for: taken where it fits, else no quad kernel.
-        let depth = |d| Tuning {
-            f32_quad_depth: Some(d),
+        // A k step or columns asked for: taken where they fit (k steps of
+        // 16 over 128 columns need 33 KiB), else no quad kernel.
+        let tuned = |bk, bn| Tuning {
+            f32_quad_depth: Some(bk),
+            f32_quad_columns: Some(bn),
             ..forced
         };
-        assert!(matches!(
-            quads_choice(&hopper, depth(8), DType::F32, (m, n, 1), &a, &b),
-            Some(Choice::Quads(QuadShape { bk: 8, .. }))
-        ));
+        let (bk, bn) = (8, 128);
         assert_eq!(
-            choice(&lavapipe, depth(16), DType::F32, (m, n), &a, &b),
-            None
+            shape(&hopper, tuned(bk, bn), &b),
+            Some(QuadShape { bk, bn, b_n_fast })
         );
+        let (bk, bn) = (16, 128);
+        assert_eq!(
+            shape(&hopper, tuned(bk, bn), &b),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
+        assert_eq!(shape(&lavapipe, tuned(bk, bn), &b), None);
         assert_eq!(choice(&hopper, none, DType::F32, (m, n), &a, &b), quads);
     }
 }

@@ -9,29 +9,32 @@
 //! item per copy and waits for each k step's loads before its products.
 //! This one is built for a GPU's load/store path:
 //!
-//! - **16-byte copies.** A workgroup's 128 x 128 tile of C takes k steps
-//!   of 16 (8 where workgroup memory is short, or where a tuning asks);
-//!   each work item copies two 16-byte quads of A and two of B per
-//!   16-deep step (one of each per 8-deep step).
-//! - **k-major tiles.** Both tiles are kept as rows of k: A's quads (and
-//!   B's, where B runs along k) are stored transposed, a lane at a time,
-//!   as they are copied in; B's along n are stored whole. Rows are padded
-//!   by 4 elements, so a transposed store's lanes spread over the banks
-//!   (two-way at most) and every row starts on 16 bytes.
-//! - **Quad reads of the tiles.** Work item (tx, ty) of 16 x 16 owns rows
-//!   `4 ty + {0..3}` and `64 + 4 ty + {0..3}` and the same columns of tx,
-//!   8 x 8 outputs. For each k it reads 2 quads of A and 2 of B, 4 reads
-//!   for 64 multiply-adds, and holds only those 16 values. Tiles in the
-//!   operands' own layouts (8 quads of each per 4-deep slice of k, 64
-//!   values held) took 186 registers a work item on an H200 against 148
-//!   (254 against 150 with B along k), and 39.4 against 41.9 TFLOP/s on
-//!   8192^3.
+//! - **Tiles of 128 rows by 64 (or 128) columns**, 16 x 8 (or 16 x 16)
+//!   work items of 8 x 8 outputs, k steps of 16 (8 where workgroup
+//!   memory is short, or where a tuning asks). On an H200 the 64-column
+//!   workgroups (164 registers a work item, three workgroups an SM) ran
+//!   MiniLM's f32 batch 1.065x faster than 128 columns (148 registers,
+//!   one workgroup an SM) and f32 8192^3 at 42.3 against 41.9 TFLOP/s.
+//! - **16-byte copies** into **k-major tiles**: both tiles are kept as
+//!   rows of k. A's quads (and B's, where B runs along k) are stored
+//!   transposed, a lane at a time, as they are copied in; B's along n
+//!   are stored whole. Rows are padded by 4 elements, so a transposed
+//!   store's lanes spread over the banks (two-way at most) and every row
+//!   starts on 16 bytes.
+//! - **Quad reads of the tiles.** Work item (tx, ty) owns rows `4 ty +
+//!   {0..3}` and `64 + 4 ty + {0..3}` and the columns of tx likewise, half
+//!   the tile apart: 8 x 8 outputs. For each k it reads 2 quads of A and 2
+//!   of B, 4 reads for 64 multiply-adds, and holds only those 16 values.
+//!   Tiles in the operands' own layouts (8 quads of each per 4-deep slice
+//!   of k, 64 values held) took 186 registers a work item against 148 at
+//!   128 columns, and 39.4 against 41.9 TFLOP/s on 8192^3.
 //! - **Loads in flight during the products.** Two tile buffers alternate:
 //!   step t's products read one while the quads of step t + 1, loaded
 //!   before them, wait in registers and are stored into the other after;
-//!   one barrier a step. (A step's k values in a loop instead of
-//!   unrolled took 126 registers, so two workgroups fit an SM, but ran
-//!   32.8 TFLOP/s.)
+//!   one barrier a step. (Also measured and not kept: a step's k values
+//!   in a loop instead of unrolled, 126 registers but 32.8 TFLOP/s; A's
+//!   quads loaded and stored in the first half of a step and B's in the
+//!   second, 38.5.)
 //!
 //! Element indices of A and B are formed as 4 x (a quad index), so the
 //! module declares both as arrays of 4-vectors: each copy is one 16-byte
@@ -46,55 +49,64 @@ use super::{
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
-/// Rows and columns of C per workgroup.
+/// Rows of C per workgroup.
 const BM: usize = 128;
-const BN: usize = 128;
-/// Work items per workgroup: 16 x 16, each 8 x 8 outputs.
-pub(crate) const THREADS: usize = 256;
+/// The columns of C a workgroup can take: 16 x (`bn` / 8) work items,
+/// each 8 x 8 outputs.
+pub(crate) const COLUMNS: [usize; 2] = [128, 64];
 /// The k steps the kernel is built for, deepest first: 16 where the
 /// device's workgroup memory holds its tiles (half the barriers), else 8.
 pub(crate) const DEPTHS: [usize; 2] = [16, 8];
 
-/// Row length of the k-major tiles: padded by 4 elements (see the
-/// module docs).
-const ROW: usize = BM + 4;
+/// Work items of a workgroup taking `bn` columns.
+pub(crate) const fn threads(bn: usize) -> usize {
+    2 * bn
+}
 
-/// Workgroup memory for k steps of `bk`: two buffers of each tile.
-pub(crate) const fn workgroup_bytes(bk: usize) -> usize {
-    4 * 2 * 2 * bk * ROW
+/// Workgroup memory for k steps of `bk` over `bn` columns: two buffers
+/// of each tile, rows padded by 4 elements (see the module docs).
+pub(crate) const fn workgroup_bytes(bk: usize, bn: usize) -> usize {
+    4 * 2 * bk * (BM + 4 + bn + 4)
 }
 
 const F32: Scalar = Scalar::F32;
 
-/// One build of the kernel: k steps of `bk` (one of [`DEPTHS`]), B
-/// contiguous along n (`b_n_fast`) or along k.
+/// One build of the kernel: k steps of `bk` (one of [`DEPTHS`]), `bn`
+/// columns a workgroup (one of [`COLUMNS`]), B contiguous along n
+/// (`b_n_fast`) or along k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct QuadShape {
     pub bk: usize,
+    pub bn: usize,
     pub b_n_fast: bool,
 }
 
 impl QuadShape {
-    /// The deepest k step (or the one `wanted`) whose tiles `target`'s
-    /// workgroup memory holds, if the device runs workgroups of
-    /// [`THREADS`] at all.
-    pub(crate) fn depth(target: &hrx_core::Target, wanted: Option<usize>) -> Option<usize> {
-        let threads = target.max_workgroup_invocations as usize >= THREADS
-            && target.max_workgroup_size[0] as usize >= THREADS;
+    /// The deepest k step (or the one `wanted`) whose tiles of `bn`
+    /// columns `target`'s workgroup memory holds, if the device runs
+    /// workgroups of their [`threads`] at all.
+    pub(crate) fn depth(
+        target: &hrx_core::Target,
+        wanted: Option<usize>,
+        bn: usize,
+    ) -> Option<usize> {
+        let t = threads(bn);
+        let fits = target.max_workgroup_invocations as usize >= t
+            && target.max_workgroup_size[0] as usize >= t;
         DEPTHS
             .into_iter()
             .filter(|&bk| wanted.is_none_or(|w| w == bk))
-            .find(|&bk| workgroup_bytes(bk) <= target.workgroup_memory_bytes as usize)
-            .filter(|_| threads)
+            .find(|&bk| workgroup_bytes(bk, bn) <= target.workgroup_memory_bytes as usize)
+            .filter(|_| fits)
     }
 }
 
 /// The kernel of `shape`, with `act` after the bias.
 pub(crate) fn quads_key(shape: QuadShape, act: Option<UnaryOp>) -> KernelKey {
-    let QuadShape { bk, b_n_fast } = shape;
+    let QuadShape { bk, bn, b_n_fast } = shape;
     KernelKey {
         source: KernelSource::Built(Generator::new(
-            format!("matmul quads bk {bk} b_n_fast {b_n_fast} {act:?}"),
+            format!("matmul quads bk {bk} bn {bn} b_n_fast {b_n_fast} {act:?}"),
             move || quads_kernel(shape, act),
         )),
         symbol: "matmul",
@@ -102,19 +114,21 @@ pub(crate) fn quads_key(shape: QuadShape, act: Option<UnaryOp>) -> KernelKey {
     }
 }
 
-/// The quad kernel's loom source at k steps of `depth` or the deepest
-/// `target`'s workgroup memory holds, B contiguous along n or
-/// (`transposed_b`) along k (for offline compilation and the driver's
-/// statistics); `None` where no depth fits.
+/// The quad kernel's loom source for `bn` columns a workgroup (128 or
+/// 64) at k steps of `depth` or the deepest `target`'s workgroup memory
+/// holds, B contiguous along n or (`transposed_b`) along k (for offline
+/// compilation and the driver's statistics); `None` where no depth fits.
 #[cfg(feature = "kernel-sources")]
 pub fn quads_matmul_source(
     target: &hrx_core::Target,
     transposed_b: bool,
-    depth: Option<usize>,
+    (depth, bn): (Option<usize>, usize),
 ) -> Option<String> {
-    let bk = QuadShape::depth(target, depth)?;
+    let bn = COLUMNS.into_iter().find(|&c| c == bn)?;
+    let bk = QuadShape::depth(target, depth, bn)?;
     let shape = QuadShape {
         bk,
+        bn,
         b_n_fast: !transposed_b,
     };
     Some(quads_key(shape, None).source())
@@ -147,20 +161,21 @@ fn quad_or_zeros(
     )[0]
 }
 
-/// A work item's `copies` copy slots of a tile whose rows hold `per_row`
-/// quads: (row, quad within the row) of quad `tid + 256 s`.
+/// Work item `tid`'s copy slots of a tile of `quads` quads whose rows
+/// hold `per_row`, copied by `threads` work items: (row, quad within the
+/// row) of quad `tid + threads s`.
 fn copy_slots(
     k: &mut Builder,
     tid: Value<Index>,
-    copies: usize,
-    per_row: usize,
+    (quads, per_row): (usize, usize),
+    threads: usize,
 ) -> Vec<(Value<Index>, Value<Index>)> {
-    let per_row = k.index(per_row as u64);
-    (0..copies)
+    let per = k.index(per_row as u64);
+    (0..quads / threads)
         .map(|s| {
-            let off = k.index((s * THREADS) as u64);
+            let off = k.index((s * threads) as u64);
             let e = k.add(tid, off);
-            (k.div(e, per_row), k.rem(e, per_row))
+            (k.div(e, per), k.rem(e, per))
         })
         .collect()
 }
@@ -275,19 +290,19 @@ fn products(
 }
 
 fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
-    let QuadShape { bk, b_n_fast } = shape;
-    assert!(DEPTHS.contains(&bk), "k steps of {bk}");
-    let copies = BM * bk / 4 / THREADS;
+    let QuadShape { bk, bn, b_n_fast } = shape;
+    assert!(DEPTHS.contains(&bk) && COLUMNS.contains(&bn), "{shape:?}");
+    let threads = threads(bn);
     let n64 = |v: usize| v as u64;
     let mut k = KernelBuilder::new("matmul");
     let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
     let one = k.index(1);
-    let [bm_l, bn_l, lm, ln] = [BM, BN, BM - 1, BN - 1].map(|v| k.index(n64(v)));
+    let [bm_l, bn_l, lm, ln] = [BM, bn, BM - 1, bn - 1].map(|v| k.index(n64(v)));
     let pm = k.add(wm, lm);
     let gy = k.div(pm, bm_l);
     let pn = k.add(wn, ln);
     let gx = k.div(pn, bn_l);
-    let wg = k.index(n64(THREADS));
+    let wg = k.index(n64(threads));
     let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
     let MatmulArgs {
         m,
@@ -325,13 +340,13 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
         let memory = k.alloca_workgroup(bytes, 16);
         k.buffer_view(memory, zero, [Extent::from(rows), Extent::from(cols)], F32)
     };
-    let ta = tile(&mut k, 2 * bk, ROW);
-    let tb = tile(&mut k, 2 * bk, ROW);
-    let [c0, c1, c2, c4, c16, cbk, cbm, cbn] =
-        [0, 1, 2, 4, 16, bk, BM, BN].map(|v| k.index(n64(v)));
+    let ta = tile(&mut k, 2 * bk, BM + 4);
+    let tb = tile(&mut k, 2 * bk, bn + 4);
+    let [c0, c1, c2, c4, cwide, cbk, cbm, cbn] =
+        [0, 1, 2, 4, bn / 8, bk, BM, bn].map(|v| k.index(n64(v)));
     let tid = k.workitem_id(Axis::X);
-    let tx = k.rem(tid, c16);
-    let ty = k.div(tid, c16);
+    let tx = k.rem(tid, cwide);
+    let ty = k.div(tid, cwide);
     let wgx = k.workgroup_id(Axis::X);
     let wgy = k.workgroup_id(Axis::Y);
     let bi = k.workgroup_id(Axis::Z);
@@ -348,10 +363,12 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
     let steps = k.div(kp, cbk);
 
     // A work item's copy slots: the quads of a k-running tile (A, or B
-    // along k) are (row, k quad) = (e / (bk / 4), e % (bk / 4)) of e = tid
-    // + 256 s; B's along n (k row, column quad) = (e / 32, e % 32).
-    let slots = copy_slots(&mut k, tid, copies, bk / 4);
-    let n_slots = copy_slots(&mut k, tid, copies, BN / 4);
+    // along k) are (lead, k quad) = (e / (bk / 4), e % (bk / 4)) of e =
+    // tid + threads s; B's along n (k row, column quad) = (e / (bn / 4),
+    // e % (bn / 4)).
+    let slots = copy_slots(&mut k, tid, (BM * bk / 4, bk / 4), threads);
+    let b_slots = copy_slots(&mut k, tid, (bn * bk / 4, bk / 4), threads);
+    let n_slots = copy_slots(&mut k, tid, (bn * bk / 4, bn / 4), threads);
     let a_rows = Running {
         view: av,
         base_q: base_a,
@@ -387,34 +404,34 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
                 loaded.push(quad_or_zeros(b, bv, q, ok));
             }
         } else {
-            loaded.extend(b_cols.fetch(b, &slots, k0_q, kk));
+            loaded.extend(b_cols.fetch(b, &b_slots, k0_q, kk));
         }
         loaded
     };
     // Store fetched quads into tile buffer `buf`: A's (and B's along k)
     // transposed, B's along n whole.
     let stash = |b: &mut Builder, buf: Value<Index>, loaded: &[Value<Num>]| {
-        let (a, rest) = loaded.split_at(copies);
+        let (a, rest) = loaded.split_at(slots.len());
         put_across(b, (ta, cbk, buf), &slots, a);
         match b_n_fast {
             true => put(b, (tb, cbk, buf), &n_slots, rest),
-            false => put_across(b, (tb, cbk, buf), &slots, rest),
+            false => put_across(b, (tb, cbk, buf), &b_slots, rest),
         }
     };
 
     // This work item's rows and columns (tile-relative): two quads of
-    // each, 64 apart.
-    let owned = |k: &mut Builder, t: Value<Index>| -> Vec<Value<Index>> {
+    // each, half the tile apart.
+    let owned = |k: &mut Builder, t: Value<Index>, across: usize| -> Vec<Value<Index>> {
         let t4 = k.mul(t, c4);
         (0..8)
             .map(|i| {
-                let off = k.index(n64(64 * (i / 4) + i % 4));
+                let off = k.index(n64(across / 2 * (i / 4) + i % 4));
                 k.add(t4, off)
             })
             .collect()
     };
-    let rows = owned(&mut k, ty);
-    let cols = owned(&mut k, tx);
+    let rows = owned(&mut k, ty, BM);
+    let cols = owned(&mut k, tx, bn);
 
     let first = fetch(&mut k, c0);
     stash(&mut k, c0, &first);
@@ -480,15 +497,17 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = Compiler::for_target(None, &target).unwrap();
             for (b_n_fast, bk) in [(true, 16), (false, 16), (true, 8), (false, 8)] {
-                if workgroup_bytes(bk) > target.workgroup_memory_bytes as usize {
-                    continue;
+                for bn in COLUMNS {
+                    if workgroup_bytes(bk, bn) > target.workgroup_memory_bytes as usize {
+                        continue;
+                    }
+                    let shape = QuadShape { bk, bn, b_n_fast };
+                    let source = quads_key(shape, Some(UnaryOp::Gelu)).source();
+                    compiler
+                        .module(&source)
+                        .and_then(|m| m.compile_uncached(&Specialization::new("@matmul")))
+                        .unwrap_or_else(|e| panic!("{} {shape:?}: {e}", target.name));
                 }
-                let shape = QuadShape { bk, b_n_fast };
-                let source = quads_key(shape, Some(UnaryOp::Gelu)).source();
-                compiler
-                    .module(&source)
-                    .and_then(|m| m.compile_uncached(&Specialization::new("@matmul")))
-                    .unwrap_or_else(|e| panic!("{} {shape:?}: {e}", target.name));
             }
         }
     }

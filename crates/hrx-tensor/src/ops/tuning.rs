@@ -32,6 +32,9 @@ pub struct Tuning {
     /// The f32 quad kernel's k step (16 or 8), where the device's
     /// workgroup memory holds it; `None` the deepest that fits.
     pub f32_quad_depth: Option<usize>,
+    /// The f32 quad kernel's columns a workgroup (128 or 64); `None` the
+    /// built-in choice.
+    pub f32_quad_columns: Option<usize>,
 }
 
 impl Tuning {
@@ -45,26 +48,45 @@ impl Tuning {
             quant_tiling: None,
             f32_quads: None,
             f32_quad_depth: None,
+            f32_quad_columns: None,
         })
     }
 
     /// This tuning with the f32 quad kernel given as text: `off`, or
-    /// `on` optionally with its k step after a colon (`on:8`).
+    /// `on` optionally with its k step and then its columns a workgroup
+    /// after colons (`on:8`, `on:16:64`).
     pub fn with_f32_quads(self, text: &str) -> Result<Tuning> {
-        let (on, depth) = match text {
-            "off" => (false, None),
-            "on" => (true, None),
-            "on:16" => (true, Some(16)),
-            "on:8" => (true, Some(8)),
-            _ => {
-                return Err(Error::Message(format!(
-                    "f32 quads `{text}`: expected off, on, on:16 or on:8"
-                )));
-            }
+        let bad = || {
+            Error::Message(format!(
+                "f32 quads `{text}`: expected off, or on[:16|:8[:128|:64]]"
+            ))
         };
+        let mut parts = text.split(':');
+        let on = match parts.next() {
+            Some("off") if text == "off" => false,
+            Some("on") => true,
+            _ => return Err(bad()),
+        };
+        let mut pick = |allowed: [usize; 2]| -> Result<Option<usize>> {
+            parts
+                .next()
+                .map(|p| {
+                    p.parse()
+                        .ok()
+                        .filter(|v| allowed.contains(v))
+                        .ok_or_else(bad)
+                })
+                .transpose()
+        };
+        let depth = pick([16, 8])?;
+        let columns = pick([128, 64])?;
+        if parts.next().is_some() {
+            return Err(bad());
+        }
         Ok(Tuning {
             f32_quads: Some(on),
             f32_quad_depth: depth,
+            f32_quad_columns: columns,
             ..self
         })
     }
@@ -268,7 +290,17 @@ mod tests {
         assert_eq!(quads("off").unwrap(), (Some(false), None));
         assert_eq!(quads("on").unwrap(), (Some(true), None));
         assert_eq!(quads("on:8").unwrap(), (Some(true), Some(8)));
-        for bad in ["on:4", "off:8", "yes", ""] {
+        let columns = Tuning::default().with_f32_quads("on:16:64").unwrap();
+        assert_eq!(columns.f32_quad_columns, Some(64));
+        for bad in [
+            "on:4",
+            "off:8",
+            "yes",
+            "",
+            "on:16:32",
+            "on:16:64:1",
+            "on::64",
+        ] {
             let e = quads(bad).unwrap_err().to_string();
             assert!(e.contains("f32 quads"), "{bad}: {e}");
         }

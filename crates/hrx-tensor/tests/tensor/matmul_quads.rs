@@ -27,6 +27,15 @@ fn forced(on: bool) -> Ops {
     })
 }
 
+/// The quad kernel forced on with workgroups of `columns` columns.
+fn forced_columns(columns: usize) -> Ops {
+    ops().with_tuning(Tuning {
+        f32_quads: Some(true),
+        f32_quad_columns: Some(columns),
+        ..Tuning::default()
+    })
+}
+
 /// One case: A's and B's batch (empty: one matrix), m, k, n, B stored
 /// transposed, and the epilogue.
 struct Case {
@@ -56,6 +65,15 @@ fn case(
 
 #[test]
 fn quad_kernel_matches_reference() {
+    matches_reference(&forced_columns(128));
+}
+
+#[test]
+fn quad_kernel_of_64_columns_matches_reference() {
+    matches_reference(&forced_columns(64));
+}
+
+fn matches_reference(quads: &Ops) {
     let cases = [
         // Partial tiles in m and n, a partial last k step.
         case(
@@ -77,7 +95,6 @@ fn quad_kernel_matches_reference() {
         case((&[3], &[]), (65, 4, 128), true, (true, Some(UnaryOp::Silu))),
         case((&[], &[2]), (66, 12, 8), false, (true, None)),
     ];
-    let quads = forced(true);
     for (number, c) in cases.iter().enumerate() {
         let mut rng = Gen::new(40 + number as u64);
         let (m, k, n) = c.dims;
