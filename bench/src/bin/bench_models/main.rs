@@ -24,10 +24,11 @@
 //! `--profile BATCH SEQ [f16]` instead prints the device time of each
 //! kernel of the encoder's graph for that shape. `--attention fused |
 //! by-head` forces that attention path (`AttentionPath`; the built-in
-//! choice otherwise), for comparing them. `--f32-quads on | on:16 | on:8
-//! | off` forces the f32 matmuls onto the quad kernel (with k steps of 16
-//! or 8) or off it (`Tuning::with_f32_quads`), and `--precision f32 |
-//! f16` measures one precision only.
+//! choice otherwise), for comparing them. `--f32-quads off | on[:BK[:BN]]`
+//! forces the f32 matmuls onto the quad kernel (with k steps of BK, 16 or
+//! 8, and BN columns a workgroup, 128 or 64) or off it
+//! (`Tuning::with_f32_quads`), and `--precision f32 | f16` measures one
+//! precision only.
 
 mod profile;
 

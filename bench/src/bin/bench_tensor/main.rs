@@ -25,9 +25,9 @@
 //! - `HRX_COOP_TILES=bm,bn,bk,sgm,sgn` and
 //!   `HRX_SPLITK=groups,bk,splits,prefetch`: shapes forced on the
 //!   tensor-core matmul kernels for tuning runs (`hrx_tensor::ops::Tuning`);
-//!   `HRX_F32_QUADS=on|on:16|on:8|off` forces the f32 matmuls onto the
-//!   quad kernel (with k steps of 16 or 8) or off it; a malformed or
-//!   invalid value is an error.
+//!   `HRX_F32_QUADS=off|on[:BK[:BN]]` forces the f32 matmuls onto the
+//!   quad kernel (k steps of 16 or 8, 128 or 64 columns a workgroup) or
+//!   off it; a malformed or invalid value is an error.
 
 mod cases;
 use hrx_bench::report as common;

@@ -421,8 +421,14 @@ fn quads_choice(
     let quads = |l: &BLayout| b_load(DType::F32, l) == BLoad::Quad32;
     let b_n_fast = quads(b);
     let layout = input == DType::F32 && quads(a) && (b_n_fast || quads(&b.along_k(a.n)));
-    let bn = tuning.f32_quad_columns.unwrap_or(64);
-    let bk = QuadShape::depth(target, tuning.f32_quad_depth, bn)?;
+    // A tuned k step or width that is invalid or does not fit leaves the
+    // built-in one.
+    let tuned = tuning
+        .f32_quad_columns
+        .filter(|c| matmul_quads::COLUMNS.contains(c));
+    let (bk, bn) = [(tuning.f32_quad_depth, tuned.unwrap_or(64)), (None, 64)]
+        .into_iter()
+        .find_map(|(depth, bn)| Some((QuadShape::depth(target, depth, bn)?, bn)))?;
     let count = m.div_ceil(128) * n.div_ceil(128) * batch.max(1);
     let wanted = tuning
         .f32_quads
@@ -524,7 +530,7 @@ mod tests {
         };
         assert_eq!(choice(&hopper, forced, DType::F32, (m, n), &odd, &b), None);
         // A k step or columns asked for: taken where they fit (k steps of
-        // 16 over 128 columns need 33 KiB), else no quad kernel.
+        // 16 over 128 columns need 33 KiB), else the built-in ones.
         let tuned = |bk, bn| Tuning {
             f32_quad_depth: Some(bk),
             f32_quad_columns: Some(bn),
@@ -540,7 +546,15 @@ mod tests {
             shape(&hopper, tuned(bk, bn), &b),
             Some(QuadShape { bk, bn, b_n_fast })
         );
-        assert_eq!(shape(&lavapipe, tuned(bk, bn), &b), None);
+        let (bk, bn) = (16, 64);
+        assert_eq!(
+            shape(&lavapipe, tuned(16, 128), &b),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
+        assert_eq!(
+            shape(&hopper, tuned(4, 100), &b),
+            Some(QuadShape { bk, bn, b_n_fast })
+        );
         assert_eq!(choice(&hopper, none, DType::F32, (m, n), &a, &b), quads);
     }
 }

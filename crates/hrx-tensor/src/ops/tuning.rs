@@ -29,11 +29,12 @@ pub struct Tuning {
     /// `None` the built-in choice (GPUs, products of at least 128 tiles
     /// of 128 x 128).
     pub f32_quads: Option<bool>,
-    /// The f32 quad kernel's k step (16 or 8), where the device's
-    /// workgroup memory holds it; `None` the deepest that fits.
+    /// The f32 quad kernel's k step (16 or 8); `None` the deepest that
+    /// fits the device's workgroup memory.
     pub f32_quad_depth: Option<usize>,
-    /// The f32 quad kernel's columns a workgroup (128 or 64); `None` the
-    /// built-in choice.
+    /// The f32 quad kernel's columns a workgroup (128 or 64); `None` 64.
+    /// A k step or width that is neither, or whose tiles the device's
+    /// workgroup memory does not hold, leaves the built-in ones.
     pub f32_quad_columns: Option<usize>,
 }
 
