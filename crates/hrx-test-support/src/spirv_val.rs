@@ -9,7 +9,10 @@
 
 use std::{
     process::{Command, Output},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 /// SPIR-V as words, or as the bytes of a `.spv` file.
@@ -45,14 +48,42 @@ pub fn preferred() -> String {
 }
 
 /// A `spirv-val` that knows `SPV_KHR_cooperative_matrix` (SPIRV-Tools
-/// 2023.4 or newer): [`preferred`], if its version says so.
+/// 2023.4 or newer): [`preferred`], if its version says so. Asked once a
+/// process (tests ask in parallel), with a few tries: a validator that
+/// answers once is there.
 pub fn modern() -> Option<String> {
-    let exe = preferred();
-    let out = Command::new(&exe).arg("--version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    ((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4)).then_some(exe)
+    static MODERN: OnceLock<Option<String>> = OnceLock::new();
+    MODERN
+        .get_or_init(|| {
+            let exe = preferred();
+            let modern = (0..TRIES).find_map(|_| {
+                let out = spawn_retrying(|| Command::new(&exe).arg("--version").output()).ok()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
+                let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                Some((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4))
+            });
+            modern.filter(|&m| m).map(|_| exe)
+        })
+        .clone()
+}
+
+/// How often a validator that does not start is tried before it counts
+/// as missing.
+const TRIES: usize = 3;
+
+/// `spawn`, tried again (after a short pause) where the process did not
+/// start: a test binary starts many processes from many threads at once.
+fn spawn_retrying(spawn: impl Fn() -> std::io::Result<Output>) -> std::io::Result<Output> {
+    let mut result = spawn();
+    for _ in 1..TRIES {
+        if result.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        result = spawn();
+    }
+    result
 }
 
 /// Validate with the `spirv-val` on `PATH` (any version); panics with its
@@ -112,10 +143,12 @@ fn run(exe: &str, bytes: &[u8]) -> std::io::Result<Output> {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!("hrx-spirv-val-{}-{n}.spv", std::process::id()));
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let out = Command::new(exe)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output();
+    let out = spawn_retrying(|| {
+        Command::new(exe)
+            .args(["--target-env", "vulkan1.3"])
+            .arg(&path)
+            .output()
+    });
     let _ = std::fs::remove_file(&path);
     out
 }

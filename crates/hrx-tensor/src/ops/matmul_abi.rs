@@ -1,9 +1,13 @@
 //! The launch arguments the matmul kernels share (decode, row-dot, tiled
 //! and cooperative-matrix): declared once, in the order `Launch` pushes
 //! them, so the kernels cannot drift from the recording side or from each
-//! other. (Split-k adds its own and declares them itself.)
+//! other. (Split-k adds its own and declares them itself.) Also the f32
+//! epilogue (bias, activation, bounds-checked store) of the two
+//! register-tiled kernels.
 
-use hrx_loom::build::{Body, Buffer, Index, Value};
+use super::UnaryOp;
+use hrx_loom::build::{Body, Bool, Buffer, Builder, Fragment, Index, Num, Value, View};
+use hrx_loom::ir::Scalar;
 
 /// Shapes, strides, offsets and lengths (in elements) of `C = A x B (+ bias)`,
 /// then the four buffers.
@@ -93,5 +97,73 @@ impl MatmulArgs {
             bias,
             c,
         }
+    }
+}
+
+/// The f32 epilogue of the register-tiled kernels (plain and quad):
+/// `C[bi, row, col] = act(value + bias[col])` for the elements inside C.
+pub(crate) struct F32Epilogue {
+    bias: Value<View>,
+    sbias: Value<Index>,
+    obias: Value<Index>,
+    c: Value<View>,
+    n: Value<Index>,
+    scb: Value<Index>,
+    oc: Value<Index>,
+    batch: Value<Index>,
+    act: Option<Fragment>,
+}
+
+impl F32Epilogue {
+    /// The epilogue of batch entry `batch` over `args`' bias and C, both
+    /// f32, with `act` after the bias.
+    pub(crate) fn new(
+        k: &mut Builder,
+        args: &MatmulArgs,
+        batch: Value<Index>,
+        act: Option<UnaryOp>,
+    ) -> F32Epilogue {
+        let zero = k.offset(0);
+        let bias = k.buffer_view(args.bias, zero, [args.lbias.into()], Scalar::F32);
+        let c = k.buffer_view(args.c, zero, [args.lc.into()], Scalar::F32);
+        F32Epilogue {
+            bias,
+            sbias: args.sbias,
+            obias: args.obias,
+            c,
+            n: args.n,
+            scb: args.scb,
+            oc: args.oc,
+            batch,
+            act: act.map(|op| op.fragment(Scalar::F32)),
+        }
+    }
+
+    /// C's element offset of row `row`, column 0.
+    pub(crate) fn row_start(&self, b: &mut Builder, row: Value<Index>) -> Value<Index> {
+        let crow = b.madd(row, self.n, self.oc);
+        b.madd(self.batch, self.scb, crow)
+    }
+
+    /// Store `value` at column `col` of the row starting at `start`, where
+    /// `inside`.
+    pub(crate) fn store(
+        &self,
+        b: &mut Builder,
+        inside: Value<Bool>,
+        (start, col): (Value<Index>, Value<Index>),
+        value: Value<Num>,
+    ) {
+        b.if_(inside, |b| {
+            let at_bias = b.madd(col, self.sbias, self.obias);
+            let bj = b.load(self.bias, &[at_bias]);
+            let x = b.addf(value, bj);
+            let y = match &self.act {
+                Some(f) => b.inline(f, &[x])[0],
+                None => x,
+            };
+            let at = b.add(start, col);
+            b.store(y, self.c, &[at]);
+        });
     }
 }

@@ -42,7 +42,7 @@
 //! load. Rows or columns past the matrices read zeros and are not
 //! stored.
 
-use super::matmul_abi::MatmulArgs;
+use super::matmul_abi::{F32Epilogue, MatmulArgs};
 use super::{
     UnaryOp,
     registry::{Generator, KernelKey, KernelSource},
@@ -305,13 +305,13 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
     let gx = k.div(pn, bn_l);
     let wg = k.index(n64(threads));
     let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
-    let MatmulArgs {
+    let args = MatmulArgs::declare(&mut k, false);
+    let &MatmulArgs {
         m,
         n,
         k: kk,
         sab,
         sam,
-        sak: _,
         oa,
         la,
         sbb,
@@ -319,22 +319,13 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
         sbn,
         ob,
         lb,
-        sbias,
-        obias,
-        lbias,
-        scb,
-        oc,
-        lc,
         a,
         b: bbuf,
-        bias,
-        c,
-    } = MatmulArgs::declare(&mut k, false);
+        ..
+    } = &args;
     let zero = k.offset(0);
     let av = k.buffer_view(a, zero, [la.into()], F32);
     let bv = k.buffer_view(bbuf, zero, [lb.into()], F32);
-    let biasv = k.buffer_view(bias, zero, [lbias.into()], F32);
-    let cv = k.buffer_view(c, zero, [lc.into()], F32);
     // Two buffers of each tile, stacked along the rows.
     let tile = |k: &mut Builder, rows: usize, cols: usize| {
         let bytes = k.offset(n64(4 * rows * cols));
@@ -458,28 +449,16 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
         acc
     });
 
-    let act = act.map(|op| op.fragment(F32));
+    let epilogue = F32Epilogue::new(&mut k, &args, bi, act);
     for (i, &ri) in rows.iter().enumerate() {
         let er = k.add(row0, ri);
         let okr = k.cmp(IntPredicate::Ult, er, m);
-        let crow = k.madd(er, n, oc);
-        let cbase = k.madd(bi, scb, crow);
+        let start = epilogue.row_start(&mut k, er);
         for (j, &cj) in cols.iter().enumerate() {
             let ec = k.add(col0, cj);
             let okc = k.cmp(IntPredicate::Ult, ec, n);
             let ok = k.and(okr, okc);
-            let r = acc[8 * i + j];
-            k.if_(ok, |b| {
-                let pbias = b.madd(ec, sbias, obias);
-                let bj = b.load(biasv, &[pbias]);
-                let x = b.addf(r, bj);
-                let y = match &act {
-                    Some(f) => b.inline(f, &[x])[0],
-                    None => x,
-                };
-                let at = b.add(cbase, ec);
-                b.store(y, cv, &[at]);
-            });
+            epilogue.store(&mut k, ok, (start, ec), acc[8 * i + j]);
         }
     }
     Built::kernel(k.finish())

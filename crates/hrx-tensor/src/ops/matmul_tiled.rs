@@ -13,7 +13,7 @@
 //! neighbouring workgroup-memory words and write neighbouring columns of
 //! C).
 
-use super::matmul_abi::MatmulArgs;
+use super::matmul_abi::{F32Epilogue, MatmulArgs};
 use super::{
     UnaryOp,
     registry::{Generator, KernelKey, KernelSource},
@@ -142,7 +142,8 @@ fn tiled_kernel(
     let wg = k.index(n64(tl.threads()));
     let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
 
-    let MatmulArgs {
+    let args = MatmulArgs::declare(&mut k, false);
+    let &MatmulArgs {
         m,
         n,
         k: kk,
@@ -156,22 +157,13 @@ fn tiled_kernel(
         sbn,
         ob,
         lb,
-        sbias,
-        obias,
-        lbias,
-        scb,
-        oc,
-        lc,
         a,
         b: bbuf,
-        bias,
-        c,
-    } = MatmulArgs::declare(&mut k, false);
+        ..
+    } = &args;
     let zero = k.offset(0);
     let av = k.buffer_view(a, zero, [la.into()], elem);
     let bv = k.buffer_view(bbuf, zero, [lb.into()], elem);
-    let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
-    let cv = k.buffer_view(c, zero, [lc.into()], Scalar::F32);
     let abytes = k.offset(n64(4 * bk * pa));
     let bbytes = k.offset(n64(4 * bk * bn));
     let ma = k.alloca_workgroup(abytes, 16);
@@ -279,28 +271,16 @@ fn tiled_kernel(
         b.barrier(hrx_loom::build::Barrier::Workgroup);
         acc
     });
-    let act = act.map(|op| op.fragment(Scalar::F32));
+    let epilogue = F32Epilogue::new(&mut k, &args, bi, act);
     for i in 0..tm {
+        let er = k.add(row0, ro[i]);
+        let okr = k.cmp(IntPredicate::Ult, er, m);
+        let start = epilogue.row_start(&mut k, er);
         for j in 0..tn {
-            let er = k.add(row0, ro[i]);
             let ec = k.add(col0, co[j]);
-            let okr = k.cmp(IntPredicate::Ult, er, m);
             let okc = k.cmp(IntPredicate::Ult, ec, n);
             let ok = k.and(okr, okc);
-            let r = res[i * tn + j];
-            k.if_(ok, |b| {
-                let pbias = b.madd(ec, sbias, obias);
-                let bj = b.load(biasv, &[pbias]);
-                let x = b.addf(r, bj);
-                let y = match &act {
-                    Some(f) => b.inline(f, &[x])[0],
-                    None => x,
-                };
-                let crow = b.madd(er, n, oc);
-                let cbase = b.madd(bi, scb, crow);
-                let cidx = b.add(cbase, ec);
-                b.store(y, cv, &[cidx]);
-            });
+            epilogue.store(&mut k, ok, (start, ec), res[i * tn + j]);
         }
     }
     Built::kernel(k.finish())
