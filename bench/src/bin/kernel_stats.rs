@@ -2,8 +2,9 @@
 //! device (register count, code size, ... under the driver's own names),
 //! through `GpuKernel::statistics`: the cooperative-matrix kernel of an
 //! 8192^3 matmul (B row-major and transposed), the split-k decode kernels
-//! of m = 4..64, in their built-in shapes, and the f32 quad kernel (B
-//! row-major and transposed).
+//! of m = 4..64, in their built-in shapes, and the f32 quad kernel with
+//! k steps of 16 and 8 over 128 and 64 columns a workgroup (B row-major
+//! and transposed).
 //!
 //! `cargo run --release -p hrx-bench --bin kernel_stats [--ir DIR]`
 //!

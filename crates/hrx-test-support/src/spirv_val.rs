@@ -49,21 +49,18 @@ pub fn preferred() -> String {
 
 /// A `spirv-val` that knows `SPV_KHR_cooperative_matrix` (SPIRV-Tools
 /// 2023.4 or newer): [`preferred`], if its version says so. Asked once a
-/// process (tests ask in parallel), with a few tries: a validator that
-/// answers once is there.
+/// process (tests ask in parallel), the process tried again where it did
+/// not start.
 pub fn modern() -> Option<String> {
     static MODERN: OnceLock<Option<String>> = OnceLock::new();
     MODERN
         .get_or_init(|| {
             let exe = preferred();
-            let modern = (0..TRIES).find_map(|_| {
-                let out = spawn_retrying(|| Command::new(&exe).arg("--version").output()).ok()?;
-                let text = String::from_utf8_lossy(&out.stdout);
-                let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
-                let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-                Some((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4))
-            });
-            modern.filter(|&m| m).map(|_| exe)
+            let out = spawn_retrying(|| Command::new(&exe).arg("--version").output()).ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let version = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            ((parts.next()?, parts.next().unwrap_or(0)) >= (2023, 4)).then_some(exe)
         })
         .clone()
 }
@@ -151,4 +148,41 @@ fn run(exe: &str, bytes: &[u8]) -> std::io::Result<Output> {
     });
     let _ = std::fs::remove_file(&path);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{cell::Cell, io, os::unix::process::ExitStatusExt, process::ExitStatus};
+
+    fn done() -> io::Result<Output> {
+        Ok(Output {
+            status: ExitStatus::from_raw(0),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        })
+    }
+
+    /// A process that fails to start is tried again up to [`TRIES`] times,
+    /// and one that starts is not started again.
+    #[test]
+    fn a_process_that_did_not_start_is_tried_again() {
+        let calls = Cell::new(0);
+        let flaky = || {
+            calls.set(calls.get() + 1);
+            match calls.get() {
+                1 => Err(io::Error::other("did not start")),
+                _ => done(),
+            }
+        };
+        assert!(spawn_retrying(flaky).is_ok());
+        assert_eq!(calls.get(), 2);
+        calls.set(0);
+        let broken = || {
+            calls.set(calls.get() + 1);
+            Err(io::Error::other("missing"))
+        };
+        assert!(spawn_retrying(broken).is_err());
+        assert_eq!(calls.get(), TRIES);
+    }
 }
