@@ -41,7 +41,12 @@ struct Scratch {
     sum: DeviceTensor,
     /// A projection's output: `[rows, d]`.
     proj: DeviceTensor,
-    qkv: DeviceTensor,
+    /// The stacked query-key-value projection `[rows, 3 d]`: in f16 where
+    /// the matmuls are f16 and a kernel writes it (the tensor-core
+    /// attention then reads it), otherwise f32; each allocated by its
+    /// first use.
+    qkv: Option<DeviceTensor>,
+    qkv_low: Option<DeviceTensor>,
     /// The per-head path's intermediates, allocated by its first use, and
     /// the biased scores of its unfused softmax.
     by_head: Option<ByHead>,
@@ -179,8 +184,7 @@ impl<'e> Recorder<'e, '_, '_> {
         let dh = c.head_dim();
         let x_low = self.s.x_low.clone();
         let x = self.operand(x, &x_low)?;
-        let qkv = self.s.qkv.clone();
-        self.linear(x, &format!("layer.{layer}.qkv"), None, &qkv)?;
+        let qkv = self.qkv_projection(x, &format!("layer.{layer}.qkv"))?;
         let packed = self.s.packed.reshape(vec![b, s, d])?;
         let stacked = qkv.reshape(vec![b, s, 3 * d])?;
         if self.fused_attention() {
@@ -200,11 +204,12 @@ impl<'e> Recorder<'e, '_, '_> {
         let by_head = self.by_head(dh)?;
         // q, k and v by head: one packing copy each (a cast in f16), since
         // a matmul batches over one merged axis.
+        let dtype = qkv.desc().dtype();
         for (part, out) in by_head.heads.iter().enumerate() {
             let desc =
-                TensorDesc::strided(DType::F32, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
-            let view = qkv.view(part * d * 4, desc)?;
-            if out.desc().dtype() == DType::F32 {
+                TensorDesc::strided(dtype, vec![b, h, s, dh], vec![s * 3 * d, dh, 3 * d, 1])?;
+            let view = qkv.view(part * d * dtype.bytes(), desc)?;
+            if out.desc().dtype() == dtype {
                 self.ops.record_copy(self.slot.graph(), &view, out)?;
             } else {
                 self.ops.record_cast(self.slot.graph(), &view, out)?;
@@ -235,6 +240,39 @@ impl<'e> Recorder<'e, '_, '_> {
             self.ops
                 .record_cast(self.slot.graph(), &by_position, &packed)
         }
+    }
+
+    /// The stacked query-key-value projection of `x`: into f16 where the
+    /// matmuls are f16, attention is one dispatch and the matmul writes
+    /// f16 (on tensor cores), otherwise into f32.
+    fn qkv_projection(&mut self, x: &DeviceTensor, name: &str) -> Result<DeviceTensor> {
+        let rows = self.batch * self.seq;
+        let width = 3 * self.config().hidden;
+        if self.s.x_low.is_some() && self.fused_attention() {
+            let low = match &self.s.qkv_low {
+                Some(low) => low.clone(),
+                None => {
+                    let desc = TensorDesc::new(DType::F16, vec![rows, width])?;
+                    let low = self.slot.scratch(desc)?;
+                    self.s.qkv_low = Some(low.clone());
+                    low
+                }
+            };
+            match self.linear(x, name, None, &low) {
+                Err(Error::Unsupported(_)) => {}
+                recorded => return recorded.map(|()| low),
+            }
+        }
+        let qkv = match &self.s.qkv {
+            Some(qkv) => qkv.clone(),
+            None => {
+                let qkv = self.slot.scratch_f32(&[rows, width])?;
+                self.s.qkv = Some(qkv.clone());
+                qkv
+            }
+        };
+        self.linear(x, name, None, &qkv)?;
+        Ok(qkv)
     }
 
     /// Whether to try the one-dispatch attention kernel (see
@@ -351,7 +389,6 @@ impl Scratch {
             f32s(&[rows, d])?,
             f32s(&[rows, d])?,
         );
-        let qkv = f32s(&[rows, 3 * d])?;
         let mut typed = |shape: &[usize]| slot.scratch(TensorDesc::new(low, shape.to_vec())?);
         let packed = typed(&[rows, d])?;
         let (x_low, up_low) = match precision {
@@ -366,7 +403,8 @@ impl Scratch {
             y,
             sum,
             proj,
-            qkv,
+            qkv: None,
+            qkv_low: None,
             by_head: None,
             summed: None,
             packed,

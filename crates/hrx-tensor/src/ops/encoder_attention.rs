@@ -8,7 +8,7 @@
 //! scores and probabilities of `[batch, heads, seq, seq]` written and read
 //! back. Here the stacked query-key-value projection goes in, the
 //! per-position contexts come out, and the scores never leave registers
-//! (or, with an f16 output on tensor cores, `encoder_attention_coop.rs`,
+//! (or, with f16 projections on tensor cores, `encoder_attention_coop.rs`,
 //! workgroup memory).
 
 use super::{
@@ -48,17 +48,17 @@ impl Ops {
     ///
     /// `qkv` is the stacked projection `[batch, seq, 3 * width]` (queries,
     /// then keys, then values, each `heads` heads of `width / heads`
-    /// values), f32 and contiguous; `bias` f32 `[batch, seq]`; `out`
-    /// `[batch, seq, width]`, contiguous, f32 or f16 (where the device
-    /// has f16 arithmetic and 16-bit storage; rounded from f32). Scores,
-    /// softmax and sums are f32. With an f16 `out` on a device with
-    /// tensor cores (16x16x16 f16 cooperative matrices, subgroups of 32),
-    /// heads and sequences multiples of 16 that fit workgroup memory
-    /// (heads of 32 up to 128 positions), the products run on tensor cores
-    /// from q, k, v and weights rounded to f16. The head size must be a multiple of 4 and
-    /// at most [`ENCODER_ATTENTION_MAX_HEAD`], every tensor 16-byte
-    /// aligned, `out` apart from the inputs (`Unsupported` otherwise,
-    /// nothing recorded).
+    /// values), contiguous, f32 or f16; `bias` f32 `[batch, seq]`; `out`
+    /// `[batch, seq, width]`, contiguous, f32 or f16 (f16 in or out where
+    /// the device has f16 arithmetic and 16-bit storage; rounded from
+    /// f32). Scores, softmax and sums are f32. With an f16 `qkv` on a
+    /// device with tensor cores (16x16x16 f16 cooperative matrices,
+    /// subgroups of 32), heads and sequences multiples of 16 whose scores
+    /// fit workgroup memory (heads of 32 up to 256 positions), the
+    /// products run on tensor cores, the probabilities rounded to f16.
+    /// The head size must be a multiple of 4 and at most
+    /// [`ENCODER_ATTENTION_MAX_HEAD`], every tensor 16-byte aligned, `out`
+    /// apart from the inputs (`Unsupported` otherwise, nothing recorded).
     ///
     /// ```
     /// use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
@@ -102,8 +102,8 @@ impl Ops {
         let &[batch, seq, stacked] = qkv.desc().shape() else {
             return wrong("qkv must be [batch, seq, 3 * width]".into());
         };
-        if qkv.desc().dtype() != DType::F32 || bias.desc().dtype() != DType::F32 {
-            return refuse("qkv and the bias must be f32".into());
+        if bias.desc().dtype() != DType::F32 {
+            return refuse("the bias must be f32".into());
         }
         if heads == 0 || !stacked.is_multiple_of(3 * heads) {
             return wrong(format!(
@@ -119,6 +119,7 @@ impl Ops {
             return wrong(format!("scale {scale} must be finite"));
         }
         let target = self.registry.target()?;
+        let input = float_output(&target, qkv.desc().dtype(), operation)?;
         let narrow = float_output(&target, out.desc().dtype(), operation)?;
         if out.desc().shape() != [batch, seq, width] || !out.desc().is_contiguous() {
             return wrong(format!(
@@ -137,8 +138,18 @@ impl Ops {
         if !(qkv.desc().is_contiguous() && bias.desc().is_contiguous()) {
             return refuse("qkv and the bias must be contiguous".into());
         }
-        // An f16 output on tensor cores, where the shape fits.
-        let coop = CoopAttention::for_output(&target, narrow, head, seq);
+        let (kq, kb, ko) = (
+            operand(qkv, &target, operation)?,
+            operand(bias, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let (Some(qq), Some(qo)) = (quad_offset(&kq), quad_offset(&ko)) else {
+            return refuse("qkv or the output does not start 16-byte aligned".into());
+        };
+        // f16 inputs on tensor cores, where the shape fits (fragments are
+        // read from 16-byte boundaries: eight halves).
+        let coop = CoopAttention::for_input(&target, input, head, seq)
+            .filter(|_| kq.offset.is_multiple_of(8));
         let block = match target.kind {
             DeviceKind::Cpu => CPU_BLOCK,
             _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
@@ -151,21 +162,13 @@ impl Ops {
         let wg = wg - wg % 4;
         let block = wg * per_item;
         let blocks = match coop {
-            Some(_) => 1,
+            Some(shape) => seq / (16 * shape.subgroups),
             None => seq.div_ceil(block),
         };
         let fits = |n: usize, axis: usize| n as u64 <= u64::from(target.max_workgroup_count[axis]);
         if !(fits(blocks, 0) && fits(heads, 1) && fits(batch, 2)) {
             return refuse("more workgroups than the device launches".into());
         }
-        let (kq, kb, ko) = (
-            operand(qkv, &target, operation)?,
-            operand(bias, &target, operation)?,
-            operand(out, &target, operation)?,
-        );
-        let (Some(qq), Some(qo)) = (quad_offset(&kq), quad_offset(&ko)) else {
-            return refuse("qkv or the output does not start 16-byte aligned".into());
-        };
         disjoint(operation, ("out", &ko), ("qkv", &kq))?;
         disjoint(operation, ("out", &ko), ("the bias", &kb))?;
         let kernel = self.registry.kernel(match coop {
@@ -179,8 +182,12 @@ impl Ops {
             },
             None => KernelKey {
                 source: KernelSource::Built(Generator::new(
-                    format!("encoder_attention {head} {wg} {per_item} {narrow:?}"),
-                    move || encoder_attention_kernel::encoder_attention(head, wg, per_item, narrow),
+                    format!("encoder_attention {head} {wg} {per_item} {input:?} {narrow:?}"),
+                    move || {
+                        encoder_attention_kernel::encoder_attention(
+                            head, wg, per_item, input, narrow,
+                        )
+                    },
                 )),
                 symbol: "encoder_attention",
                 config: Vec::new(),

@@ -28,8 +28,15 @@ const GROUP: usize = 4;
 
 /// The kernel for heads of `dh` values (a multiple of 4), workgroups of
 /// `wg` work items taking `per_item` queries each (blocks of `wg *
-/// per_item` queries and keys), writing `out` elements.
-pub(crate) fn encoder_attention(dh: usize, wg: usize, per_item: usize, out: Scalar) -> Built {
+/// per_item` queries and keys), reading `input` (f32 or f16) projections
+/// and writing `out` elements.
+pub(crate) fn encoder_attention(
+    dh: usize,
+    wg: usize,
+    per_item: usize,
+    input: Scalar,
+    out: Scalar,
+) -> Built {
     assert!(dh.is_multiple_of(4) && dh > 0, "head size {dh}");
     assert!(per_item > 0, "queries per work item");
     let block = wg * per_item;
@@ -46,7 +53,12 @@ pub(crate) fn encoder_attention(dh: usize, wg: usize, per_item: usize, out: Scal
     let bias = k.arg_buffer("bias", false);
     let dst = k.arg_buffer("out", false);
     let zero = k.offset(0);
-    let qkv_v = k.buffer_view(qkv, zero, [la.into()], F32);
+    let qkv_v = k.buffer_view(qkv, zero, [la.into()], input);
+    // Four projection values at `p`, as f32.
+    let load4 = |b: &mut Builder, p: Value<Index>| {
+        let v = b.vector_load(qkv_v, &[p], 4);
+        if input == F32 { v } else { b.extf(v, F32) }
+    };
     let bias_v = k.buffer_view(bias, zero, [lb.into()], F32);
     let out_v = k.buffer_view(dst, zero, [lo.into()], out);
     // Workgroup memory: the block's key rows, value rows and key biases.
@@ -96,7 +108,7 @@ pub(crate) fn encoder_attention(dh: usize, wg: usize, per_item: usize, out: Scal
                 .map(|c| {
                     let off = k.index(4 * c as u64);
                     let p = k.add(q_at, off);
-                    let v = k.vector_load(qkv_v, &[p], 4);
+                    let v = load4(&mut k, p);
                     k.mulf(v, scales)
                 })
                 .collect()
@@ -134,8 +146,8 @@ pub(crate) fn encoder_attention(dh: usize, wg: usize, per_item: usize, out: Scal
                 let pk = b.add(k_at, off);
                 let pv = b.add(v_at, off);
                 let ps = b.add(slot, off);
-                let kv = b.vector_load(qkv_v, &[pk], 4);
-                let vv = b.vector_load(qkv_v, &[pv], 4);
+                let kv = load4(b, pk);
+                let vv = load4(b, pv);
                 b.vector_store(kv, keys, &[ps]);
                 b.vector_store(vv, values, &[ps]);
             }
@@ -272,14 +284,19 @@ mod tests {
             (128, 32, 1),
             (32, 16, 1),
         ] {
-            for out in [Scalar::F32, Scalar::F16] {
+            for (input, out) in [
+                (Scalar::F32, Scalar::F32),
+                (Scalar::F32, Scalar::F16),
+                (Scalar::F16, Scalar::F16),
+                (Scalar::F16, Scalar::F32),
+            ] {
                 compiler
-                    .built(&encoder_attention(dh, wg, per_item, out))
+                    .built(&encoder_attention(dh, wg, per_item, input, out))
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("@encoder_attention"))
                     })
                     .unwrap_or_else(|e| {
-                        panic!("head {dh}, {wg} x {per_item} queries, {out:?}: {e}")
+                        panic!("head {dh}, {wg} x {per_item} queries, {input:?} -> {out:?}: {e}")
                     });
             }
         }

@@ -17,13 +17,14 @@
 //! 2^-25 absolute. A wrong head, key row, value column, sequence or mask
 //! exceeds it by orders of magnitude.
 //!
-//! An f16 output on a device with tensor cores runs its products there
-//! on f16 operands: q (scaled), k and v rounded to f16 (2^-11 relative
-//! each), the probabilities too. The tensor-core tolerance adds 2^-10 of
-//! the sum of |scale q k| terms to each score's error and 2^-11 of the
-//! probability-weighted sum of |v| twice (the rounded probabilities and
-//! values) to each output.
+//! f16 projections (their values f16-exact here) on a device with tensor
+//! cores run the products there, the probabilities rounded to f16. The
+//! tensor-core tolerance adds 2^-10 of the sum of |scale q k| terms to
+//! each score's error (the products' accumulation) and 2^-11 of the
+//! probability-weighted sum of |v| twice to each output; elsewhere f16
+//! projections are widened to f32 and run as f32 ones.
 
+use crate::common::matmul::{f16_round, f32_round};
 use crate::common::*;
 use hrx_core::Error;
 use hrx_tensor::{DType, DeviceTensor, TensorDesc};
@@ -49,13 +50,17 @@ impl Case {
         self.heads * self.head
     }
 
-    /// qkv values in [-1, 1] (f32-exact) and the key bias: about a fifth
-    /// of the keys masked, sequence 1 (when there is one) all masked,
-    /// the others in [-2, 2].
-    fn inputs(&self, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    /// qkv values in [-1, 1] (exact in `input`) and the key bias: about a
+    /// fifth of the keys masked, sequence 1 (when there is one) all
+    /// masked, the others in [-2, 2].
+    fn inputs(&self, input: DType, seed: u64) -> (Vec<f64>, Vec<f64>) {
         let mut g = Gen::new(seed);
+        let exact = |v: f64| match input {
+            DType::F16 => f16_round(v),
+            _ => f32_round(v),
+        };
         let qkv = (0..self.batch * self.seq * 3 * self.width())
-            .map(|_| f64::from(g.uniform(-1.0, 1.0) as f32))
+            .map(|_| exact(g.uniform(-1.0, 1.0)))
             .collect();
         let bias = (0..self.batch * self.seq)
             .map(|i| {
@@ -132,14 +137,17 @@ impl Case {
     }
 
     fn check(&self, out_dtype: DType, seed: u64) {
-        self.check_with(out_dtype, seed, false);
+        self.check_with(DType::F32, out_dtype, seed);
     }
 
-    fn check_with(&self, out_dtype: DType, seed: u64, tensor_cores: bool) {
+    /// `input` projections to `out_dtype` contexts; f16 projections with
+    /// the tensor-core tolerance.
+    fn check_with(&self, input: DType, out_dtype: DType, seed: u64) {
         let rt = ops().runtime().clone();
-        let (qkv_v, bias_v) = self.inputs(seed);
+        let tensor_cores = input == DType::F16;
+        let (qkv_v, bias_v) = self.inputs(input, seed);
         let (b, s, w) = (self.batch, self.seq, self.width());
-        let qkv = DeviceTensor::from_values(&rt, DType::F32, vec![b, s, 3 * w], &qkv_v).unwrap();
+        let qkv = DeviceTensor::from_values(&rt, input, vec![b, s, 3 * w], &qkv_v).unwrap();
         let bias = DeviceTensor::from_values(&rt, DType::F32, vec![b, s], &bias_v).unwrap();
         let mut out = ops()
             .output(TensorDesc::new(out_dtype, vec![b, s, w]).unwrap())
@@ -155,8 +163,8 @@ impl Case {
         for (i, ((g, x), t)) in got.iter().zip(&want).zip(&tol).enumerate() {
             assert!(
                 (g - x).abs() <= *t,
-                "[{b}, {s}, {} x {}] -> {out_dtype}: value {i} (sequence {}, token {}, column {}) \
-                 is {g}, expected {x} +- {t}",
+                "{input} [{b}, {s}, {} x {}] -> {out_dtype}: value {i} (sequence {}, token {}, \
+                 column {}) is {g}, expected {x} +- {t}",
                 self.heads,
                 self.head,
                 i / (s * w),
@@ -183,9 +191,9 @@ fn minilm_shaped_attention_with_a_padding_mask() {
 /// seed `first_seed + i`.
 fn check_cases(
     cases: &[(usize, usize, usize, usize, f64)],
+    input: DType,
     out: DType,
     first_seed: u64,
-    tensor_cores: bool,
 ) {
     for (i, &(batch, seq, heads, head, scale)) in cases.iter().enumerate() {
         let case = Case {
@@ -195,7 +203,7 @@ fn check_cases(
             head,
             scale,
         };
-        case.check_with(out, first_seed + i as u64, tensor_cores);
+        case.check_with(input, out, first_seed + i as u64);
     }
 }
 
@@ -207,16 +215,16 @@ fn heads_of_4_64_and_128_over_short_and_long_sequences() {
         (2, 70, 2, 64, 0.125),
         (1, 20, 1, 128, 0.0884),
     ];
-    check_cases(&cases, DType::F32, 10, false);
+    check_cases(&cases, DType::F32, DType::F32, 10);
 }
 
-/// f16 outputs in the shapes the tensor-core kernel takes (heads a
-/// multiple of 16, sequences a multiple of 16 that fit workgroup memory:
-/// MiniLM's, every bucket up to 128, heads of 16 and 64), with its
-/// tolerance; where the device has no tensor cores the f32 kernel runs
-/// them, well within it.
+/// f16 projections in the shapes the tensor-core kernel takes (heads a
+/// multiple of 16, sequences a multiple of 16 whose scores fit workgroup
+/// memory: MiniLM's, every bucket, heads of 16 and 64), to f16 and f32
+/// contexts, with its tolerance; where the device has no tensor cores the
+/// f32 kernel runs them, well within it.
 #[test]
-fn f16_contexts_in_tensor_core_shapes() {
+fn f16_projections_in_tensor_core_shapes() {
     if !has_f16() {
         eprintln!("skipped: the device lacks f16 arithmetic or 16-bit storage");
         return;
@@ -227,8 +235,24 @@ fn f16_contexts_in_tensor_core_shapes() {
         (2, 32, 2, 32, 0.25),
         (2, 64, 3, 16, 0.25),
         (2, 64, 2, 64, 0.125),
+        (2, 256, 2, 32, 0.5),
+        (1, 48, 2, 32, 0.5),
     ];
-    check_cases(&cases, DType::F16, 30, true);
+    check_cases(&cases, DType::F16, DType::F16, 30);
+    check_cases(&cases[..2], DType::F16, DType::F32, 40);
+}
+
+/// f16 projections the tensor-core kernel does not take (heads of 8, a
+/// sequence of 40), widened to f32 by the other kernel.
+#[test]
+fn f16_projections_elsewhere() {
+    if !has_f16() {
+        eprintln!("skipped: the device lacks f16 arithmetic or 16-bit storage");
+        return;
+    }
+    let cases = [(2, 40, 3, 32, 0.25), (2, 16, 2, 8, 0.5)];
+    check_cases(&cases, DType::F16, DType::F16, 50);
+    check_cases(&cases, DType::F16, DType::F32, 60);
 }
 
 #[test]
