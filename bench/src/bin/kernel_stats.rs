@@ -4,7 +4,8 @@
 //! 8192^3 matmul (B row-major and transposed), the split-k decode kernels
 //! of m = 4..64, in their built-in shapes, and the f32 quad kernel with
 //! k steps of 16 and 8 over 128 and 64 columns a workgroup (B row-major
-//! and transposed).
+//! and transposed), and the tensor-core encoder attention over MiniLM's
+//! heads of 32 at 64 and 128 tokens.
 //!
 //! `cargo run --release -p hrx-bench --bin kernel_stats [--ir DIR]`
 //!
@@ -18,7 +19,8 @@
 use hrx_loom::{Compiler, Specialization};
 use hrx_runtime::{GpuKernel, Runtime, RuntimeOptions};
 use hrx_tensor::ops::{
-    SplitKOperands, coop_matmul_source, coop_splitk_source, quads_matmul_source,
+    SplitKOperands, coop_matmul_source, coop_splitk_source, encoder_attention_coop_source,
+    quads_matmul_source,
 };
 
 fn main() -> hrx_core::Result<()> {
@@ -44,6 +46,12 @@ fn main() -> hrx_core::Result<()> {
                     format!("matmul f32 quads bk={depth} bn={bn} transposed_b={transposed_b}");
                 kernels.push((name, src, "@matmul"));
             }
+        }
+    }
+    for seq in [64, 128] {
+        if let Some(src) = encoder_attention_coop_source(&target, 32, seq) {
+            let name = format!("encoder_attention_coop heads of 32 over {seq}");
+            kernels.push((name, src, "@encoder_attention_coop"));
         }
     }
     if kernels.is_empty() {

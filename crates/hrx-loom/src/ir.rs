@@ -295,6 +295,11 @@ pub struct Op {
 pub enum BarrierKind {
     /// `<workgroup>`: workgroup memory, at workgroup scope.
     Workgroup,
+    /// `<subgroup>`: workgroup memory, at subgroup scope: only the
+    /// invocations of one subgroup wait for each other, and what one of
+    /// them stored to workgroup memory before it is visible to the others
+    /// after it (a subgroup's private tiles, with no workgroup-wide wait).
+    Subgroup,
     /// `<storage>`: workgroup memory and storage buffers, at device scope,
     /// so writes made before it are visible to other workgroups that
     /// observe them through an atomic (a "last workgroup" reduction).

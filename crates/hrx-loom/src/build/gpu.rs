@@ -108,6 +108,7 @@ impl Builder {
     pub fn barrier(&mut self, kind: Barrier) {
         let (tag, scope) = match kind {
             Barrier::Workgroup => ("workgroup", "workgroup"),
+            Barrier::Subgroup => ("subgroup", "subgroup"),
             Barrier::Storage => ("storage", "device"),
         };
         let attrs = vec![

@@ -34,6 +34,9 @@ pub enum Barrier {
     /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`:
     /// the workgroup's invocations and its workgroup memory.
     Workgroup,
+    /// `kernel.barrier<subgroup> scope(subgroup) ordering(acq_rel)`: the
+    /// subgroup's invocations and what they store to workgroup memory.
+    Subgroup,
     /// `kernel.barrier<storage> scope(device) ordering(acq_rel)`: also
     /// orders storage-buffer accesses.
     Storage,

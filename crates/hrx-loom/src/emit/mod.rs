@@ -34,7 +34,9 @@ pub fn capabilities(target: &Target) -> Capabilities {
     }
     let ops = target.subgroup_ops;
     if ops.basic && ops.arithmetic && ops.shuffle && ops.shuffle_relative {
-        caps |= Capabilities::SUBGROUP;
+        // Subgroup-scope control barriers are core Vulkan 1.1 wherever
+        // compute shaders have subgroups.
+        caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
     }
     caps
 }

@@ -106,6 +106,7 @@ const OP_COOP_STORE: u32 = 4458;
 /// Scope, storage class, decorations and memory-operand bits.
 const SCOPE_DEVICE: u32 = 1;
 const SCOPE_WORKGROUP: u32 = 2;
+const SCOPE_SUBGROUP: u32 = 3;
 const STORAGE_BUFFER: u32 = 12;
 const DECORATION_COHERENT: u32 = 23;
 const DECORATION_NON_WRITABLE: u32 = 24;
@@ -139,6 +140,9 @@ pub(super) struct MemoryFacts {
     storage_barrier_scope: Option<u32>,
     /// The workgroup-scope id of a barrier, if any.
     workgroup_scope: Option<u32>,
+    /// The subgroup-scope id of a `kernel.barrier<subgroup>`, if any: the
+    /// scope of workgroup memory's accesses where no barrier is wider.
+    subgroup_scope: Option<u32>,
     /// Pointer id -> the variable it points into.
     root: HashMap<u32, u32>,
     /// Storage-buffer variables no `NonWritable` marks read-only.
@@ -163,6 +167,7 @@ impl MemoryFacts {
             uses_device_scope: false,
             storage_barrier_scope: None,
             workgroup_scope: None,
+            subgroup_scope: None,
             root: HashMap::new(),
             writable_storage: HashSet::new(),
             workgroup: HashSet::new(),
@@ -210,8 +215,10 @@ impl MemoryFacts {
                     if constants.get(scope) == Some(&SCOPE_DEVICE) {
                         facts.storage_barrier_scope = Some(*scope);
                     }
-                    if constants.get(execution) == Some(&SCOPE_WORKGROUP) {
-                        facts.workgroup_scope = Some(*execution);
+                    match constants.get(execution) {
+                        Some(&SCOPE_WORKGROUP) => facts.workgroup_scope = Some(*execution),
+                        Some(&SCOPE_SUBGROUP) => facts.subgroup_scope = Some(*execution),
+                        _ => {}
                     }
                 }
                 (OP_MEMORY_BARRIER | OP_ATOMIC_STORE, [scope, ..]) => scopes.push(*scope),
@@ -240,7 +247,7 @@ impl MemoryFacts {
         if self.writable_storage.contains(var) {
             self.storage_barrier_scope
         } else if self.workgroup.contains(var) {
-            self.workgroup_scope
+            self.workgroup_scope.or(self.subgroup_scope)
         } else {
             None
         }
@@ -292,7 +299,10 @@ pub(super) fn share_memory(words: &mut Vec<u32>, facts: &MemoryFacts) {
         words.splice(end..end, coherent);
         return;
     }
-    if facts.storage_barrier_scope.is_none() && facts.workgroup_scope.is_none() {
+    if facts.storage_barrier_scope.is_none()
+        && facts.workgroup_scope.is_none()
+        && facts.subgroup_scope.is_none()
+    {
         return;
     }
     let mut out = Vec::with_capacity(words.len() + 64);
@@ -399,10 +409,16 @@ mod tests {
     /// `barrier`, a workgroup-scope `OpControlBarrier` between them (scope
     /// constant id 3).
     fn workgroup_module(barrier: bool) -> Vec<u32> {
+        scoped_module(barrier, SCOPE_WORKGROUP)
+    }
+
+    /// `workgroup_module` with its barrier's (and scope constant's) scope
+    /// `scope`.
+    fn scoped_module(barrier: bool, scope: u32) -> Vec<u32> {
         let mut words = vec![0x0723_0203, 0x0001_0300, 0, 20, 0];
         words.extend([(2 << 16) | OP_CAPABILITY, CAP_VULKAN_MEMORY_MODEL]);
         words.extend([(4 << 16) | 21, 2, 32, 0]); // OpTypeInt %2 32 0
-        words.extend([(4 << 16) | OP_CONSTANT, 2, 3, SCOPE_WORKGROUP]);
+        words.extend([(4 << 16) | OP_CONSTANT, 2, 3, scope]);
         words.extend([(4 << 16) | OP_CONSTANT, 2, 6, 0x108]); // semantics
         words.extend([(4 << 16) | OP_TYPE_POINTER, 4, STORAGE_WORKGROUP, 2]);
         words.extend([(4 << 16) | OP_VARIABLE, 4, 5, STORAGE_WORKGROUP]);
@@ -431,6 +447,19 @@ mod tests {
         let mut words = lone.clone();
         share_memory(&mut words, &MemoryFacts::scan(&lone).unwrap());
         assert_eq!(words, lone);
+    }
+
+    #[test]
+    fn a_subgroup_barrier_shares_workgroup_memory_at_its_scope() {
+        let base = scoped_module(true, SCOPE_SUBGROUP);
+        let mut words = base.clone();
+        share_memory(&mut words, &MemoryFacts::scan(&base).unwrap());
+        let tail = &words[words.len() - 12..];
+        // The scope id (3, the subgroup constant) follows each access.
+        let load_mask = 0x2 | NON_PRIVATE_POINTER | MAKE_POINTER_VISIBLE;
+        assert_eq!(&tail[..7], [(7 << 16) | OP_LOAD, 2, 7, 5, load_mask, 4, 3]);
+        let store_mask = NON_PRIVATE_POINTER | MAKE_POINTER_AVAILABLE;
+        assert_eq!(&tail[7..], [(5 << 16) | OP_STORE, 5, 7, store_mask, 3]);
     }
 
     #[test]

@@ -112,8 +112,15 @@ impl Lowerer<'_> {
                 // widens the memory scope to Device (the runtime enables
                 // `vulkanMemoryModelDeviceScope`), which costs more on
                 // GPUs, so only `<storage>` asks for it.
+                // `<subgroup>` (naga's SUB_GROUP flag) narrows the
+                // execution and memory scopes to the subgroup; WORK_GROUP
+                // keeps workgroup memory in its semantics.
                 let flags = match kind {
                     BarrierKind::Workgroup => Barrier::WORK_GROUP,
+                    BarrierKind::Subgroup => {
+                        self.need_subgroups(op)?;
+                        Barrier::WORK_GROUP | Barrier::SUB_GROUP
+                    }
                     BarrierKind::Storage => Barrier::WORK_GROUP | Barrier::STORAGE,
                 };
                 self.fb.stmt(Statement::ControlBarrier(flags));

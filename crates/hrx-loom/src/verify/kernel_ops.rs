@@ -112,20 +112,23 @@ impl Builder<'_> {
         Some(())
     }
 
-    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`, or
+    /// `kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)`,
+    /// `kernel.barrier<subgroup> scope(subgroup) ordering(acq_rel)`, or
     /// `kernel.barrier<storage> scope(device) ordering(acq_rel)`.
     pub(super) fn barrier(&mut self, op: &ast::Op, attrs: &[(Ident, Ident)]) -> Option<Built> {
         let kind = match op.tag.as_ref().map(|t| t.text.as_str()) {
             None | Some("workgroup") => BarrierKind::Workgroup,
+            Some("subgroup") => BarrierKind::Subgroup,
             Some("storage") => BarrierKind::Storage,
             Some(_) => {
                 let tag = op.tag.as_ref()?;
-                return self.unknown_word(tag, "barrier kind", "workgroup storage");
+                return self.unknown_word(tag, "barrier kind", "workgroup subgroup storage");
             }
         };
         for (name, arg) in attrs {
             let expected = match (name.text.as_str(), kind) {
                 ("scope", BarrierKind::Workgroup) => "workgroup",
+                ("scope", BarrierKind::Subgroup) => "subgroup",
                 ("scope", BarrierKind::Storage) => "device",
                 ("ordering", _) => "acq_rel",
                 _ => return self.unknown_word(name, "barrier attribute", "scope ordering"),

@@ -23,7 +23,7 @@
 
 use crate::diag::{Diagnostics, codes};
 use crate::front::span::Span;
-use crate::ir::{Block, Kernel, OpKind, SubgroupQuery, ValueId, WorkItemKind};
+use crate::ir::{BarrierKind, Block, Kernel, OpKind, SubgroupQuery, ValueId, WorkItemKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -280,6 +280,14 @@ impl Reporter<'_> {
                     }
                 }
                 OpKind::CoopMma(..) => self.coop_control(op.span, control),
+                OpKind::Barrier(BarrierKind::Subgroup) if control < Level::Subgroup => {
+                    self.diags.error(
+                        op.span,
+                        codes::DIVERGENT_BARRIER,
+                        "`kernel.barrier<subgroup>` in divergent control flow: an enclosing `scf.if` condition or `scf.for` bound is not subgroup-uniform, so some invocations of a subgroup could skip it",
+                    );
+                }
+                OpKind::Barrier(BarrierKind::Subgroup) => {}
                 OpKind::Barrier(_) if control < Level::Workgroup => {
                     self.diags.error(
                         op.span,

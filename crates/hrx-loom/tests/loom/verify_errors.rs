@@ -288,6 +288,48 @@ fn barrier_in_uniform_control_flow_is_accepted() {
 }
 
 #[test]
+fn subgroup_barriers_need_subgroup_uniform_control_flow() {
+    // A lane-dependent condition is refused; a subgroup-dependent one,
+    // which a workgroup barrier could not sit under, is accepted.
+    let divergent = kernel(
+        "",
+        "  %lane = kernel.subgroup.lane.id : index
+  %c = index.cmp ult, %lane, %n : index
+  scf.if %c {
+    kernel.barrier<subgroup> scope(subgroup) ordering(acq_rel)
+  }",
+    );
+    assert_diag(
+        &one_error(&divergent),
+        "E0401",
+        "some invocations of a subgroup could skip it",
+        &divergent,
+        "kernel.barrier",
+        0,
+    );
+    let by_subgroup = kernel(
+        "",
+        "  %s = kernel.subgroup.id : index
+  %c = index.cmp ult, %s, %n : index
+  scf.if %c {
+    kernel.barrier<subgroup> scope(subgroup) ordering(acq_rel)
+  }",
+    );
+    let ast = hrx_loom::front::parse(&by_subgroup).unwrap();
+    hrx_loom::verify::verify(&ast, &by_subgroup).unwrap();
+    let workgroup =
+        by_subgroup.replace("<subgroup> scope(subgroup)", "<workgroup> scope(workgroup)");
+    assert_diag(
+        &one_error(&workgroup),
+        "E0401",
+        "divergent control flow",
+        &workgroup,
+        "kernel.barrier",
+        0,
+    );
+}
+
+#[test]
 fn barrier_kinds_and_scopes_must_match() {
     let src = kernel(
         "",
@@ -305,7 +347,7 @@ fn barrier_kinds_and_scopes_must_match() {
     assert_diag(
         &one_error(&src),
         "E0307",
-        "unknown barrier kind `device` (one of: workgroup storage)",
+        "unknown barrier kind `device` (one of: workgroup subgroup storage)",
         &src,
         "device",
         0,

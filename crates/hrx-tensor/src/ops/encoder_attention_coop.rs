@@ -24,8 +24,10 @@
 //!
 //! Scores live one 16 x 16 tile a subgroup at a time, so a workgroup's
 //! memory is its keys and values and little else; the second `q k^T` is
-//! cheaper than the memory all scores of a row block would take. The
-//! sequence length and head size are static, so every loop is unrolled.
+//! cheaper than the memory all scores of a row block would take. After
+//! the copies, a subgroup touches only its own tiles, so it orders them
+//! with subgroup barriers and never waits for the others. The sequence
+//! length and head size are static, so every loop is unrolled.
 
 use super::matmul_coop::{coop_subgroup, fragment};
 use hrx_core::Target;
@@ -113,6 +115,15 @@ impl CoopAttention {
     }
 }
 
+/// The tensor-core encoder attention's loom source for heads of `head`
+/// over `seq` tokens on `target`, writing f16 (for offline compilation and
+/// the driver's statistics); `None` where the kernel does not run there.
+#[cfg(feature = "kernel-sources")]
+pub fn encoder_attention_coop_source(target: &Target, head: usize, seq: usize) -> Option<String> {
+    let shape = CoopAttention::for_input(target, F16, head, seq)?;
+    Some(encoder_attention_coop(shape, F16).into_text())
+}
+
 /// A workgroup-memory allocation of `bytes`, seen through one view per
 /// `(rows, cols, elem)`: tiles whose lives do not overlap share it.
 fn tiles(k: &mut Body, bytes: usize, views: &[(usize, usize, Scalar)]) -> Vec<Value<View>> {
@@ -155,7 +166,7 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
     let (one, size) = (k.index(1), k.index(lanes as u64));
     let mut k = k.launch_config([blocks, heads, batch], [size, one, one]);
-    let [_seq, row, width, qa, la, qb, lb, qo, lo] =
+    let [seq_arg, row, width, qa, la, qb, lb, qo, lo] =
         ["seq", "row", "width", "qa", "la", "qb", "lb", "qo", "lo"].map(|n| k.arg_index(n));
     let scale = k.arg_scalar("scale", F32);
     let qkv = k.arg_buffer("qkv", false);
@@ -250,7 +261,6 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
         fragment(F32, CoopRole::C),
     );
     let head_tiles: Vec<Value<Index>> = (0..dh / 16).map(|i| k.index(16 * i as u64)).collect();
-    let key_tiles: Vec<Value<Index>> = (0..seq / 16).map(|i| k.index(16 * i as u64)).collect();
     let q_frags: Vec<_> = head_tiles
         .iter()
         .map(|&d| {
@@ -272,14 +282,14 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     let scales = k.splat(scale, 4);
     // The subgroup's `q k^T` tile for keys `kt..kt + 16`, staged; then
     // (after the barrier) this lane's eight `scale * score + bias`.
-    let scores_of = |k: &mut Body, kt: Value<Index>| {
+    let scores_of = |k: &mut Builder, kt: Value<Index>| {
         let mut acc = k.coop_zero(fc);
         for (&d, &qf) in head_tiles.iter().zip(&q_frags) {
             let kf = k.coop_load(Major::ColMajor, keys, [kt, d], fb);
             acc = k.coop_mma(qf, kf, acc);
         }
         k.coop_store(Major::RowMajor, acc, scores, [r0, c0]);
-        k.barrier(Barrier::Workgroup);
+        k.barrier(Barrier::Subgroup);
         [j0, j1].map(|j| {
             let s = k.vector_load(scores, &[r, j], 4);
             let key = k.add(kt, j);
@@ -287,7 +297,7 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             k.fmaf(s, scales, bj)
         })
     };
-    let lane_of = |k: &mut Body, v: Value<Num>, i: u64| {
+    let lane_of = |k: &mut Builder, v: Value<Num>, i: u64| {
         let at = k.index(i);
         k.extract(v, at)
     };
@@ -296,11 +306,15 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     // row's, with its partner lane's.
     let lowest = k.float(f64::from(f32::MIN), F32);
     let zf = k.float(0.0, F32);
-    let (mut m, mut l) = (lowest, zf);
-    for &kt in &key_tiles {
-        let s = scores_of(&mut k, kt);
+    // The key tiles are a loop over the sequence length argument (the
+    // same as `seq`), which the driver's compiler cannot unroll: unrolled,
+    // it hoisted loads across tiles and a work item took 120 registers
+    // on the H200 (two workgroups of 256 a multiprocessor).
+    let stats = k.for_carry(c0, seq_arg, c16, &[lowest, zf], |k, kt, carried| {
+        let (m, l) = (carried[0], carried[1]);
+        let s = scores_of(k, kt);
         let top = k.maxnumf(s[0], s[1]);
-        let parts: Vec<_> = (0..4).map(|i| lane_of(&mut k, top, i)).collect();
+        let parts: Vec<_> = (0..4).map(|i| lane_of(k, top, i)).collect();
         let m01 = k.maxnumf(parts[0], parts[1]);
         let m23 = k.maxnumf(parts[2], parts[3]);
         let tile_max = k.maxnumf(m01, m23);
@@ -314,17 +328,18 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             })
             .collect();
         let e = k.addf(e[0], e[1]);
-        let parts: Vec<_> = (0..4).map(|i| lane_of(&mut k, e, i)).collect();
+        let parts: Vec<_> = (0..4).map(|i| lane_of(k, e, i)).collect();
         let e01 = k.addf(parts[0], parts[1]);
         let e23 = k.addf(parts[2], parts[3]);
         let added = k.addf(e01, e23);
         let dm = k.subf(m, m2);
         let rescale = k.expf(dm);
-        l = k.fmaf(l, rescale, added);
-        m = m2;
+        let l2 = k.fmaf(l, rescale, added);
         // The next tile's scores go where these were read.
-        k.barrier(Barrier::Workgroup);
-    }
+        k.barrier(Barrier::Subgroup);
+        vec![m2, l2]
+    });
+    let (m, l) = (stats[0], stats[1]);
     let one_i = k.index(1);
     let m_other = k.subgroup_shuffle(ShuffleMode::Xor, m, one_i);
     let l_other = k.subgroup_shuffle(ShuffleMode::Xor, l, one_i);
@@ -340,9 +355,9 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     let (maxes, invs) = (k.splat(row_max, 4), k.splat(inv, 4));
 
     // 3. The probabilities of each key tile, times its values.
-    let mut accs: Vec<_> = head_tiles.iter().map(|_| k.coop_zero(fc)).collect();
-    for &kt in &key_tiles {
-        let s = scores_of(&mut k, kt);
+    let zeros: Vec<_> = head_tiles.iter().map(|_| k.coop_zero(fc)).collect();
+    let accs = k.for_carry(c0, seq_arg, c16, &zeros, |k, kt, accs| {
+        let s = scores_of(k, kt);
         for (&x, j) in s.iter().zip([j0, j1]) {
             let d = k.subf(x, maxes);
             let e = k.expf(d);
@@ -350,21 +365,25 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             let ph = k.truncf(p, F16);
             k.vector_store(ph, probs, &[r, j]);
         }
-        k.barrier(Barrier::Workgroup);
+        k.barrier(Barrier::Subgroup);
         let pf = k.coop_load(Major::RowMajor, probs, [r0, c0], fa);
         let vrow = k.add(values_at, kt);
-        for (&d, acc) in head_tiles.iter().zip(accs.iter_mut()) {
-            let vf = k.coop_load(Major::RowMajor, keys, [vrow, d], fb);
-            *acc = k.coop_mma(pf, vf, *acc);
-        }
-    }
+        head_tiles
+            .iter()
+            .zip(accs)
+            .map(|(&d, &acc)| {
+                let vf = k.coop_load(Major::RowMajor, keys, [vrow, d], fb);
+                k.coop_mma(pf, vf, acc)
+            })
+            .collect()
+    });
     // 4. The contexts, a head tile at a time through the subgroup's
     // score tile (last read before the barrier above), four values a lane
     // and store.
     let per_row = k.index(4);
     for (&d, &acc) in head_tiles.iter().zip(&accs) {
         k.coop_store(Major::RowMajor, acc, scores, [r0, c0]);
-        k.barrier(Barrier::Workgroup);
+        k.barrier(Barrier::Subgroup);
         for i in 0..ROWS * 4 / LANES {
             let step = k.index((i * LANES) as u64);
             let e = k.add(lane, step);
@@ -381,7 +400,7 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             let at = k.add(col, c);
             k.vector_store(o, out_v, &[at]);
         }
-        k.barrier(Barrier::Workgroup);
+        k.barrier(Barrier::Subgroup);
     }
     Built::kernel(k.finish())
 }

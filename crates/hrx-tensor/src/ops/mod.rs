@@ -64,6 +64,8 @@ mod tuning;
 pub use attention::AttentionOutput;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
+#[cfg(feature = "kernel-sources")]
+pub use encoder_attention_coop::encoder_attention_coop_source;
 pub use indexing::broadcast_shapes;
 pub use matmul::MatmulOptions;
 #[cfg(feature = "kernel-sources")]

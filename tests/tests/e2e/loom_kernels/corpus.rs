@@ -615,6 +615,30 @@ fn subgroup_ops() {
 }
 
 #[test]
+fn subgroup_rotate() {
+    // Every lane reads the value the next lane of its subgroup stored
+    // before a subgroup barrier (the last lane wraps to the first): exact.
+    let g = gpu();
+    let k = g.kernel(corpus!("subgroup_rotate.loom"), &spec("@subgroup_rotate"));
+    let (size, most) = (g.target.subgroup_size_min, g.target.subgroup_size_max);
+    assert_eq!(size, most, "a fixed subgroup size");
+    let size = size as usize;
+    let mut rng = Rng::new(18);
+    for n in SIZES {
+        let x = rng.f32s(n, -100.0, 100.0);
+        let (ib, ob) = (g.input(&bits(&x)), g.output(n));
+        g.run(&k, &[&ib, &ob], &[idx(n)], &[n as u64]);
+        let got = read_f32("subgroup_rotate", &ob, n);
+        let xs = |i: usize| if i < n { x[i] } else { 0.0 };
+        for (i, &y) in got.iter().enumerate() {
+            let lane = i % 64 % size;
+            let from = i - lane + (lane + 1) % size;
+            assert_eq!(y, xs(from), "subgroup_rotate n={n} item {i}");
+        }
+    }
+}
+
+#[test]
 fn every_corpus_file_is_run_here() {
     // A new corpus kernel must get a run test above.
     let here = include_str!("corpus.rs");
