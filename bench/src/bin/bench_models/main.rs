@@ -27,7 +27,9 @@
 //! choice otherwise), for comparing them. `--f32-quads off | on[:BK[:BN]]`
 //! forces the f32 matmuls onto the quad kernel (with k steps of BK, 16 or
 //! 8, and BN columns a workgroup, 128 or 64) or off it
-//! (`Tuning::with_f32_quads`), and `--precision f32 | f16` measures one
+//! (`Tuning::with_f32_quads`), `--coop-tiles BM,BN,BK,SGM,SGN` forces the
+//! tensor-core matmuls of more than 64 rows onto that tiling where it fits
+//! (`Tuning::coop_tiles`), and `--precision f32 | f16` measures one
 //! precision only.
 
 mod profile;
@@ -61,6 +63,7 @@ struct Settings {
     measure: Duration,
     attention: AttentionPath,
     f32_quads: Option<String>,
+    coop_tiles: Option<String>,
     precision: Option<Precision>,
 }
 
@@ -90,6 +93,7 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
         },
         measure: Duration::from_millis(ms as u64),
         f32_quads: value("--f32-quads"),
+        coop_tiles: value("--coop-tiles"),
         precision: match value("--precision").as_deref() {
             None => None,
             Some("f32") => Some(Precision::F32),
@@ -271,11 +275,10 @@ fn main() -> std::result::Result<(), String> {
         .target()
         .clone();
     let s = settings(target.kind == DeviceKind::Cpu)?;
+    let tuning = Tuning::parse(s.coop_tiles.as_deref(), None).map_err(|e| e.to_string())?;
     let tuning = match &s.f32_quads {
-        Some(text) => Tuning::default()
-            .with_f32_quads(text)
-            .map_err(|e| e.to_string())?,
-        None => Tuning::default(),
+        Some(text) => tuning.with_f32_quads(text).map_err(|e| e.to_string())?,
+        None => tuning,
     };
     let context = context.with_tuning(tuning);
     let args: Vec<String> = std::env::args().collect();

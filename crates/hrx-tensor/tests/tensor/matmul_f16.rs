@@ -290,6 +290,49 @@ fn f16_output_is_the_f32_result_rounded_once_or_refused() {
     }
 }
 
+/// Products of many rows over a short k, the encoder's projections in
+/// small: on the H200 they take the 256 x 128 x 32 tensor-core tiling
+/// (a partial k step, columns not filling 256). Every 97th row (and the
+/// last) against an f64 reference, within the accumulation bound
+/// `k u sum |a b|` (u the kernel's roundoff) plus the bias's rounding;
+/// elsewhere whatever kernel runs is checked the same way.
+#[test]
+fn many_rows_over_a_short_k() {
+    let ops = ops();
+    let mut rng = Gen::new(21);
+    for (m, k, n) in [(8192, 40, 1152), (8192, 72, 384)] {
+        let mut exact = |len, round: fn(f64) -> f64| -> Vec<f64> {
+            values(&mut rng, len, -1.0, 1.0).into_iter().map(round).collect()
+        };
+        let (va, vb) = (exact(m * k, f16_round), exact(k * n, f16_round));
+        let vbias = exact(n, f32_round);
+        let a = input(DType::F16, &[m, k], &va, Placement::Contiguous);
+        let b = input(DType::F16, &[k, n], &vb, Placement::Contiguous);
+        let bias = input(DType::F32, &[n], &vbias, Placement::Contiguous);
+        let options = MatmulOptions::default();
+        let kernel = ops.matmul_kernel(&a, &b, options).unwrap();
+        let u = accumulation_roundoff(kernel);
+        let got = ops
+            .matmul(&a, &b, Some(&bias), options)
+            .unwrap()
+            .to_values()
+            .unwrap();
+        for i in (0..m).step_by(97).chain([m - 1]) {
+            for j in 0..n {
+                let terms = (0..k).map(|p| va[i * k + p] * vb[p * n + j]);
+                let (sum, mag) = terms.fold((0.0, 0.0), |(s, g), t| (s + t, g + t.abs()));
+                let want = sum + vbias[j];
+                let tol = (k as f64 + 2.0) * u * (mag + vbias[j].abs());
+                let g = got[i * n + j];
+                assert!(
+                    (g - want).abs() <= tol,
+                    "{m}x{k}x{n} on {kernel}: [{i}, {j}] is {g}, expected {want} +- {tol}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn coop_kernel_only_where_the_target_has_the_shape() {
     assert!(coop_matmul_source(&Target::lavapipe(), 64, false, None).is_none());

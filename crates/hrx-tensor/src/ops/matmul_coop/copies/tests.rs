@@ -19,7 +19,11 @@ fn hopper_tilings() -> Vec<(String, CoopTiles)> {
     assert_eq!((wide.bm, wide.bn, wide.bk), (128, 256, 32));
     assert!(all.iter().all(|(_, t)| *t != wide));
     all.push(("m=n=8192".into(), wide));
-    for (name, shape) in [("p v", (128, 32, 128)), ("q k^T", (128, 128, 32))] {
+    for (name, shape) in [
+        ("p v", (128, 32, 128)),
+        ("q k^T", (128, 128, 32)),
+        ("qkv", (131_072, 1152, 384)),
+    ] {
         let t = coop_tiles_for(&target, None, shape, 12 * 1024).unwrap();
         if !all.iter().any(|(_, seen)| *seen == t) {
             all.push((name.into(), t));
@@ -31,7 +35,8 @@ fn hopper_tilings() -> Vec<(String, CoopTiles)> {
 /// Batched products narrower than the wide tile get tiles no wider than
 /// they are: the encoder's attention (`p v`: n = 32; `q k^T`: n = 128
 /// over k = 32); of its projections only n = 1536 fills the wide tile's
-/// 256 columns.
+/// 256 columns, and those over k = 384 take the tall tile where its
+/// workgroups are many.
 #[test]
 fn narrow_products_get_narrow_tiles() {
     let target = Target::hopper();
@@ -44,7 +49,11 @@ fn narrow_products_get_narrow_tiles() {
     assert_eq!(tiles(128, 128, 64), (128, 128, 64));
     assert_eq!(tiles(131_072, 1536, 384), (128, 256, 32));
     assert_eq!(tiles(131_072, 384, 1536), (128, 128, 64));
-    assert_eq!(tiles(131_072, 1152, 384), (128, 128, 64));
+    assert_eq!(tiles(131_072, 1152, 384), (256, 128, 32));
+    assert_eq!(tiles(131_072, 384, 384), (256, 128, 32));
+    // A small batch: too few tall workgroups.
+    let few = coop_tiles_for(&target, None, (2048, 384, 384), 1).unwrap();
+    assert_eq!((few.bm, few.bn, few.bk), (128, 128, 64));
 }
 
 /// The built-in tilings obey the rules a forced one is checked against.
