@@ -302,7 +302,10 @@ fn many_rows_over_a_short_k() {
     let mut rng = Gen::new(21);
     for (m, k, n) in [(8192, 40, 1152), (8192, 72, 384)] {
         let mut exact = |len, round: fn(f64) -> f64| -> Vec<f64> {
-            values(&mut rng, len, -1.0, 1.0).into_iter().map(round).collect()
+            values(&mut rng, len, -1.0, 1.0)
+                .into_iter()
+                .map(round)
+                .collect()
         };
         let (va, vb) = (exact(m * k, f16_round), exact(k * n, f16_round));
         let vbias = exact(n, f32_round);
