@@ -59,6 +59,8 @@ struct Scratch {
     up: Option<DeviceTensor>,
     /// `x`-shaped and `up`-shaped f16 operands when the matmuls are f16.
     x_low: Option<DeviceTensor>,
+    /// Whether `x_low` holds `x` already (its norm wrote both).
+    x_low_holds_x: bool,
     up_low: Option<DeviceTensor>,
 }
 
@@ -158,22 +160,35 @@ impl<'e> Recorder<'e, '_, '_> {
     }
 
     /// `out = layer_norm(a + b)` with the weights `{name}.*`, one dispatch;
-    /// `sum` holds the residual sum.
+    /// `sum` holds the residual sum. Where the matmuls are f16 the same
+    /// dispatch writes `out`'s f16 operand too, where it can: the operand
+    /// is returned then.
     fn add_norm(
         &mut self,
         a: &DeviceTensor,
         b: &DeviceTensor,
         name: &str,
         out: &DeviceTensor,
-    ) -> Result<()> {
+    ) -> Result<Option<DeviceTensor>> {
         let (weight, bias) = (
             Some(self.weight(&format!("{name}.weight"))?),
             Some(self.weight(&format!("{name}.bias"))?),
         );
         let sum = self.s.sum.clone();
         let eps = self.config().layer_norm_eps;
+        let g = self.slot.graph();
+        if let Some(low) = &self.s.x_low {
+            match self
+                .ops
+                .record_add_layer_norm_with_f16(g, a, b, weight, bias, eps, &sum, out, low)
+            {
+                Err(Error::Unsupported(_)) => {}
+                recorded => return recorded.map(|()| Some(low.clone())),
+            }
+        }
         self.ops
-            .record_add_layer_norm(self.slot.graph(), a, b, weight, bias, eps, &sum, out)
+            .record_add_layer_norm(g, a, b, weight, bias, eps, &sum, out)?;
+        Ok(None)
     }
 
     /// Self-attention of `x` into `s.packed` (the per-head contexts by
@@ -183,7 +198,10 @@ impl<'e> Recorder<'e, '_, '_> {
         let (b, s, d, h) = (self.batch, self.seq, c.hidden, c.heads);
         let dh = c.head_dim();
         let x_low = self.s.x_low.clone();
-        let x = self.operand(x, &x_low)?;
+        let x = match &x_low {
+            Some(low) if self.s.x_low_holds_x => low,
+            _ => self.operand(x, &x_low)?,
+        };
         let qkv = self.qkv_projection(x, &format!("layer.{layer}.qkv"))?;
         let packed = self.s.packed.reshape(vec![b, s, d])?;
         let stacked = qkv.reshape(vec![b, s, 3 * d])?;
@@ -355,16 +373,21 @@ impl<'e> Recorder<'e, '_, '_> {
         let (x, y, proj, packed) = (x.clone(), y.clone(), proj.clone(), packed.clone());
         self.attention(layer, &x, bias)?;
         self.linear(&packed, &name("attn_out"), None, &proj)?;
-        self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
+        let y_low = self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
         let activation = match self.config().activation {
             super::Activation::Gelu => UnaryOp::Gelu,
             super::Activation::GeluTanh => UnaryOp::GeluTanh,
         };
         let x_low = self.s.x_low.clone();
-        let y_op = self.operand(&y, &x_low)?;
+        let y_op = match &y_low {
+            Some(low) => low,
+            None => self.operand(&y, &x_low)?,
+        };
         let up_op = self.up_projection(y_op, &name("up"), activation)?;
         self.linear(&up_op, &name("down"), None, &proj)?;
-        self.add_norm(&y, &proj, &name("out_norm"), &x)
+        let x_low = self.add_norm(&y, &proj, &name("out_norm"), &x)?;
+        self.s.x_low_holds_x = x_low.is_some();
+        Ok(())
     }
 }
 
@@ -410,6 +433,7 @@ impl Scratch {
             packed,
             up: None,
             x_low,
+            x_low_holds_x: false,
             up_low,
         })
     }

@@ -7,7 +7,7 @@
 use super::{
     Ops,
     indexing::coalesce,
-    operand::{Operand, check_inputs, check_output, disjoint, operand, quad_offset},
+    operand::{Operand, check_inputs, check_output, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
     rows_kernels,
 };
@@ -94,6 +94,9 @@ struct NormCall<'a> {
     /// The addend and the sum's output of a fused add: the norm is then of
     /// `a + addend`, stored to the sum. Both contiguous like `a`.
     add: Option<(&'a DeviceTensor, &'a DeviceTensor)>,
+    /// An f16 copy of `out` (contiguous like it), written by the same
+    /// pass; only the quad kernel writes one.
+    copy: Option<&'a DeviceTensor>,
     operation: &'a str,
 }
 
@@ -302,6 +305,7 @@ impl Ops {
             eps,
             out,
             add: None,
+            copy: None,
             operation,
         };
         self.record_after_packing(graph, a, packed.as_ref(), |g, a| {
@@ -319,6 +323,7 @@ impl Ops {
             eps,
             out,
             add,
+            copy,
             operation,
         } = *call;
         let r = rows(a.desc(), operation)?;
@@ -363,6 +368,22 @@ impl Ops {
                 disjoint(operation, ("out", &ko), (name, k))?;
             }
         }
+        let copied = match copy {
+            Some(t) => Some(operand(t, &target, operation)?),
+            None => None,
+        };
+        if let Some(kk) = &copied {
+            let others = [
+                ("a", &ka),
+                ("out", &ko),
+                ("the weight", &kw),
+                ("the bias", &kb),
+            ];
+            let added_ops = added.iter().flat_map(|(kc, ks)| [("b", kc), ("sum", ks)]);
+            for (name, k) in others.into_iter().chain(added_ops) {
+                disjoint(operation, ("the f16 copy", kk), (name, k))?;
+            }
+        }
         let fused = added.is_some();
         let quads = r.quads(&ka, &ko).and_then(|(qa, qo)| {
             // Present parameters must be unit-stride and aligned too; the
@@ -376,8 +397,22 @@ impl Ops {
                 Some((kc, ks)) => Some((quad_offset(kc)?, quad_offset(ks)?)),
                 None => None,
             };
-            Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?, qcs))
+            // The copy's quads are f16: 8-byte aligned, 4 elements apart.
+            let qk = match &copied {
+                Some(kk) => Some(
+                    (kk.view.offset().is_multiple_of(16) && kk.offset.is_multiple_of(4))
+                        .then_some(kk.offset / 4)?,
+                ),
+                None => None,
+            };
+            Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?, qcs, qk))
         });
+        if copied.is_some() && quads.is_none() {
+            return Err(Error::Unsupported(format!(
+                "{operation}: the f16 copy needs rows a multiple of 4 long in aligned, \
+                 contiguous tensors"
+            )));
+        }
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
         let mut views = vec![
             ka.view.clone(),
@@ -388,13 +423,17 @@ impl Ops {
         if let Some((kc, ks)) = &added {
             views.extend([kc.view.clone(), ks.view.clone()]);
         }
-        if let Some((qa, qo, qw, qb, qcs)) = quads {
+        if let Some(kk) = &copied {
+            views.push(kk.view.clone());
+        }
+        if let Some((qa, qo, qw, qb, qcs, qk)) = quads {
             let center = kind == Norm::Layer;
             let symbol = if fused { "add_norm4" } else { "norm4" };
+            let copy = qk.is_some();
             let kernel = self.registry.kernel(KernelKey {
                 source: KernelSource::Built(Generator::new(
-                    format!("{symbol} {wg} {center}"),
-                    move || rows_kernels::norm4(wg, center, fused),
+                    format!("{symbol} {wg} {center} {copy}"),
+                    move || rows_kernels::norm4(wg, center, fused, copy),
                 )),
                 symbol,
                 config: Vec::new(),
@@ -419,6 +458,9 @@ impl Ops {
             ];
             if let (Some((qc, qs)), Some((kc, ks))) = (qcs, &added) {
                 scalars.extend([q(qc), q(kc.len), q(qs), q(ks.len)]);
+            }
+            if let (Some(qk), Some(kk)) = (qk, &copied) {
+                scalars.extend([q(qk), q(kk.len)]);
             }
             return kernel.record(graph, operation, &views, &scalars, &[r.rows as u64]);
         }
@@ -502,7 +544,7 @@ impl Ops {
     ) -> Result<()> {
         let operation = format!("add_rms_norm of {} and {}", a.desc(), b.desc());
         let norm = (Norm::Rms, Some(weight), None, eps);
-        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out))
+        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out, None))
     }
 
     /// Record `sum = a + b` and `out = layer_norm(sum) * weight + bias`
@@ -524,7 +566,74 @@ impl Ops {
     ) -> Result<()> {
         let operation = format!("add_layer_norm of {} and {}", a.desc(), b.desc());
         let norm = (Norm::Layer, weight, bias, eps);
-        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out))
+        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out, None))
+    }
+
+    /// [`Ops::record_add_layer_norm`] that also writes `out` rounded to f16
+    /// into `out_f16` (contiguous, `out`'s shape, apart from every other
+    /// operand) in the same pass: the next matmul's f16 operand without a
+    /// cast. Where the device lacks f16 arithmetic and 16-bit storage, or
+    /// the rows do not run on the kernel for aligned rows of quads (rows
+    /// a multiple of 4 long, every tensor 16-byte aligned and, but the
+    /// parameters, contiguous), `Unsupported` and nothing recorded.
+    ///
+    /// ```
+    /// use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let ops = Ops::new(&runtime);
+    /// let a = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 4], &[1., 2., 3., 4.])?;
+    /// let b = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 4], &[1., 0., -1., 0.])?;
+    /// let f32s = || ops.output(TensorDesc::new(DType::F32, vec![1, 4])?);
+    /// let (mut sum, mut out) = (f32s()?, f32s()?);
+    /// let mut low = ops.output(TensorDesc::new(DType::F16, vec![1, 4])?)?;
+    /// let mut graph = runtime.graph();
+    /// match ops.record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, 0.0, &sum, &out, &low) {
+    ///     Ok(()) => {
+    ///         let done = graph.prepare()?.submit_after(&[a.completion().clone(), b.completion().clone()])?;
+    ///         for t in [&mut sum, &mut out, &mut low] {
+    ///             t.set_producer(done.clone());
+    ///         }
+    ///         // a + b = [2, 2, 2, 4]: mean 2.5, variance 0.75.
+    ///         assert_eq!(sum.to_values()?, [2., 2., 2., 4.]);
+    ///         let (got, rounded) = (out.to_values()?, low.to_values()?);
+    ///         assert!((got[3] - 1.5 / 0.75f64.sqrt()).abs() < 1e-6);
+    ///         for (x, h) in got.iter().zip(&rounded) {
+    ///             assert_eq!(*h, f64::from(half::f16::from_f64(*x)));
+    ///         }
+    ///     }
+    ///     Err(hrx_tensor::Error::Unsupported(why)) => println!("no f16 here: {why}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), hrx_tensor::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_add_layer_norm_with_f16(
+        &self,
+        graph: &mut Graph,
+        a: &DeviceTensor,
+        b: &DeviceTensor,
+        weight: Option<&DeviceTensor>,
+        bias: Option<&DeviceTensor>,
+        eps: f32,
+        sum: &DeviceTensor,
+        out: &DeviceTensor,
+        out_f16: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!(
+            "add_layer_norm with an f16 copy of {} and {}",
+            a.desc(),
+            b.desc()
+        );
+        let target = self.registry.target()?;
+        float_output(&target, out_f16.desc().dtype(), &operation)?;
+        if out_f16.desc().dtype() != DType::F16 {
+            return Err(Error::Message(format!(
+                "{operation}: the copy {} must be f16",
+                out_f16.desc()
+            )));
+        }
+        let norm = (Norm::Layer, weight, bias, eps);
+        self.record_add_norm(graph, &operation, (a, b), norm, (sum, out, Some(out_f16)))
     }
 
     /// The fused residual add and norm: checks, then the row kernels.
@@ -534,7 +643,7 @@ impl Ops {
         operation: &str,
         (a, b): (&DeviceTensor, &DeviceTensor),
         (kind, weight, bias, eps): (Norm, Option<&DeviceTensor>, Option<&DeviceTensor>, f32),
-        (sum, out): (&DeviceTensor, &DeviceTensor),
+        (sum, out, copy): (&DeviceTensor, &DeviceTensor, Option<&DeviceTensor>),
     ) -> Result<()> {
         let runtime = self.runtime();
         let params: Vec<&DeviceTensor> = weight.into_iter().chain(bias).collect();
@@ -578,6 +687,9 @@ impl Ops {
         }
         check_output(runtime, operation, sum, DType::F32, shape)?;
         check_output(runtime, operation, out, DType::F32, shape)?;
+        if let Some(copy) = copy {
+            check_output(runtime, operation, copy, DType::F16, shape)?;
+        }
         if out.desc().is_empty() {
             return Ok(());
         }
@@ -588,6 +700,7 @@ impl Ops {
             eps,
             out,
             add: Some((b, sum)),
+            copy,
             operation,
         };
         self.record_norm_rows(graph, a, &call)

@@ -348,8 +348,9 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
 
 /// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
 /// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
-/// contiguous `sum`.
-pub(crate) fn norm4(wg: usize, center: bool, add: bool) -> Built {
+/// contiguous `sum`; with `copy`, the output also rounded to f16 into the
+/// contiguous `copy` (arguments `qk`, `lk` after the others).
+pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
     let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
     let c4 = k.arg_index("c4");
     let eps = k.arg_scalar("eps", F32);
@@ -365,6 +366,11 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool) -> Built {
         let cv = k.buffer_view(c, zero, [lc.into()], F32);
         let sv = k.buffer_view(s, zero, [ls.into()], F32);
         (cv, qc, sv, qs)
+    });
+    let copied = copy.then(|| {
+        let [qk, lk] = ["qk", "lk"].map(|n| k.arg_index(n));
+        let kb = k.arg_buffer("copy", false);
+        (k.buffer_view(kb, zero, [lk.into()], Scalar::F16), qk)
     });
     let av = k.buffer_view(a, zero, [la.into()], F32);
     let wv = k.buffer_view(w, zero, [lw.into()], F32);
@@ -387,6 +393,7 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool) -> Built {
     let slot2 = k.add(slot, four);
     let abase = k.madd(r, srow4, qa);
     let obase = k.madd(r, c4, qo);
+    let copied = copied.map(|(kv, qk)| (kv, k.madd(r, c4, qk)));
     // The addend's row base and the sum's view and row base, in quads.
     let added = added.map(|(cv, qc, sv, qs)| {
         let cbase = k.madd(r, srow4, qc);
@@ -504,6 +511,12 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool) -> Built {
         let to = b.add(obase, j);
         let q = b.mul(to, four);
         b.vector_store(o, ov, &[q]);
+        if let Some((kv, kbase)) = copied {
+            let tk = b.add(kbase, j);
+            let pk = b.mul(tk, four);
+            let narrow = b.truncf(o, Scalar::F16);
+            b.vector_store(narrow, kv, &[pk]);
+        }
     });
     Built::kernel(k.finish())
 }
@@ -525,9 +538,10 @@ mod tests {
                         ("softmax", softmax(wg, flag)),
                         ("softmax4", softmax4(wg, flag)),
                         ("norm", norm(wg, flag, false)),
-                        ("norm4", norm4(wg, flag, false)),
+                        ("norm4", norm4(wg, flag, false, false)),
                         ("add_norm", norm(wg, flag, true)),
-                        ("add_norm4", norm4(wg, flag, true)),
+                        ("add_norm4", norm4(wg, flag, true, false)),
+                        ("add_norm4", norm4(wg, flag, true, true)),
                     ] {
                         compiler
                             .built(&built)

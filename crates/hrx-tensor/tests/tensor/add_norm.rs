@@ -319,3 +319,100 @@ fn add_rms_norm_errors() {
     );
     assert!(graph.is_empty(), "an error recorded nothing");
 }
+
+/// The layer norm's f16 copy (`record_add_layer_norm_with_f16`): on rows
+/// of quads (384 columns, MiniLM's width; 64 rows and a row view) `sum`
+/// and `out` are bit-equal to `record_add_layer_norm`'s and the copy is
+/// `out` rounded to f16; rows of 7 columns are refused as `Unsupported`,
+/// a copy that is not f16 or overlaps an operand is an error, and a
+/// refusal records nothing.
+#[test]
+fn add_layer_norm_writes_an_f16_copy() {
+    let target = ops().runtime().gpu().unwrap().target().clone();
+    let has_f16 = target.shader_f16 && target.storage_16bit;
+    let mut rng = Gen::new(71);
+    let (rows, cols) = (64, 384);
+    let n = rows * cols;
+    let av = values(&mut rng, n, -3.0, 3.0);
+    let bv = values(&mut rng, n, -3.0, 3.0);
+    let wv = values(&mut rng, cols, 0.5, 1.5);
+    let biasv = values(&mut rng, cols, -0.5, 0.5);
+    let a = row_view(rows, cols, &av);
+    let b = input(DType::F32, &[rows, cols], &bv, Placement::Contiguous);
+    let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
+    let bias = input(DType::F32, &[cols], &biasv, Placement::Contiguous);
+    let low_desc = TensorDesc::new(DType::F16, vec![rows, cols]).unwrap();
+    let mut low = ops().output(low_desc.clone()).unwrap();
+    let (mut sum, mut out) = (output(&[rows, cols]), output(&[rows, cols]));
+    let mut graph = ops().runtime().graph();
+    let recorded = ops().record_add_layer_norm_with_f16(
+        &mut graph,
+        &a,
+        &b,
+        Some(&w),
+        Some(&bias),
+        EPS,
+        &sum,
+        &out,
+        &low,
+    );
+    if !has_f16 {
+        assert!(matches!(recorded, Err(hrx_core::Error::Unsupported(_))));
+        assert!(graph.is_empty());
+        return;
+    }
+    recorded.unwrap();
+    let deps: Vec<_> = [&a, &b, &w, &bias, &sum, &out, &low]
+        .iter()
+        .map(|t| t.completion().clone())
+        .collect();
+    let done = graph.prepare().unwrap().submit_after(&deps).unwrap();
+    for t in [&mut sum, &mut out, &mut low] {
+        t.set_producer(done.clone());
+    }
+    let (got_sum, got_out, got_low) = (
+        sum.to_values().unwrap(),
+        out.to_values().unwrap(),
+        low.to_values().unwrap(),
+    );
+    let (want_sum, want_out) = run_pair(&[&a, &b, &w, &bias], &[rows, cols], |g, s, o| {
+        ops()
+            .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, s, o)
+            .unwrap()
+    });
+    assert_eq!(got_sum, want_sum, "the sums");
+    assert_eq!(got_out, want_out, "the outputs");
+    for (i, (x, h)) in got_out.iter().zip(&got_low).enumerate() {
+        let rounded = f64::from(half::f16::from_f64(*x));
+        assert_eq!(h.to_bits(), rounded.to_bits(), "copy {i}: {h} against {x}");
+    }
+
+    // Refusals and errors record nothing.
+    let odd = input(DType::F32, &[2, 7], &[1.0; 14], Placement::Contiguous);
+    let (odd_sum, odd_out) = (output(&[2, 7]), output(&[2, 7]));
+    let odd_low = ops()
+        .output(TensorDesc::new(DType::F16, vec![2, 7]).unwrap())
+        .unwrap();
+    let mut graph = ops().runtime().graph();
+    let unsupported = ops().record_add_layer_norm_with_f16(
+        &mut graph, &odd, &odd, None, None, EPS, &odd_sum, &odd_out, &odd_low,
+    );
+    assert!(
+        matches!(unsupported, Err(hrx_core::Error::Unsupported(_))),
+        "{unsupported:?}"
+    );
+    let f32_copy = output(&[rows, cols]);
+    let not_f16 = ops()
+        .record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, EPS, &sum, &out, &f32_copy)
+        .unwrap_err()
+        .to_string();
+    assert!(not_f16.contains("must be f16"), "{not_f16}");
+    // An f16 copy over the sum's storage.
+    let over_sum = sum.view(0, low_desc).unwrap();
+    let clash = ops()
+        .record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, EPS, &sum, &out, &over_sum)
+        .unwrap_err()
+        .to_string();
+    assert!(clash.contains("must not overlap"), "{clash}");
+    assert!(graph.is_empty(), "refusals and errors recorded nothing");
+}
