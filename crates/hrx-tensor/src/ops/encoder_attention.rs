@@ -102,6 +102,12 @@ impl Ops {
         let &[batch, seq, stacked] = qkv.desc().shape() else {
             return wrong("qkv must be [batch, seq, 3 * width]".into());
         };
+        if !matches!(qkv.desc().dtype(), DType::F32 | DType::F16) {
+            return refuse(format!(
+                "qkv must be f32 or f16, not {}",
+                qkv.desc().dtype()
+            ));
+        }
         if bias.desc().dtype() != DType::F32 {
             return refuse("the bias must be f32".into());
         }

@@ -26,8 +26,9 @@
 //! memory is its keys and values and little else; the second `q k^T` is
 //! cheaper than the memory all scores of a row block would take. After
 //! the copies, a subgroup touches only its own tiles, so it orders them
-//! with subgroup barriers and never waits for the others. The sequence
-//! length and head size are static, so every loop is unrolled.
+//! with subgroup barriers and never waits for the others. The copies and
+//! the loops over head tiles are unrolled (the shape is static); the key
+//! tiles are a loop (see step 2).
 
 use super::matmul_coop::{coop_subgroup, fragment};
 use hrx_core::Target;
@@ -221,7 +222,9 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     // The values' rows follow the keys' in one tile.
     let values_at = k.index(seq as u64);
 
-    // 1. Keys, values and their biases.
+    // 1. Keys, values and their biases: `seq * dh / 4` quads, a whole
+    // number a work item (the subgroups divide the blocks of 16, and the
+    // head is a multiple of 16).
     let copies: Vec<(Value<Index>, Value<Index>)> = (0..seq * quads / lanes)
         .map(|i| {
             let step = k.index((i * lanes) as u64);

@@ -288,6 +288,7 @@ fn refusals_record_nothing() {
     let big_out = zeros(DType::F32, &[1, 2, 256]);
     let strided = hrx_tensor::Ops::permuted(&zeros(DType::F32, &[4, 2, 24]), &[1, 0, 2]).unwrap();
     let ints = zeros(DType::I32, &[2, 4, 8]);
+    let int_qkv = zeros(DType::I32, &[2, 4, 24]);
     let inside = qkv
         .reshape(vec![24, 8])
         .and_then(|t| t.slice(0, 0..8))
@@ -314,6 +315,7 @@ fn refusals_record_nothing() {
         ("a head of 256", &big, &big_bias, 1, 1.0, &big_out, true),
         ("strided qkv", &strided, &bias, 2, 1.0, &out, true),
         ("an i32 output", &qkv, &bias, 2, 1.0, &ints, true),
+        ("i32 projections", &int_qkv, &bias, 2, 1.0, &out, true),
         ("a bias of the wrong shape", &qkv, &out, 2, 1.0, &out, false),
         (
             "heads that do not divide the width",
