@@ -432,34 +432,25 @@ mod tests {
 
     #[test]
     fn workgroup_accesses_become_non_private_where_a_barrier_shares_them() {
-        let base = workgroup_module(true);
-        let mut words = base.clone();
-        share_memory(&mut words, &MemoryFacts::scan(&base).unwrap());
-        let tail = &words[words.len() - 12..];
-        // The load keeps its alignment literal; the scope id follows it.
-        let load_mask = 0x2 | NON_PRIVATE_POINTER | MAKE_POINTER_VISIBLE;
-        assert_eq!(&tail[..7], [(7 << 16) | OP_LOAD, 2, 7, 5, load_mask, 4, 3]);
-        let store_mask = NON_PRIVATE_POINTER | MAKE_POINTER_AVAILABLE;
-        assert_eq!(&tail[7..], [(5 << 16) | OP_STORE, 5, 7, store_mask, 3]);
-        assert!(MemoryFacts::scan(&words).is_some(), "still well formed");
+        // A workgroup barrier, or a subgroup one (the scope constant, id 3,
+        // is the barrier's scope).
+        for scope in [SCOPE_WORKGROUP, SCOPE_SUBGROUP] {
+            let base = scoped_module(true, scope);
+            let mut words = base.clone();
+            share_memory(&mut words, &MemoryFacts::scan(&base).unwrap());
+            let tail = &words[words.len() - 12..];
+            // The load keeps its alignment literal; the scope id follows it.
+            let load_mask = 0x2 | NON_PRIVATE_POINTER | MAKE_POINTER_VISIBLE;
+            assert_eq!(&tail[..7], [(7 << 16) | OP_LOAD, 2, 7, 5, load_mask, 4, 3]);
+            let store_mask = NON_PRIVATE_POINTER | MAKE_POINTER_AVAILABLE;
+            assert_eq!(&tail[7..], [(5 << 16) | OP_STORE, 5, 7, store_mask, 3]);
+            assert!(MemoryFacts::scan(&words).is_some(), "still well formed");
+        }
         // Without a barrier nothing orders the accesses, so nothing changes.
         let lone = workgroup_module(false);
         let mut words = lone.clone();
         share_memory(&mut words, &MemoryFacts::scan(&lone).unwrap());
         assert_eq!(words, lone);
-    }
-
-    #[test]
-    fn a_subgroup_barrier_shares_workgroup_memory_at_its_scope() {
-        let base = scoped_module(true, SCOPE_SUBGROUP);
-        let mut words = base.clone();
-        share_memory(&mut words, &MemoryFacts::scan(&base).unwrap());
-        let tail = &words[words.len() - 12..];
-        // The scope id (3, the subgroup constant) follows each access.
-        let load_mask = 0x2 | NON_PRIVATE_POINTER | MAKE_POINTER_VISIBLE;
-        assert_eq!(&tail[..7], [(7 << 16) | OP_LOAD, 2, 7, 5, load_mask, 4, 3]);
-        let store_mask = NON_PRIVATE_POINTER | MAKE_POINTER_AVAILABLE;
-        assert_eq!(&tail[7..], [(5 << 16) | OP_STORE, 5, 7, store_mask, 3]);
     }
 
     #[test]

@@ -300,9 +300,19 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             k.fmaf(s, scales, bj)
         })
     };
-    let lane_of = |k: &mut Builder, v: Value<Num>, i: u64| {
-        let at = k.index(i);
-        k.extract(v, at)
+    // The four lanes of `v` folded pairwise by `op` (max or add).
+    let fold4 = |k: &mut Builder,
+                 v: Value<Num>,
+                 op: fn(&mut Builder, Value<Num>, Value<Num>) -> Value<Num>| {
+        let parts: Vec<_> = (0..4)
+            .map(|i| {
+                let at = k.index(i);
+                k.extract(v, at)
+            })
+            .collect();
+        let low = op(k, parts[0], parts[1]);
+        let high = op(k, parts[2], parts[3]);
+        op(k, low, high)
     };
 
     // 2. Each lane's running maximum and sum over its keys, then the
@@ -317,10 +327,7 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
         let (m, l) = (carried[0], carried[1]);
         let s = scores_of(k, kt);
         let top = k.maxnumf(s[0], s[1]);
-        let parts: Vec<_> = (0..4).map(|i| lane_of(k, top, i)).collect();
-        let m01 = k.maxnumf(parts[0], parts[1]);
-        let m23 = k.maxnumf(parts[2], parts[3]);
-        let tile_max = k.maxnumf(m01, m23);
+        let tile_max = fold4(k, top, Builder::maxnumf);
         let m2 = k.maxnumf(m, tile_max);
         let ms = k.splat(m2, 4);
         let e: Vec<_> = s
@@ -331,10 +338,7 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
             })
             .collect();
         let e = k.addf(e[0], e[1]);
-        let parts: Vec<_> = (0..4).map(|i| lane_of(k, e, i)).collect();
-        let e01 = k.addf(parts[0], parts[1]);
-        let e23 = k.addf(parts[2], parts[3]);
-        let added = k.addf(e01, e23);
+        let added = fold4(k, e, Builder::addf);
         let dm = k.subf(m, m2);
         let rescale = k.expf(dm);
         let l2 = k.fmaf(l, rescale, added);
