@@ -266,7 +266,15 @@ impl<'e> Recorder<'e, '_, '_> {
     fn qkv_projection(&mut self, x: &DeviceTensor, name: &str) -> Result<DeviceTensor> {
         let rows = self.batch * self.seq;
         let width = 3 * self.config().hidden;
-        if self.s.x_low.is_some() && self.fused_attention() {
+        // Only the tensor-core matmul writes f16: asked before the f16
+        // scratch is allocated, so no device holds one it cannot fill.
+        let weight = self.weight(&format!("{name}.weight"))?;
+        let tensor_cores = self.s.x_low.is_some()
+            && self
+                .ops
+                .matmul_kernel(x, weight, MatmulOptions::default())?
+                == "cooperative matrix";
+        if tensor_cores && self.fused_attention() {
             let low = match &self.s.qkv_low {
                 Some(low) => low.clone(),
                 None => {

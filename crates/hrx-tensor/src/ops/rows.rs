@@ -397,12 +397,8 @@ impl Ops {
                 Some((kc, ks)) => Some((quad_offset(kc)?, quad_offset(ks)?)),
                 None => None,
             };
-            // The copy's quads are f16: 8-byte aligned, 4 elements apart.
             let qk = match &copied {
-                Some(kk) => Some(
-                    (kk.view.offset().is_multiple_of(16) && kk.offset.is_multiple_of(4))
-                        .then_some(kk.offset / 4)?,
-                ),
+                Some(kk) => Some(quad_offset(kk)?),
                 None => None,
             };
             Some((qa, qo, param(&kw, sw, hw)?, param(&kb, sb, hb)?, qcs, qk))
