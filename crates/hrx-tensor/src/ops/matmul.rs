@@ -10,7 +10,7 @@ use super::{
     matmul_quads::{self, QuadShape},
     matmul_splitk::{SplitK, SplitKCall, splitk_plan},
     matmul_tiled::tiled_key,
-    operand::{Operand, check_inputs, check_output, operand},
+    operand::{Operand, check_inputs, check_output, operand, quad_offset},
 };
 use crate::{DType, DeviceTensor, TensorDesc, contiguous_strides};
 use hrx_core::{DeviceKind, Error, Result, Target};
@@ -229,12 +229,21 @@ impl Ops {
                 // kernel's 16-byte f16 loads, along each operand's rows (or,
                 // for B, along k when it is transposed).
                 let quads = |l: &BLayout| b_load(DType::F16, l) == BLoad::Quad16;
+                // The epilogue's quads: C's rows, batches and binding, and
+                // a contiguous bias (an absent one reads the zeros).
+                let bias_quads =
+                    bias.is_none() || (bias_stride == 1 && quad_offset(&kbias).is_some());
+                let wide_c = n.is_multiple_of(4)
+                    && strides[2][0].is_multiple_of(4)
+                    && quad_offset(&kc).is_some()
+                    && bias_quads;
                 let layout = CoopLayout {
                     a_k_fast: ma.col_stride == 1,
                     b_n_fast: mb.col_stride == 1,
                     wide_a: quads(&a_layout),
                     wide_b: quads(&b_layout),
                     wide_bt: quads(&b_layout.along_k(k)),
+                    wide_c,
                 };
                 tiles.key(layout, options.activation, out_f16)
             }

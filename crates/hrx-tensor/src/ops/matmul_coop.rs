@@ -3,6 +3,7 @@
 //! built in `matmul_coop/kernel.rs`.
 
 mod copies;
+mod epilogue;
 mod kernel;
 
 pub(crate) use copies::CoopLayout;
@@ -249,6 +250,7 @@ pub fn coop_matmul_source(
         wide_a: true,
         wide_b: !transposed_b,
         wide_bt: transposed_b,
+        wide_c: true,
     };
     Some(tiles.source(layout, activation))
 }

@@ -358,6 +358,8 @@ fn coop_kernel_compiles_for_hopper_and_validates() {
         for transposed_b in [false, true] {
             let src = coop_matmul_source(&Target::hopper(), m, transposed_b, act).unwrap();
             assert_eq!(src.contains("coop.load<col_major>"), transposed_b);
+            // Aligned rows of C: the epilogue stores quads.
+            assert!(src.contains("vector.store"), "m={m}");
             let artifact = compiler
                 .module(&src)
                 .and_then(|module| module.compile_uncached(&Specialization::new("@matmul_coop")))

@@ -10,14 +10,15 @@
 //! next step's global loads issued before this step's products (see
 //! [`copies`](super::copies)). The epilogue goes through a per-subgroup
 //! 16 x 16 f32 staging tile so bias, activation and the bounds check are
-//! per element.
+//! per element (see [`epilogue`](super::epilogue)).
 
 use super::copies::{Consts, CoopLayout, Env, Operand};
+use super::epilogue::Epilogue;
 use super::{CoopTiles, fragment};
 use crate::ops::UnaryOp;
 use crate::ops::matmul_abi::MatmulArgs;
 use hrx_loom::build::{Barrier, Built, CoopLayout as Major, Extent, KernelBuilder, Mat, Value};
-use hrx_loom::ir::{Axis, CoopRole, IntPredicate, Scalar};
+use hrx_loom::ir::{Axis, CoopRole, Scalar};
 
 impl CoopTiles {
     /// The kernel for operands laid out as `layout` (already passed
@@ -103,7 +104,6 @@ impl CoopTiles {
             c0,
             c1,
             c16,
-            c256,
             cbm,
             cbn,
             cbk,
@@ -118,7 +118,6 @@ impl CoopTiles {
             0,
             1,
             16,
-            256,
             self.bm,
             self.bn,
             self.bk,
@@ -134,8 +133,6 @@ impl CoopTiles {
         let hzero = k.float(0.0, Scalar::F16);
         let tid = k.workitem_id(Axis::X);
         let sg = k.subgroup_id();
-        let lane = k.subgroup_lane_id();
-        let sgsize = k.subgroup_size();
         let wgx = k.workgroup_id(Axis::X);
         let wgy = k.workgroup_id(Axis::Y);
         let bi = k.workgroup_id(Axis::Z);
@@ -239,42 +236,27 @@ impl CoopTiles {
             b.barrier(Barrier::Workgroup);
             acc
         });
-        // Each fragment through the subgroup's staging tile: bias,
-        // activation and the bounds check per element.
-        let act = act.map(|op| op.fragment(Scalar::F32));
+        let epilogue = Epilogue {
+            srow,
+            tile: tc,
+            bias: biasv,
+            c: cv,
+            row0,
+            col0,
+            batch: bi,
+            m,
+            n,
+            sbias,
+            obias,
+            scb,
+            oc,
+            act,
+            out_f16,
+            wide: Epilogue::wide_for(layout.wide_c, act),
+        };
         for i in 0..wm {
             for j in 0..wn {
-                k.coop_store(Major::RowMajor, res[i * wn + j], tc, [srow, c0]);
-                k.barrier(Barrier::Workgroup);
-                let (fr, fc) = (fro[i], fco[j]);
-                k.for_each(lane, c256, sgsize, |b, e| {
-                    let r = b.div(e, c16);
-                    let cc = b.rem(e, c16);
-                    let r1 = b.add(fr, r);
-                    let c1_ = b.add(fc, cc);
-                    let gr = b.add(row0, r1);
-                    let gc = b.add(col0, c1_);
-                    let okr = b.cmp(IntPredicate::Ult, gr, m);
-                    let okc = b.cmp(IntPredicate::Ult, gc, n);
-                    let ok = b.and(okr, okc);
-                    b.if_(ok, |b| {
-                        let sr = b.add(srow, r);
-                        let accv = b.load(tc, &[sr, cc]);
-                        let pb = b.madd(gc, sbias, obias);
-                        let bj = b.load(biasv, &[pb]);
-                        let x = b.addf(accv, bj);
-                        let y = match &act {
-                            Some(f) => b.inline(f, &[x])[0],
-                            None => x,
-                        };
-                        let crow = b.madd(gr, n, oc);
-                        let cbase = b.madd(bi, scb, crow);
-                        let cidx = b.add(cbase, gc);
-                        let y = if out_f16 { b.truncf(y, Scalar::F16) } else { y };
-                        b.store(y, cv, &[cidx]);
-                    });
-                });
-                k.barrier(Barrier::Workgroup);
+                epilogue.store(&mut k, res[i * wn + j], (fro[i], fco[j]));
             }
         }
         Built::kernel(k.finish())

@@ -19,4 +19,9 @@ pub(crate) struct CoopLayout {
     /// tile, whose fragments are loaded column-major. Only without
     /// `wide_b`.
     pub(crate) wide_bt: bool,
+    /// C's rows and the bias lie in aligned quads (`n` a multiple of 4;
+    /// C's offset, batch stride and binding aligned; the bias contiguous
+    /// and aligned, or absent), so the epilogue moves four elements at a
+    /// time.
+    pub(crate) wide_c: bool,
 }

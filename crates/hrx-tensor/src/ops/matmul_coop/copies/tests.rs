@@ -66,20 +66,21 @@ fn built_in_tilings_are_valid_tunings() {
 }
 
 /// Every mix of wide and element copies (B wide along n or, transposed,
-/// along k), both axis orders, and each tiling compiles for the H200
-/// target (naga validates the module).
+/// along k), both axis orders, quad and element epilogues, and each
+/// tiling compiles for the H200 target (naga validates the module).
 #[test]
 fn every_copy_layout_compiles_for_hopper() {
     let target = Target::hopper();
     let compiler = Compiler::for_target(None, &target).unwrap();
     for (m, tiles) in hopper_tilings() {
-        for bits in 0..32u8 {
+        for bits in 0..64u8 {
             let layout = tiles.usable(CoopLayout {
                 a_k_fast: bits & 1 != 0,
                 b_n_fast: bits & 2 != 0,
                 wide_a: bits & 4 != 0,
                 wide_b: bits & 8 != 0,
                 wide_bt: bits & 16 != 0,
+                wide_c: bits & 32 != 0,
             });
             let src = tiles.source(layout, None);
             // Only an n-major tile of B is read column-major.
@@ -96,19 +97,24 @@ fn every_copy_layout_compiles_for_hopper() {
     }
 }
 
-/// The f16-output form of each tiling compiles for the H200 target, and
-/// is a kernel of its own (its C view and stores are 16-bit).
+/// The f16-output form of each tiling, with either epilogue, compiles for
+/// the H200 target, and is a kernel of its own (its C view and stores are
+/// 16-bit).
 #[test]
 fn f16_output_compiles_for_hopper() {
     let target = Target::hopper();
     let compiler = Compiler::for_target(None, &target).unwrap();
-    for (m, tiles) in hopper_tilings() {
+    for ((m, tiles), wide_c) in hopper_tilings()
+        .into_iter()
+        .flat_map(|t| [(t.clone(), false), (t, true)])
+    {
         let layout = tiles.usable(CoopLayout {
             a_k_fast: true,
             b_n_fast: false,
             wide_a: true,
             wide_b: false,
             wide_bt: true,
+            wide_c,
         });
         let act = Some(UnaryOp::Gelu);
         let src = tiles.key(layout, act, true).source();
@@ -197,6 +203,7 @@ fn transposed_b_copies_only_without_wide_b() {
             wide_a: true,
             wide_b: true,
             wide_bt: true,
+            wide_c: true,
         };
         assert!(!tiles.usable(both).wide_bt, "{m}");
         let transposed = CoopLayout {
