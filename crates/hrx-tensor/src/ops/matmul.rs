@@ -206,6 +206,13 @@ impl Ops {
                 choice.name()
             )));
         }
+        // Epilogues that store quads: C's rows, batches and binding, and a
+        // contiguous bias (an absent one reads the zeros) all aligned.
+        let bias_quads = bias.is_none() || (bias_stride == 1 && quad_offset(&kbias).is_some());
+        let wide_c = n.is_multiple_of(4)
+            && strides[2][0].is_multiple_of(4)
+            && quad_offset(&kc).is_some()
+            && bias_quads;
         let key = match choice {
             Choice::SplitK(plan) => {
                 return self.record_splitk(
@@ -229,14 +236,6 @@ impl Ops {
                 // kernel's 16-byte f16 loads, along each operand's rows (or,
                 // for B, along k when it is transposed).
                 let quads = |l: &BLayout| b_load(DType::F16, l) == BLoad::Quad16;
-                // The epilogue's quads: C's rows, batches and binding, and
-                // a contiguous bias (an absent one reads the zeros).
-                let bias_quads =
-                    bias.is_none() || (bias_stride == 1 && quad_offset(&kbias).is_some());
-                let wide_c = n.is_multiple_of(4)
-                    && strides[2][0].is_multiple_of(4)
-                    && quad_offset(&kc).is_some()
-                    && bias_quads;
                 let layout = CoopLayout {
                     a_k_fast: ma.col_stride == 1,
                     b_n_fast: mb.col_stride == 1,
@@ -247,7 +246,9 @@ impl Ops {
                 };
                 tiles.key(layout, options.activation, out_f16)
             }
-            Choice::Quads(shape) => matmul_quads::quads_key(shape, options.activation),
+            Choice::Quads(shape) => {
+                matmul_quads::quads_key(QuadShape { wide_c, ..shape }, options.activation)
+            }
             Choice::Tiled => tiled_key(
                 &target,
                 input,
@@ -442,7 +443,12 @@ fn quads_choice(
     let wanted = tuning
         .f32_quads
         .unwrap_or(target.kind != DeviceKind::Cpu && m >= 128 && n >= 128 && count >= 128);
-    (layout && wanted).then_some(Choice::Quads(QuadShape { bk, bn, b_n_fast }))
+    (layout && wanted).then_some(Choice::Quads(QuadShape {
+        bk,
+        bn,
+        b_n_fast,
+        wide_c: false,
+    }))
 }
 
 /// The decode kernel's loom source for `target`, `dtype` inputs and B
@@ -516,14 +522,24 @@ mod tests {
         let b_n_fast = true;
         assert_eq!(
             shape(&hopper, none, &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         // B along k (a linear layer's [out, in] weight used transposed).
         let bt = layout(n, k).along_k(k);
         let b_n_fast = false;
         assert_eq!(
             shape(&hopper, none, &bt),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         assert_eq!(choice(&hopper, none, DType::F32, (256, 256), &a, &b), None);
         assert_eq!(choice(&hopper, none, DType::F16, (m, n), &a, &b), None);
@@ -531,7 +547,12 @@ mod tests {
         let b_n_fast = true;
         assert_eq!(
             shape(&lavapipe, forced, &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         let odd = BLayout {
             offset: 2,
@@ -548,21 +569,41 @@ mod tests {
         let (bk, bn) = (8, 128);
         assert_eq!(
             shape(&hopper, tuned(bk, bn), &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         let (bk, bn) = (16, 128);
         assert_eq!(
             shape(&hopper, tuned(bk, bn), &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         let (bk, bn) = (16, 64);
         assert_eq!(
             shape(&lavapipe, tuned(16, 128), &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         assert_eq!(
             shape(&hopper, tuned(4, 100), &b),
-            Some(QuadShape { bk, bn, b_n_fast })
+            Some(QuadShape {
+                bk,
+                bn,
+                b_n_fast,
+                wide_c: false
+            })
         );
         assert_eq!(choice(&hopper, none, DType::F32, (m, n), &a, &b), quads);
     }

@@ -6,7 +6,7 @@
 //! register-tiled kernels.
 
 use super::UnaryOp;
-use hrx_loom::build::{Body, Bool, Buffer, Builder, Fragment, Index, Num, Value, View};
+use hrx_loom::build::{Body, Bool, Buffer, Builder, Fragment, Index, Num, Value, View, passes};
 use hrx_loom::ir::Scalar;
 
 /// Shapes, strides, offsets and lengths (in elements) of `C = A x B (+ bias)`,
@@ -112,6 +112,8 @@ pub(crate) struct F32Epilogue {
     oc: Value<Index>,
     batch: Value<Index>,
     act: Option<Fragment>,
+    /// The activation's 4-lane form, where it has one.
+    quad_act: Option<Option<Fragment>>,
 }
 
 impl F32Epilogue {
@@ -136,6 +138,7 @@ impl F32Epilogue {
             oc: args.oc,
             batch,
             act: act.map(|op| op.fragment(Scalar::F32)),
+            quad_act: act.map(|op| passes::vectorize(&op.fragment(Scalar::F32), 4).ok()),
         }
     }
 
@@ -164,6 +167,50 @@ impl F32Epilogue {
             };
             let at = b.add(start, col);
             b.store(y, self.c, &[at]);
+        });
+    }
+
+    /// Store the quad `value` at columns `col..col + 4` of the row
+    /// starting at `start`, where `inside`: one 4-lane bias load and one
+    /// 16-byte store. The caller guarantees that the columns, C's row
+    /// start and the bias's offset are multiples of 4 and the bias
+    /// contiguous (or absent, its stride 0); otherwise, or where the
+    /// activation has no 4-lane form, it stores lane by lane.
+    pub(crate) fn store_quad(
+        &self,
+        b: &mut Builder,
+        inside: Value<Bool>,
+        (start, col): (Value<Index>, Value<Index>),
+        value: Value<Num>,
+    ) {
+        let act = match &self.quad_act {
+            Some(Some(f)) => Some(f),
+            None => None,
+            Some(None) => {
+                for l in 0..4 {
+                    let at = b.index(l);
+                    let c = b.add(col, at);
+                    let x = b.extract(value, at);
+                    self.store(b, inside, (start, c), x);
+                }
+                return;
+            }
+        };
+        b.if_(inside, |b| {
+            let four = b.index(4);
+            let at_bias = b.madd(col, self.sbias, self.obias);
+            let at_bias = b.div(at_bias, four);
+            let at_bias = b.mul(at_bias, four);
+            let bj = b.vector_load(self.bias, &[at_bias], 4);
+            let x = b.addf(value, bj);
+            let y = match act {
+                Some(f) => b.inline(f, &[x])[0],
+                None => x,
+            };
+            let at = b.add(start, col);
+            let at = b.div(at, four);
+            let at = b.mul(at, four);
+            b.vector_store(y, self.c, &[at]);
         });
     }
 }

@@ -25,6 +25,10 @@
 //!   {0..3}` and `64 + 4 ty + {0..3}` and the columns of tx likewise, half
 //!   the tile apart: 8 x 8 outputs. For each k it reads 2 quads of A and 2
 //!   of B, 4 reads for 64 multiply-adds, and holds only those 16 values.
+//!   The outputs are 16 4-lane accumulators (a row's column quad each),
+//!   so where C's rows and the bias lie in aligned quads the epilogue
+//!   moves a quad at a time: one bias load, the activation on four
+//!   lanes, one 16-byte store (lane by lane otherwise).
 //!   Tiles in the operands' own layouts (8 quads of each per 4-deep slice
 //!   of k, 64 values held) took 186 registers a work item against 148 at
 //!   128 columns, and 39.4 against 41.9 TFLOP/s on 8192^3.
@@ -80,6 +84,10 @@ pub(crate) struct QuadShape {
     pub bk: usize,
     pub bn: usize,
     pub b_n_fast: bool,
+    /// C's rows and the bias lie in aligned quads (`n` a multiple of 4;
+    /// C's offset, batch stride and binding aligned; the bias contiguous
+    /// and aligned, or absent): the epilogue stores a quad at a time.
+    pub wide_c: bool,
 }
 
 impl QuadShape {
@@ -104,10 +112,15 @@ impl QuadShape {
 
 /// The kernel of `shape`, with `act` after the bias.
 pub(crate) fn quads_key(shape: QuadShape, act: Option<UnaryOp>) -> KernelKey {
-    let QuadShape { bk, bn, b_n_fast } = shape;
+    let QuadShape {
+        bk,
+        bn,
+        b_n_fast,
+        wide_c,
+    } = shape;
     KernelKey {
         source: KernelSource::Built(Generator::new(
-            format!("matmul quads bk {bk} bn {bn} b_n_fast {b_n_fast} {act:?}"),
+            format!("matmul quads bk {bk} bn {bn} b_n_fast {b_n_fast} wide_c {wide_c} {act:?}"),
             move || quads_kernel(shape, act),
         )),
         symbol: "matmul",
@@ -131,6 +144,7 @@ pub fn quads_matmul_source(
         bk,
         bn,
         b_n_fast: !transposed_b,
+        wide_c: true,
     };
     Some(quads_key(shape, None).source())
 }
@@ -265,7 +279,8 @@ fn lane(b: &mut Builder, v: Value<Num>, i: usize) -> Value<Num> {
 }
 
 /// The products of one k value from row `row` of the tiles: 2 quads of
-/// A's rows and 2 of B's columns, 64 multiply-adds.
+/// A's rows and 2 of B's columns, 64 multiply-adds into 16 4-lane
+/// accumulators (row `i`, column quad `h` at `2 i + h`).
 fn products(
     b: &mut Builder,
     (ta, tb): (Value<View>, Value<View>),
@@ -273,25 +288,26 @@ fn products(
     row: Value<Index>,
     acc: &mut [Value<Num>],
 ) {
-    let mut read = |tile: Value<View>, lead: &[Value<Index>]| {
-        let mut values = Vec::with_capacity(8);
-        for half in 0..2 {
-            let v = b.vector_load(tile, &[row, lead[4 * half]], 4);
-            values.extend((0..4).map(|l| lane(b, v, l)));
-        }
-        values
-    };
-    let xs = read(ta, rows);
-    let ys = read(tb, cols);
+    let mut xs = Vec::with_capacity(8);
+    for half in 0..2 {
+        let v = b.vector_load(ta, &[row, rows[4 * half]], 4);
+        xs.extend((0..4).map(|l| lane(b, v, l)));
+    }
+    let ys: Vec<_> = (0..2)
+        .map(|half| b.vector_load(tb, &[row, cols[4 * half]], 4))
+        .collect();
     for (i, &x) in xs.iter().enumerate() {
-        for (j, &y) in ys.iter().enumerate() {
-            acc[8 * i + j] = b.fmaf(x, y, acc[8 * i + j]);
+        let x4 = b.splat(x, 4);
+        for (h, &y) in ys.iter().enumerate() {
+            acc[2 * i + h] = b.fmaf(x4, y, acc[2 * i + h]);
         }
     }
 }
 
 fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
-    let QuadShape { bk, bn, b_n_fast } = shape;
+    let QuadShape {
+        bk, bn, b_n_fast, ..
+    } = shape;
     assert!(DEPTHS.contains(&bk) && COLUMNS.contains(&bn), "{shape:?}");
     let threads = threads(bn);
     let n64 = |v: usize| v as u64;
@@ -429,7 +445,8 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
     stash(&mut k, c0, &first);
     k.barrier(Barrier::Workgroup);
     let zf = k.float(0.0, F32);
-    let init = vec![zf; 64];
+    let zq = k.splat(zf, 4);
+    let init = vec![zq; 16];
     let acc = k.for_carry(c0, steps, c1, &init, |b, t, acc| {
         let next = b.add(t, c1);
         let last = b.sub(steps, c1);
@@ -454,11 +471,25 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
         let er = k.add(row0, ri);
         let okr = k.cmp(IntPredicate::Ult, er, m);
         let start = epilogue.row_start(&mut k, er);
-        for (j, &cj) in cols.iter().enumerate() {
-            let ec = k.add(col0, cj);
-            let okc = k.cmp(IntPredicate::Ult, ec, n);
-            let ok = k.and(okr, okc);
-            epilogue.store(&mut k, ok, (start, ec), acc[8 * i + j]);
+        for h in 0..2 {
+            let ec = k.add(col0, cols[4 * h]);
+            let quad = acc[2 * i + h];
+            if shape.wide_c {
+                // n is a multiple of 4, and so is ec: the quad lies wholly
+                // inside C or wholly outside.
+                let okc = k.cmp(IntPredicate::Ult, ec, n);
+                let ok = k.and(okr, okc);
+                epilogue.store_quad(&mut k, ok, (start, ec), quad);
+                continue;
+            }
+            for l in 0..4 {
+                let at = k.index(n64(l));
+                let ecl = k.add(ec, at);
+                let okc = k.cmp(IntPredicate::Ult, ecl, n);
+                let ok = k.and(okr, okc);
+                let x = k.extract(quad, at);
+                epilogue.store(&mut k, ok, (start, ecl), x);
+            }
         }
     }
     Built::kernel(k.finish())
@@ -477,11 +508,16 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = Compiler::for_target(None, &target).unwrap();
             for (b_n_fast, bk) in [(true, 16), (false, 16), (true, 8), (false, 8)] {
-                for bn in COLUMNS {
+                for (bn, wide_c) in COLUMNS.into_iter().flat_map(|c| [(c, false), (c, true)]) {
                     if workgroup_bytes(bk, bn) > target.workgroup_memory_bytes as usize {
                         continue;
                     }
-                    let shape = QuadShape { bk, bn, b_n_fast };
+                    let shape = QuadShape {
+                        bk,
+                        bn,
+                        b_n_fast,
+                        wide_c,
+                    };
                     let source = quads_key(shape, Some(UnaryOp::Gelu)).source();
                     compiler
                         .module(&source)

@@ -3,7 +3,7 @@
 //! the f64 reference within the f32 matmul bound: partial tiles in m and
 //! n, k of one step, a partial last step and many steps, B contiguous
 //! along n and along k (transposed), batches with either operand
-//! broadcast, bias and activations. Layouts it does not take (k not a
+//! broadcast, bias and activations, C's rows whole quads or not. Layouts it does not take (k not a
 //! multiple of 4, an A that starts off a quad, A transposed) and f16
 //! operands do not take it, and `f32_quads: Some(false)` keeps every
 //! matmul off it.
@@ -94,6 +94,9 @@ fn matches_reference(quads: &Ops) {
         ),
         case((&[3], &[]), (65, 4, 128), true, (true, Some(UnaryOp::Silu))),
         case((&[], &[2]), (66, 12, 8), false, (true, None)),
+        // Columns not whole quads (B along k): the epilogue stores lane
+        // by lane; above, it stores quads.
+        case((&[], &[]), (130, 20, 70), true, (true, Some(UnaryOp::Gelu))),
     ];
     for (number, c) in cases.iter().enumerate() {
         let mut rng = Gen::new(40 + number as u64);
