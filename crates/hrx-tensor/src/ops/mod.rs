@@ -37,6 +37,7 @@ mod matmul_quads;
 mod matmul_splitk;
 mod matmul_tiled;
 mod movement;
+mod norm_rows_kernel;
 mod operand;
 mod quant;
 mod quant_fused;

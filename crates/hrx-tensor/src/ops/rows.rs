@@ -7,6 +7,7 @@
 use super::{
     Ops,
     indexing::coalesce,
+    norm_rows_kernel,
     operand::{Operand, check_inputs, check_output, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
     rows_kernels,
@@ -115,6 +116,31 @@ impl Ops {
     /// 256: short rows such as attention scores would otherwise leave most
     /// of a 256-wide workgroup idle (on the H200, softmax over rows of 128
     /// f32 ran at 0.29 TB/s with 256 work items a row).
+    /// The subgroup-a-row norm's shape for rows of `quads` quads: the
+    /// subgroup size, rows a workgroup and quads a lane; `None` where the
+    /// device's subgroup size varies or a lane would hold more than
+    /// [`norm_rows_kernel::MAX_QUADS_PER_LANE`] quads. Workgroups hold
+    /// as many work items as the per-row kernel's would (256 on a GPU,
+    /// [`CPU_ROW_WG`] on a CPU).
+    fn subgroup_rows(&self, quads: usize) -> Result<Option<(usize, usize, usize)>> {
+        let target = self.registry.target()?;
+        let sg = target.subgroup_size_max as usize;
+        let per_lane = quads.div_ceil(sg.max(1));
+        let wanted = if target.kind == hrx_core::DeviceKind::Cpu {
+            CPU_ROW_WG
+        } else {
+            256
+        };
+        let size = wanted
+            .min(target.max_workgroup_invocations as usize)
+            .min(target.max_workgroup_size[0] as usize);
+        let fits = sg != 0
+            && target.subgroup_size_min == target.subgroup_size_max
+            && size >= sg
+            && (1..=norm_rows_kernel::MAX_QUADS_PER_LANE).contains(&per_lane);
+        Ok(fits.then_some((sg, size / sg, per_lane)))
+    }
+
     fn row_workgroup(&self, items: usize) -> Result<usize> {
         let target = self.registry.target()?;
         let wanted = if target.kind == hrx_core::DeviceKind::Cpu {
@@ -424,13 +450,33 @@ impl Ops {
         }
         if let Some((qa, qo, qw, qb, qcs, qk)) = quads {
             let center = kind == Norm::Layer;
-            let symbol = if fused { "add_norm4" } else { "norm4" };
             let copy = qk.is_some();
+            let by_subgroup = self.subgroup_rows(r.cols / 4)?;
+            let (symbol, source) = match by_subgroup {
+                Some((sg, rows_per_wg, per_lane)) => {
+                    let symbol = if fused {
+                        "add_norm4_rows"
+                    } else {
+                        "norm4_rows"
+                    };
+                    let flags = (center, fused, copy);
+                    let source = Generator::new(
+                        format!("{symbol} {sg} {rows_per_wg} {per_lane} {flags:?}"),
+                        move || norm_rows_kernel::norm4_rows(sg, rows_per_wg, per_lane, flags),
+                    );
+                    (symbol, source)
+                }
+                None => {
+                    let symbol = if fused { "add_norm4" } else { "norm4" };
+                    let source =
+                        Generator::new(format!("{symbol} {wg} {center} {copy}"), move || {
+                            rows_kernels::norm4(wg, center, fused, copy)
+                        });
+                    (symbol, source)
+                }
+            };
             let kernel = self.registry.kernel(KernelKey {
-                source: KernelSource::Built(Generator::new(
-                    format!("{symbol} {wg} {center} {copy}"),
-                    move || rows_kernels::norm4(wg, center, fused, copy),
-                )),
+                source: KernelSource::Built(source),
                 symbol,
                 config: Vec::new(),
             })?;
@@ -457,6 +503,9 @@ impl Ops {
             }
             if let (Some(qk), Some(kk)) = (qk, &copied) {
                 scalars.extend([q(qk), q(kk.len)]);
+            }
+            if by_subgroup.is_some() {
+                scalars.push(index(r.rows));
             }
             return kernel.record(graph, operation, &views, &scalars, &[r.rows as u64]);
         }

@@ -346,36 +346,109 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
     Built::kernel(k.finish())
 }
 
+/// The fused add's addend view and offset, and the sum's view and offset.
+pub(super) type AddedIo = (Value<View>, Value<Index>, Value<View>, Value<Index>);
+
+/// The arguments and views of the 4-wide norm kernels (`norm4` and the
+/// subgroup-a-row form), in launch order: `c4, eps, hw, hb, srow4, qa,
+/// la, sw, qw, lw, sb, qb, lb, qo, lo`, then with `add` `qc, lc, qs, ls`,
+/// then with `copy` `qk, lk`; buffers `a, w, b, out`, then `c, sum`, then
+/// `copy`. Offsets and strides are in quads.
+pub(super) struct Norm4Io {
+    pub(super) c4: Value<Index>,
+    pub(super) eps: Value<Num>,
+    pub(super) hw: Value<Index>,
+    pub(super) hb: Value<Index>,
+    pub(super) srow4: Value<Index>,
+    pub(super) qa: Value<Index>,
+    pub(super) sw: Value<Index>,
+    pub(super) qw: Value<Index>,
+    pub(super) sb: Value<Index>,
+    pub(super) qb: Value<Index>,
+    pub(super) qo: Value<Index>,
+    pub(super) av: Value<View>,
+    pub(super) wv: Value<View>,
+    pub(super) bv: Value<View>,
+    pub(super) ov: Value<View>,
+    pub(super) added: Option<AddedIo>,
+    /// The f16 copy's view and offset.
+    pub(super) copied: Option<(Value<View>, Value<Index>)>,
+}
+
+impl Norm4Io {
+    pub(super) fn declare(k: &mut Body, add: bool, copy: bool) -> Norm4Io {
+        let c4 = k.arg_index("c4");
+        let eps = k.arg_scalar("eps", F32);
+        let [hw, hb, srow4, qa, la, sw, qw, lw, sb, qb, lb, qo, lo] = [
+            "hw", "hb", "srow4", "qa", "la", "sw", "qw", "lw", "sb", "qb", "lb", "qo", "lo",
+        ]
+        .map(|n| k.arg_index(n));
+        let extra = add.then(|| ["qc", "lc", "qs", "ls"].map(|n| k.arg_index(n)));
+        let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
+        let zero = k.offset(0);
+        let added = extra.map(|[qc, lc, qs, ls]| {
+            let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
+            let cv = k.buffer_view(c, zero, [lc.into()], F32);
+            let sv = k.buffer_view(s, zero, [ls.into()], F32);
+            (cv, qc, sv, qs)
+        });
+        let copied = copy.then(|| {
+            let [qk, lk] = ["qk", "lk"].map(|n| k.arg_index(n));
+            let kb = k.arg_buffer("copy", false);
+            (k.buffer_view(kb, zero, [lk.into()], Scalar::F16), qk)
+        });
+        let av = k.buffer_view(a, zero, [la.into()], F32);
+        let wv = k.buffer_view(w, zero, [lw.into()], F32);
+        let bv = k.buffer_view(bb, zero, [lb.into()], F32);
+        let ov = k.buffer_view(out, zero, [lo.into()], F32);
+        Norm4Io {
+            c4,
+            eps,
+            hw,
+            hb,
+            srow4,
+            qa,
+            sw,
+            qw,
+            sb,
+            qb,
+            qo,
+            av,
+            wv,
+            bv,
+            ov,
+            added,
+            copied,
+        }
+    }
+}
+
 /// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
 /// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
 /// contiguous `sum`; with `copy`, the output also rounded to f16 into the
 /// contiguous `copy` (arguments `qk`, `lk` after the others).
 pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
     let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
-    let c4 = k.arg_index("c4");
-    let eps = k.arg_scalar("eps", F32);
-    let [hw, hb, srow4, qa, la, sw, qw, lw, sb, qb, lb, qo, lo] = [
-        "hw", "hb", "srow4", "qa", "la", "sw", "qw", "lw", "sb", "qb", "lb", "qo", "lo",
-    ]
-    .map(|n| k.arg_index(n));
-    let extra = add.then(|| ["qc", "lc", "qs", "ls"].map(|n| k.arg_index(n)));
-    let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
+    let Norm4Io {
+        c4,
+        eps,
+        hw,
+        hb,
+        srow4,
+        qa,
+        sw,
+        qw,
+        sb,
+        qb,
+        qo,
+        av,
+        wv,
+        bv,
+        ov,
+        added,
+        copied,
+    } = Norm4Io::declare(&mut k, add, copy);
     let zero = k.offset(0);
-    let added = extra.map(|[qc, lc, qs, ls]| {
-        let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
-        let cv = k.buffer_view(c, zero, [lc.into()], F32);
-        let sv = k.buffer_view(s, zero, [ls.into()], F32);
-        (cv, qc, sv, qs)
-    });
-    let copied = copy.then(|| {
-        let [qk, lk] = ["qk", "lk"].map(|n| k.arg_index(n));
-        let kb = k.arg_buffer("copy", false);
-        (k.buffer_view(kb, zero, [lk.into()], Scalar::F16), qk)
-    });
-    let av = k.buffer_view(a, zero, [la.into()], F32);
-    let wv = k.buffer_view(w, zero, [lw.into()], F32);
-    let bv = k.buffer_view(bb, zero, [lb.into()], F32);
-    let ov = k.buffer_view(out, zero, [lo.into()], F32);
     // Two quads per subgroup slot (sum, sum of squares), then the merge
     // area: four lane means and four lane second moments.
     let sh = slots_view(&mut k, zero, wg * 8 + 8);

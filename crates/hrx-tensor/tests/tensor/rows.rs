@@ -412,7 +412,9 @@ fn too_many_rows_queue_nothing_after_packing() {
         eprintln!("skipped: {limit} workgroups take more rows than the host can build");
         return;
     }
-    let side = (limit as f64).sqrt() as usize + 2;
+    // The norms of short rows take a row a subgroup, several rows a
+    // workgroup (two on lavapipe): eight times the limit exceeds both forms.
+    let side = ((8 * limit) as f64).sqrt() as usize + 2;
     let (p, q, c) = (side, side, 4);
     let v: Vec<f64> = (0..p * q * c).map(|i| (i % 13) as f64 + 1.0).collect();
     let a = unmergeable([p, q, c], &v, 0);
