@@ -11,6 +11,10 @@
 //!
 //! Output: `embeddings` f32 `[batch, hidden]`.
 //!
+//! The embeddings (word row, position row, layer norm) are one dispatch
+//! where the device runs `record_embedding_layer_norm`, else a gather, an
+//! add and the norm.
+//!
 //! Intermediates are allocated once per slot and reused by every layer;
 //! the graph derives the ordering between the layers' reads and writes.
 //!
@@ -25,7 +29,7 @@ use hrx_core::{Error, Result};
 use hrx_inference::SlotBuilder;
 use hrx_tensor::{
     DType, DeviceTensor, Ops, TensorDesc,
-    ops::{BinaryOp, MatmulOptions, UnaryOp},
+    ops::{BinaryOp, EmbeddingNorm, MatmulOptions, UnaryOp},
 };
 
 /// The attention bias of a padding position: far below any real score,
@@ -160,14 +164,14 @@ impl<'e> Recorder<'e, '_, '_> {
     }
 
     /// `out = layer_norm(a + b)` with the weights `{name}.*`, one dispatch;
-    /// `sum` holds the residual sum. Where the matmuls are f16 the same
-    /// dispatch writes `out`'s f16 operand too, where it can: the operand
-    /// is returned then.
+    /// `sum` holds the residual sum. Where the matmuls are f16 and a
+    /// matmul will read `out` (`operand`), the same dispatch writes `out`'s
+    /// f16 operand too, where it can: the operand is returned then.
     fn add_norm(
         &mut self,
         a: &DeviceTensor,
         b: &DeviceTensor,
-        name: &str,
+        (name, operand): (&str, bool),
         out: &DeviceTensor,
     ) -> Result<Option<DeviceTensor>> {
         let (weight, bias) = (
@@ -177,7 +181,7 @@ impl<'e> Recorder<'e, '_, '_> {
         let sum = self.s.sum.clone();
         let eps = self.config().layer_norm_eps;
         let g = self.slot.graph();
-        if let Some(low) = &self.s.x_low {
+        if let Some(low) = self.s.x_low.as_ref().filter(|_| operand) {
             match self
                 .ops
                 .record_add_layer_norm_with_f16(g, a, b, weight, bias, eps, &sum, out, low)
@@ -372,6 +376,62 @@ impl<'e> Recorder<'e, '_, '_> {
         }
     }
 
+    /// The embeddings into `x`: word rows plus the (position + token type
+    /// 0) rows, layer-normalised; one dispatch where the device runs it
+    /// (with `x`'s f16 operand in f16), else a gather, an add and the norm.
+    fn embeddings(&mut self, ids: &DeviceTensor) -> Result<()> {
+        let c = self.config();
+        let (eps, d) = (c.layer_norm_eps, c.hidden);
+        let (batch, seq) = (self.batch, self.seq);
+        let word = self.weight("embed.word")?;
+        let positions = self.weight("embed.position")?.slice(0, 0..seq)?;
+        let (weight, bias) = (
+            Some(self.weight("embed.norm.weight")?),
+            Some(self.weight("embed.norm.bias")?),
+        );
+        let x = self.s.x.reshape(vec![batch, seq, d])?;
+        let norm = EmbeddingNorm {
+            table: word,
+            positions: &positions,
+            weight,
+            bias,
+            eps,
+        };
+        let low = self
+            .s
+            .x_low
+            .as_ref()
+            .map(|t| t.reshape(vec![batch, seq, d]))
+            .transpose()?;
+        let g = self.slot.graph();
+        let fused = match self
+            .ops
+            .record_embedding_layer_norm(g, &norm, ids, &x, low.as_ref())
+        {
+            Err(Error::Unsupported(_)) if low.is_some() => {
+                // Perhaps only the copy is refused: try without it.
+                self.ops
+                    .record_embedding_layer_norm(g, &norm, ids, &x, None)
+            }
+            recorded => {
+                self.s.x_low_holds_x = recorded.is_ok() && low.is_some();
+                recorded
+            }
+        };
+        match fused {
+            Err(Error::Unsupported(_)) => {}
+            recorded => return recorded,
+        }
+        let words = self.s.proj.reshape(vec![batch, seq, d])?;
+        self.ops.record_gather(g, word, ids, &words)?;
+        let sum = self.s.sum.clone();
+        let sum3 = sum.reshape(vec![batch, seq, d])?;
+        self.ops
+            .record_binary(g, BinaryOp::Add, &words, &positions, &sum3)?;
+        self.ops
+            .record_layer_norm(g, &sum, weight, bias, eps, &self.s.x)
+    }
+
     /// One encoder layer: `x` in, `x` out (through `y`).
     fn layer(&mut self, layer: usize, bias: &DeviceTensor) -> Result<()> {
         let name = |n: &str| format!("layer.{layer}.{n}");
@@ -381,7 +441,7 @@ impl<'e> Recorder<'e, '_, '_> {
         let (x, y, proj, packed) = (x.clone(), y.clone(), proj.clone(), packed.clone());
         self.attention(layer, &x, bias)?;
         self.linear(&packed, &name("attn_out"), None, &proj)?;
-        let y_low = self.add_norm(&x, &proj, &name("attn_norm"), &y)?;
+        let y_low = self.add_norm(&x, &proj, (&name("attn_norm"), true), &y)?;
         let activation = match self.config().activation {
             super::Activation::Gelu => UnaryOp::Gelu,
             super::Activation::GeluTanh => UnaryOp::GeluTanh,
@@ -393,7 +453,9 @@ impl<'e> Recorder<'e, '_, '_> {
         };
         let up_op = self.up_projection(y_op, &name("up"), activation)?;
         self.linear(&up_op, &name("down"), None, &proj)?;
-        let x_low = self.add_norm(&y, &proj, &name("out_norm"), &x)?;
+        // The last layer's output goes to the pooling (f32), not a matmul.
+        let last = layer + 1 == self.config().layers;
+        let x_low = self.add_norm(&y, &proj, (&name("out_norm"), !last), &x)?;
         self.s.x_low_holds_x = x_low.is_some();
         Ok(())
     }
@@ -471,30 +533,13 @@ pub(crate) fn record(
         seq,
         s,
     };
-    // Embeddings: word rows plus the (position + token type 0) rows.
-    let words = r.s.proj.reshape(vec![batch, seq, d])?;
-    let word = r.weight("embed.word")?;
-    ops.record_gather(r.slot.graph(), word, &ids, &words)?;
-    let positions = r.weight("embed.position")?.slice(0, 0..seq)?;
-    let x = r.s.x.clone();
-    let (weight, norm_bias) = (r.weight("embed.norm.weight")?, r.weight("embed.norm.bias")?);
-    let sum = r.s.sum.clone();
-    let sum3 = sum.reshape(vec![batch, seq, d])?;
-    ops.record_binary(r.slot.graph(), BinaryOp::Add, &words, &positions, &sum3)?;
-    ops.record_layer_norm(
-        r.slot.graph(),
-        &sum,
-        Some(weight),
-        Some(norm_bias),
-        c.layer_norm_eps,
-        &x,
-    )?;
+    r.embeddings(&ids)?;
     for layer in 0..c.layers {
         r.layer(layer, &bias)?;
     }
     // Pooling as a batched matmul: [batch, 1, seq] @ [batch, seq, d].
     let weights = pool.reshape(vec![batch, 1, seq])?;
-    let states = x.reshape(vec![batch, seq, d])?;
+    let states = r.s.x.reshape(vec![batch, seq, d])?;
     let pooled = r.s.proj.slice(0, 0..batch)?.reshape(vec![batch, 1, d])?;
     ops.record_matmul(
         r.slot.graph(),

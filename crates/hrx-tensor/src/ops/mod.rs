@@ -23,6 +23,7 @@ mod cast_kernel;
 mod copy_kernels;
 mod elementwise;
 mod elementwise_kernels;
+mod embedding_norm;
 mod encoder_attention;
 mod encoder_attention_coop;
 mod encoder_attention_kernel;
@@ -64,6 +65,7 @@ mod tuning;
 
 pub use attention::AttentionOutput;
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use embedding_norm::EmbeddingNorm;
 pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
 #[cfg(feature = "kernel-sources")]
 pub use encoder_attention_coop::encoder_attention_coop_source;

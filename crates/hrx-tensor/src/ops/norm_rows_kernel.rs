@@ -1,7 +1,10 @@
 //! The subgroup-a-row norm kernel, built: layer or RMS norm (with the
 //! fused add and the f16 copy of `norm4`, same arguments plus the row
 //! count) of aligned contiguous rows of quads short enough that a
-//! subgroup holds one in registers.
+//! subgroup holds one in registers. Its embedding form normalises
+//! `table[ids[r]] + positions[r % seq]` instead of a row of `a` (an
+//! encoder's embeddings in one dispatch; an id outside the table adds a
+//! row of zeros, as the gather does).
 //!
 //! Each subgroup takes one row and each lane `per_lane` of its quads
 //! (quad `lane + i * sg`), read once: the mean and the mean square of
@@ -21,20 +24,43 @@ const F32: Scalar = Scalar::F32;
 /// The most quads a lane holds: rows up to `16 * 4 * sg` elements.
 pub(crate) const MAX_QUADS_PER_LANE: usize = 16;
 
+/// Where a row's values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RowInput {
+    /// Row `r` of `a`, plus row `r` of `c` stored to `sum` with `add`.
+    Rows { add: bool },
+    /// Row `ids[r]` of the table `a` plus row `r % seq` of `positions`:
+    /// after `norm4`'s arguments (and the copy's), `vocab, seq, sp4, qp,
+    /// lp, qi, li` and the buffers `ids` (i32) and `positions`.
+    Embedding,
+}
+
+impl RowInput {
+    /// The kernel's entry point.
+    pub(crate) fn symbol(self) -> &'static str {
+        match self {
+            RowInput::Rows { add: false } => "norm4_rows",
+            RowInput::Rows { add: true } => "add_norm4_rows",
+            RowInput::Embedding => "embedding_norm4_rows",
+        }
+    }
+}
+
 /// The kernel for subgroups of `sg` invocations, `rows_per_wg` rows a
 /// workgroup, rows of at most `per_lane * sg` quads; `center` for layer
-/// norm, `add` and `copy` as `norm4`'s. Its last argument is `rows`.
+/// norm, `copy` as `norm4`'s. Its last argument is `rows`.
 pub(crate) fn norm4_rows(
     sg: usize,
     rows_per_wg: usize,
     per_lane: usize,
-    (center, add, copy): (bool, bool, bool),
+    (input, center, copy): (RowInput, bool, bool),
 ) -> Built {
     assert!(
         sg > 0 && rows_per_wg > 0 && (1..=MAX_QUADS_PER_LANE).contains(&per_lane),
         "{sg} lanes, {rows_per_wg} rows, {per_lane} quads a lane"
     );
-    let symbol = if add { "add_norm4_rows" } else { "norm4_rows" };
+    let add = input == RowInput::Rows { add: true };
+    let symbol = input.symbol();
     let mut k = KernelBuilder::new(symbol);
     let rows = k.workload("rows");
     let one = k.index(1);
@@ -45,6 +71,15 @@ pub(crate) fn norm4_rows(
     let size = k.index((sg * rows_per_wg) as u64);
     let mut k = k.launch_config([groups, one, one], [size, one, one]);
     let io = Norm4Io::declare(&mut k, add, copy);
+    let embedding = (input == RowInput::Embedding).then(|| {
+        let [vocab, seq, sp4, qp, lp, qi, li] =
+            ["vocab", "seq", "sp4", "qp", "lp", "qi", "li"].map(|n| k.arg_index(n));
+        let [ids, positions] = ["ids", "positions"].map(|n| k.arg_buffer(n, false));
+        let zero = k.offset(0);
+        let idv = k.buffer_view(ids, zero, [li.into()], Scalar::I32);
+        let pv = k.buffer_view(positions, zero, [lp.into()], F32);
+        (vocab, seq, sp4, qp, qi, idv, pv)
+    });
     let nrows = k.arg_index("rows");
     let [c0, four, rpw] = [0, 4, rows_per_wg as u64].map(|v| k.index(v));
     let wgid = k.workgroup_id(Axis::X);
@@ -58,7 +93,24 @@ pub(crate) fn norm4_rows(
         let onef = b.float(1.0, F32);
         let zv = b.splat(zf, 4);
         let onev = b.splat(onef, 4);
-        let abase = b.madd(r, io.srow4, io.qa);
+        // The row of `a` to read (its table row for an embedding), the
+        // position row's base, and whether the row is in the table.
+        let (abase, found) = match embedding {
+            Some((vocab, seq, sp4, qp, qi, idv, _)) => {
+                let pi = b.add(qi, r);
+                let id = b.load(idv, &[pi]);
+                let id = b.bitcast(id, Scalar::U32);
+                let vocab = b.index_cast(vocab, Scalar::U32);
+                let found = b.cmpi(IntPredicate::Ult, id, vocab);
+                let none = b.int(0, Scalar::U32);
+                let id = b.select(found, id, none);
+                let row = b.to_index(id);
+                let p = b.rem(r, seq);
+                let pbase = b.madd(p, sp4, qp);
+                (b.madd(row, io.srow4, io.qa), Some((found, pbase)))
+            }
+            None => (b.madd(r, io.srow4, io.qa), None),
+        };
         let obase = b.madd(r, io.c4, io.qo);
         let added = io.added.map(|(cv, qc, sv, qs)| {
             let cbase = b.madd(r, io.srow4, qc);
@@ -83,6 +135,15 @@ pub(crate) fn norm4_rows(
                 |b| {
                     let pa = at(b, abase, j);
                     let x = b.vector_load(io.av, &[pa], 4);
+                    let x = match (embedding, found) {
+                        (Some((.., pv)), Some((found, pbase))) => {
+                            let x = b.select(found, x, zv);
+                            let pp = at(b, pbase, j);
+                            let y = b.vector_load(pv, &[pp], 4);
+                            b.addf(x, y)
+                        }
+                        _ => x,
+                    };
                     let x = match added {
                         Some((cv, cbase, sv, sbase)) => {
                             let pc = at(b, cbase, j);
@@ -179,14 +240,15 @@ mod tests {
         for (target, sg, rows) in [(Target::lavapipe(), 8, 2), (Target::hopper(), 32, 8)] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for per_lane in [1, 3, MAX_QUADS_PER_LANE] {
-                for bits in 0..8u8 {
-                    let flags = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
-                    let built = norm4_rows(sg, rows, per_lane, flags);
-                    let symbol = if flags.1 {
-                        "add_norm4_rows"
-                    } else {
-                        "norm4_rows"
+                for bits in 0..12u8 {
+                    let input = match bits / 4 {
+                        0 => RowInput::Rows { add: false },
+                        1 => RowInput::Rows { add: true },
+                        _ => RowInput::Embedding,
                     };
+                    let flags = (input, bits & 1 != 0, bits & 2 != 0);
+                    let built = norm4_rows(sg, rows, per_lane, flags);
+                    let symbol = input.symbol();
                     compiler
                         .built(&built)
                         .and_then(|m| m.compile_uncached(&hrx_loom::Specialization::new(symbol)))

@@ -122,7 +122,7 @@ impl Ops {
     /// [`norm_rows_kernel::MAX_QUADS_PER_LANE`] quads. Workgroups hold
     /// as many work items as the per-row kernel's would (256 on a GPU,
     /// [`CPU_ROW_WG`] on a CPU).
-    fn subgroup_rows(&self, quads: usize) -> Result<Option<(usize, usize, usize)>> {
+    pub(super) fn subgroup_rows(&self, quads: usize) -> Result<Option<(usize, usize, usize)>> {
         let target = self.registry.target()?;
         let sg = target.subgroup_size_max as usize;
         let per_lane = quads.div_ceil(sg.max(1));
@@ -454,12 +454,9 @@ impl Ops {
             let by_subgroup = self.subgroup_rows(r.cols / 4)?;
             let (symbol, source) = match by_subgroup {
                 Some((sg, rows_per_wg, per_lane)) => {
-                    let symbol = if fused {
-                        "add_norm4_rows"
-                    } else {
-                        "norm4_rows"
-                    };
-                    let flags = (center, fused, copy);
+                    let input = norm_rows_kernel::RowInput::Rows { add: fused };
+                    let symbol = input.symbol();
+                    let flags = (input, center, copy);
                     let source = Generator::new(
                         format!("{symbol} {sg} {rows_per_wg} {per_lane} {flags:?}"),
                         move || norm_rows_kernel::norm4_rows(sg, rows_per_wg, per_lane, flags),

@@ -10,6 +10,7 @@ mod cast;
 mod common;
 mod desc_props;
 mod elementwise;
+mod embedding_norm;
 mod encoder_attention;
 mod errors;
 mod f16;
