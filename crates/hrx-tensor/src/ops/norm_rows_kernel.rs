@@ -81,7 +81,7 @@ pub(crate) fn norm4_rows(
         (vocab, seq, sp4, qp, qi, idv, pv)
     });
     let nrows = k.arg_index("rows");
-    let [c0, four, rpw] = [0, 4, rows_per_wg as u64].map(|v| k.index(v));
+    let [four, rpw] = [4, rows_per_wg as u64].map(|v| k.index(v));
     let wgid = k.workgroup_id(Axis::X);
     let sgid = k.subgroup_id();
     let lane = k.subgroup_lane_id();
@@ -90,9 +90,7 @@ pub(crate) fn norm4_rows(
     let inside = k.cmp(IntPredicate::Ult, r, nrows);
     k.if_(inside, |b| {
         let zf = b.float(0.0, F32);
-        let onef = b.float(1.0, F32);
         let zv = b.splat(zf, 4);
-        let onev = b.splat(onef, 4);
         // The row of `a` to read (its table row for an embedding), the
         // position row's base, and whether the row is in the table.
         let (abase, found) = match embedding {
@@ -201,27 +199,11 @@ pub(crate) fn norm4_rows(
         let ve = b.addf(var, io.eps);
         let rstd = b.rsqrtf(ve);
         let rstdv = b.splat(rstd, 4);
-        let usew = b.cmp(IntPredicate::Ne, io.hw, c0);
-        let useb = b.cmp(IntPredicate::Ne, io.hb, c0);
+        let affine = io.affine(b);
         for ((&(j, _), &d), &here) in xs.iter().zip(&centred).zip(&present) {
             b.if_(here, |b| {
                 let y = b.mulf(d, rstdv);
-                let tw = b.madd(j, io.sw, io.qw);
-                let pw = b.mul(tw, four);
-                let wl = b.vector_load(io.wv, &[pw], 4);
-                let wj = b.select(usew, wl, onev);
-                let tb = b.madd(j, io.sb, io.qb);
-                let pb = b.mul(tb, four);
-                let bl = b.vector_load(io.bv, &[pb], 4);
-                let bj = b.select(useb, bl, zv);
-                let o = b.fmaf(y, wj, bj);
-                let po = at(b, obase, j);
-                b.vector_store(o, io.ov, &[po]);
-                if let Some((kv, kbase)) = copied {
-                    let pk = at(b, kbase, j);
-                    let narrow = b.truncf(o, Scalar::F16);
-                    b.vector_store(narrow, kv, &[pk]);
-                }
+                io.write_quad(b, affine, (j, y), obase, copied);
             });
         }
     });

@@ -2,7 +2,10 @@
 //! RMS norm, and the residual add fused into an RMS norm
 //! ([`Ops::record_add_rms_norm`]: a decode step is bound by its count of
 //! dependent dispatches, and each layer adds a residual right before a
-//! norm). One workgroup per row.
+//! norm). One workgroup per row, except the norms of rows of aligned
+//! quads short enough for a subgroup's registers: one subgroup per row
+//! (`norm_rows_kernel`), which the embeddings' norm
+//! (`embedding_norm`) shares.
 
 use super::{
     Ops,

@@ -423,31 +423,81 @@ impl Norm4Io {
     }
 }
 
+/// Whether the norm's weight and bias are present, and the quads they
+/// default to (ones, zeros).
+#[derive(Clone, Copy)]
+pub(super) struct Affine {
+    usew: Value<Bool>,
+    useb: Value<Bool>,
+    ones: Value<Num>,
+    zeros: Value<Num>,
+}
+
+impl Norm4Io {
+    /// The weight's and bias's presence, read from the flags `hw`, `hb`.
+    pub(super) fn affine(&self, b: &mut Builder) -> Affine {
+        let c0 = b.index(0);
+        let (zf, onef) = (b.float(0.0, F32), b.float(1.0, F32));
+        Affine {
+            usew: b.cmp(IntPredicate::Ne, self.hw, c0),
+            useb: b.cmp(IntPredicate::Ne, self.hb, c0),
+            ones: b.splat(onef, 4),
+            zeros: b.splat(zf, 4),
+        }
+    }
+
+    /// Stores `y * weight + bias` as quad `j` of the output row starting
+    /// at quad `obase`, and rounded to f16 into the copy's row at its base.
+    pub(super) fn write_quad(
+        &self,
+        b: &mut Builder,
+        affine: Affine,
+        (j, y): (Value<Index>, Value<Num>),
+        obase: Value<Index>,
+        copied: Option<(Value<View>, Value<Index>)>,
+    ) {
+        let four = b.index(4);
+        let at = |b: &mut Builder, base: Value<Index>| {
+            let t = b.add(base, j);
+            b.mul(t, four)
+        };
+        let tw = b.madd(j, self.sw, self.qw);
+        let pw = b.mul(tw, four);
+        let wl = b.vector_load(self.wv, &[pw], 4);
+        let wj = b.select(affine.usew, wl, affine.ones);
+        let tb = b.madd(j, self.sb, self.qb);
+        let pb = b.mul(tb, four);
+        let bl = b.vector_load(self.bv, &[pb], 4);
+        let bj = b.select(affine.useb, bl, affine.zeros);
+        let o = b.fmaf(y, wj, bj);
+        let po = at(b, obase);
+        b.vector_store(o, self.ov, &[po]);
+        if let Some((kv, kbase)) = copied {
+            let pk = at(b, kbase);
+            let narrow = b.truncf(o, Scalar::F16);
+            b.vector_store(narrow, kv, &[pk]);
+        }
+    }
+}
+
 /// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
 /// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
 /// contiguous `sum`; with `copy`, the output also rounded to f16 into the
 /// contiguous `copy` (arguments `qk`, `lk` after the others).
 pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
     let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
+    let io = Norm4Io::declare(&mut k, add, copy);
     let Norm4Io {
         c4,
         eps,
-        hw,
-        hb,
         srow4,
         qa,
-        sw,
-        qw,
-        sb,
-        qb,
         qo,
         av,
-        wv,
-        bv,
-        ov,
         added,
         copied,
-    } = Norm4Io::declare(&mut k, add, copy);
+        ..
+    } = io;
     let zero = k.offset(0);
     // Two quads per subgroup slot (sum, sum of squares), then the merge
     // area: four lane means and four lane second moments.
@@ -474,9 +524,7 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
         (cv, cbase, sv, sbase)
     });
     let zf = k.float(0.0, F32);
-    let onef = k.float(1.0, F32);
     let zv = k.splat(zf, 4);
-    let onev = k.splat(onef, 4);
     let c4u = k.index_cast(c4, Scalar::U32);
     let n4 = k.uitofp(c4u, F32);
     let n4v = k.splat(n4, 4);
@@ -565,31 +613,13 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
     let ve = k.addf(var, eps);
     let rstd = k.rsqrtf(ve);
     let rstdv = k.splat(rstd, 4);
-    let usew = k.cmp(IntPredicate::Ne, hw, c0);
-    let useb = k.cmp(IntPredicate::Ne, hb, c0);
+    let affine = io.affine(&mut k);
     // Pass 2: write.
     k.for_each(lx, c4, wgs, |b, j| {
         let x = quad(b, j);
         let d = b.subf(x, meanv);
         let y = b.mulf(d, rstdv);
-        let tw = b.madd(j, sw, qw);
-        let pw = b.mul(tw, four);
-        let wl = b.vector_load(wv, &[pw], 4);
-        let wj = b.select(usew, wl, onev);
-        let tb = b.madd(j, sb, qb);
-        let pb = b.mul(tb, four);
-        let bl = b.vector_load(bv, &[pb], 4);
-        let bj = b.select(useb, bl, zv);
-        let o = b.fmaf(y, wj, bj);
-        let to = b.add(obase, j);
-        let q = b.mul(to, four);
-        b.vector_store(o, ov, &[q]);
-        if let Some((kv, kbase)) = copied {
-            let tk = b.add(kbase, j);
-            let pk = b.mul(tk, four);
-            let narrow = b.truncf(o, Scalar::F16);
-            b.vector_store(narrow, kv, &[pk]);
-        }
+        io.write_quad(b, affine, (j, y), obase, copied);
     });
     Built::kernel(k.finish())
 }
