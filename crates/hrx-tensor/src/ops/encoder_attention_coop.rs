@@ -31,6 +31,7 @@
 //! tiles are a loop (see step 2).
 
 use super::matmul_coop::{coop_subgroup, fragment};
+use super::operand::quad_aligned;
 use hrx_core::Target;
 use hrx_loom::build::{
     Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Num, Value,
@@ -137,15 +138,6 @@ fn tiles(k: &mut Body, bytes: usize, views: &[(usize, usize, Scalar)]) -> Vec<Va
             k.buffer_view(buffer, zero, [rows, cols].map(Extent::from), elem)
         })
         .collect()
-}
-
-/// `x` rounded down to a multiple of 4 in a way the compiler can see, so
-/// that indices built from it are provably 4-aligned (the kernel's index
-/// arguments are multiples of 4 already).
-fn quad_aligned(b: &mut Builder, x: Value<Index>) -> Value<Index> {
-    let four = b.index(4);
-    let quads = b.div(x, four);
-    b.mul(quads, four)
 }
 
 /// The kernel (arguments as the f32 encoder attention's: `seq, row,

@@ -5,7 +5,7 @@
 //! epilogue (bias, activation, bounds-checked store) of the two
 //! register-tiled kernels.
 
-use super::UnaryOp;
+use super::{UnaryOp, operand::quad_aligned};
 use hrx_loom::build::{Body, Bool, Buffer, Builder, Fragment, Index, Num, Value, View, passes};
 use hrx_loom::ir::Scalar;
 
@@ -197,10 +197,8 @@ impl F32Epilogue {
             }
         };
         b.if_(inside, |b| {
-            let four = b.index(4);
             let at_bias = b.madd(col, self.sbias, self.obias);
-            let at_bias = b.div(at_bias, four);
-            let at_bias = b.mul(at_bias, four);
+            let at_bias = quad_aligned(b, at_bias);
             let bj = b.vector_load(self.bias, &[at_bias], 4);
             let x = b.addf(value, bj);
             let y = match act {
@@ -208,8 +206,7 @@ impl F32Epilogue {
                 None => x,
             };
             let at = b.add(start, col);
-            let at = b.div(at, four);
-            let at = b.mul(at, four);
+            let at = quad_aligned(b, at);
             b.vector_store(y, self.c, &[at]);
         });
     }

@@ -60,6 +60,20 @@ pub(crate) fn operand(tensor: &DeviceTensor, target: &Target, operation: &str) -
     })
 }
 
+/// In a kernel, the element index `x` rounded down to a multiple of 4 in
+/// a way the loom compiler can see, so that 4-lane accesses at it are
+/// provably aligned and the buffer is declared as 4-vectors. `x` is a
+/// multiple of 4 already wherever this is used: the host chose the kernel
+/// because the operands' offsets and strides are (see [`quad_offset`]).
+pub(crate) fn quad_aligned(
+    b: &mut hrx_loom::build::Builder,
+    x: hrx_loom::build::Value<hrx_loom::build::Index>,
+) -> hrx_loom::build::Value<hrx_loom::build::Index> {
+    let four = b.index(4);
+    let quads = b.div(x, four);
+    b.mul(quads, four)
+}
+
 /// The offset of a bound operand in 4-element quads, when the kernel may
 /// address it with 16-byte vectors: its binding starts 16-byte aligned and
 /// element 0 sits at a multiple of 4 elements (f32).

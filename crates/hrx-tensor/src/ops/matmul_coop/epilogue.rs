@@ -13,7 +13,7 @@
 //! lanes, one 16-byte (f32) or 8-byte (f16) store. Otherwise element by
 //! element.
 
-use crate::ops::UnaryOp;
+use crate::ops::{UnaryOp, operand::quad_aligned};
 use hrx_loom::build::{
     Barrier, Builder, CoopLayout as Major, Fragment, Index, Mat, Value, View, passes,
 };
@@ -150,13 +150,4 @@ fn quad(
         y
     };
     b.vector_store(y, e.c, &[at]);
-}
-
-/// `x` rounded down to a multiple of 4 in a way the compiler can see, so
-/// that the index is provably 4-aligned (it is one already: the kernel is
-/// chosen only where C's rows and the bias lie in aligned quads).
-fn quad_aligned(b: &mut Builder, x: Value<Index>) -> Value<Index> {
-    let four = b.index(4);
-    let quads = b.div(x, four);
-    b.mul(quads, four)
 }
