@@ -155,12 +155,19 @@ impl Ops {
         };
         let target = self.registry.target()?;
         let bound = |t: &DeviceTensor| operand(t, &target, operation);
-        let (kt, kp, ki, ko) = (
-            bound(norm.table)?,
-            bound(norm.positions)?,
-            bound(ids)?,
-            bound(out)?,
-        );
+        let dummy = || -> Result<Operand> {
+            Ok(Operand {
+                view: self.registry.zeros()?,
+                offset: 0,
+                len: 4,
+            })
+        };
+        // An empty table binds the zeros: no id is in it, so none is read.
+        let kt = match table.is_empty() {
+            true => dummy()?,
+            false => bound(norm.table)?,
+        };
+        let (kp, ki, ko) = (bound(norm.positions)?, bound(ids)?, bound(out)?);
         let kk = out_f16.map(bound).transpose()?;
         let param = |t: Option<&DeviceTensor>| -> Result<Option<(Operand, usize)>> {
             t.map(|t| Ok((bound(t)?, t.desc().strides()[0])))
@@ -202,13 +209,6 @@ impl Ops {
         if !aligned {
             return unsupported("it needs rows of whole quads, contiguous and 16-byte aligned");
         }
-        let dummy = || -> Result<Operand> {
-            Ok(Operand {
-                view: self.registry.zeros()?,
-                offset: 0,
-                len: 4,
-            })
-        };
         let present = |p: Option<(Operand, usize)>| -> Result<(Operand, usize)> {
             match p {
                 Some((k, _)) => Ok((k, 1)),

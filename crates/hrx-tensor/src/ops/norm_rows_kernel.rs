@@ -131,16 +131,26 @@ pub(crate) fn norm4_rows(
             let x = b.if_else(
                 here,
                 |b| {
-                    let pa = at(b, abase, j);
-                    let x = b.vector_load(io.av, &[pa], 4);
                     let x = match (embedding, found) {
+                        // A table row only for an id in the table (an
+                        // empty table reads nothing).
                         (Some((.., pv)), Some((found, pbase))) => {
-                            let x = b.select(found, x, zv);
+                            let x = b.if_else(
+                                found,
+                                |b| {
+                                    let pa = at(b, abase, j);
+                                    vec![b.vector_load(io.av, &[pa], 4)]
+                                },
+                                |_| vec![zv],
+                            )[0];
                             let pp = at(b, pbase, j);
                             let y = b.vector_load(pv, &[pp], 4);
                             b.addf(x, y)
                         }
-                        _ => x,
+                        _ => {
+                            let pa = at(b, abase, j);
+                            b.vector_load(io.av, &[pa], 4)
+                        }
                     };
                     let x = match added {
                         Some((cv, cbase, sv, sbase)) => {

@@ -228,3 +228,33 @@ fn refusals_record_nothing_and_errors_name_the_problem() {
     let e = record(&norm(&c.table, &c.positions), &c.ids, &over);
     assert!(e.to_string().contains("out"), "{e}");
 }
+
+/// An empty table: no id is in it, so each row is its position's row
+/// normalised, as the gather (which writes zeros) and the add give.
+#[test]
+fn an_empty_table_gives_the_position_rows() {
+    let o = ops();
+    let c = case(3, 2, 4, 36, 5);
+    let empty = input(DType::F32, &[0, 36], &[], Placement::Contiguous);
+    let norm = EmbeddingNorm {
+        table: &empty,
+        positions: &c.positions,
+        weight: None,
+        bias: None,
+        eps: EPS,
+    };
+    let got = run_all(&c, &mut [output(DType::F32, &[2, 4, 36])], |g, outs| {
+        o.record_embedding_layer_norm(g, &norm, &c.ids, &outs[0], None)
+            .unwrap();
+    });
+    let positions = &c.values[1];
+    for (r, row) in got[0].chunks(36).enumerate() {
+        let p = &positions[(r % 4) * 36..(r % 4 + 1) * 36];
+        let mean = p.iter().sum::<f64>() / 36.0;
+        let var = p.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 36.0;
+        let rstd = 1.0 / (var + f64::from(EPS)).sqrt();
+        for (g, x) in row.iter().zip(p) {
+            assert!((g - (x - mean) * rstd).abs() < 1e-5, "row {r}: {g}");
+        }
+    }
+}
