@@ -10,6 +10,7 @@ use super::{
     norm_rows_kernel::RowInput,
     operand::{Operand, check_inputs, check_output, disjoint, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
+    rows::check_norm_operands,
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{Error, Result};
@@ -112,31 +113,8 @@ impl Ops {
                 "{operation}: the positions must have shape [{seq}, {d}], got {positions}"
             )));
         }
-        for t in [norm.table, norm.positions]
-            .into_iter()
-            .chain(params.iter().copied())
-        {
-            if t.desc().dtype() != DType::F32 {
-                return Err(Error::Unsupported(format!(
-                    "{operation}: {} is not f32",
-                    t.desc()
-                )));
-            }
-        }
-        for t in &params {
-            if t.desc().shape() != [d] {
-                return Err(Error::Message(format!(
-                    "{operation}: weight and bias must have shape [{d}], got {}",
-                    t.desc()
-                )));
-            }
-        }
-        if !(norm.eps.is_finite() && norm.eps >= 0.0) {
-            return Err(Error::Message(format!(
-                "{operation}: eps {} must be finite and >= 0",
-                norm.eps
-            )));
-        }
+        let inputs = [norm.table, norm.positions];
+        check_norm_operands(operation, &inputs, (norm.weight, norm.bias), d, norm.eps)?;
         let mut shape = ids.desc().shape().to_vec();
         shape.push(d);
         check_output(runtime, operation, out, DType::F32, &shape)?;

@@ -72,6 +72,42 @@ impl Rows {
     }
 }
 
+/// The checks every norm makes of its operands: `inputs` and the
+/// parameters f32 (`Unsupported` otherwise), the weight and the bias (each
+/// optional) of shape `[cols]`, and `eps` finite and >= 0.
+pub(super) fn check_norm_operands(
+    operation: &str,
+    inputs: &[&DeviceTensor],
+    (weight, bias): (Option<&DeviceTensor>, Option<&DeviceTensor>),
+    cols: usize,
+    eps: f32,
+) -> Result<()> {
+    let params = [("weight", weight), ("bias", bias)];
+    let present = params.iter().filter_map(|(_, t)| *t);
+    for t in inputs.iter().copied().chain(present) {
+        if t.desc().dtype() != DType::F32 {
+            return Err(Error::Unsupported(format!(
+                "{operation}: {} is not f32",
+                t.desc()
+            )));
+        }
+    }
+    for (what, t) in params {
+        if let Some(t) = t.filter(|t| t.desc().shape() != [cols]) {
+            return Err(Error::Message(format!(
+                "{operation}: {what} must have shape [{cols}], got {}",
+                t.desc()
+            )));
+        }
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::Message(format!(
+            "{operation}: eps {eps} must be finite and >= 0"
+        )));
+    }
+    Ok(())
+}
+
 /// Work items per row on CPU devices. llvmpipe runs a workgroup's
 /// invocations as coroutines that switch at every barrier, so 256 of them
 /// per row cost far more than the arithmetic: on lavapipe (1024 x 1024
@@ -301,27 +337,7 @@ impl Ops {
         check_inputs(runtime, operation, &[a])?;
         check_inputs(runtime, operation, &params)?;
         let cols = a.desc().shape().last().copied().unwrap_or(1);
-        for t in std::iter::once(a).chain(params.iter().copied()) {
-            if t.desc().dtype() != DType::F32 {
-                return Err(Error::Unsupported(format!(
-                    "{operation}: {} is not f32",
-                    t.desc()
-                )));
-            }
-        }
-        for t in &params {
-            if t.desc().shape() != [cols] {
-                return Err(Error::Message(format!(
-                    "{operation}: weight and bias must have shape [{cols}], got {}",
-                    t.desc()
-                )));
-            }
-        }
-        if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::Message(format!(
-                "{operation}: eps {eps} must be finite and >= 0"
-            )));
-        }
+        check_norm_operands(operation, &[a], (weight, bias), cols, eps)?;
         check_output(runtime, operation, out, DType::F32, a.desc().shape())?;
         if out.desc().is_empty() {
             return Ok(());
@@ -694,14 +710,6 @@ impl Ops {
         let params: Vec<&DeviceTensor> = weight.into_iter().chain(bias).collect();
         check_inputs(runtime, operation, &[a, b])?;
         check_inputs(runtime, operation, &params)?;
-        for t in [a, b].into_iter().chain(params.iter().copied()) {
-            if t.desc().dtype() != DType::F32 {
-                return Err(Error::Unsupported(format!(
-                    "{operation}: {} is not f32",
-                    t.desc()
-                )));
-            }
-        }
         let shape = a.desc().shape();
         if b.desc().shape() != shape {
             return Err(Error::Message(format!(
@@ -717,19 +725,7 @@ impl Ops {
             }
         }
         let cols = shape.last().copied().unwrap_or(1);
-        for (what, t) in [("weight", weight), ("bias", bias)] {
-            if let Some(t) = t.filter(|t| t.desc().shape() != [cols]) {
-                return Err(Error::Message(format!(
-                    "{operation}: {what} must have shape [{cols}], got {}",
-                    t.desc()
-                )));
-            }
-        }
-        if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::Message(format!(
-                "{operation}: eps {eps} must be finite and >= 0"
-            )));
-        }
+        check_norm_operands(operation, &[a, b], (weight, bias), cols, eps)?;
         check_output(runtime, operation, sum, DType::F32, shape)?;
         check_output(runtime, operation, out, DType::F32, shape)?;
         if let Some(copy) = copy {

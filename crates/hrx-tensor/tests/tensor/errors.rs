@@ -222,8 +222,9 @@ fn norm_mismatches_record_nothing() {
         let want = format!("{of}: output f16[2, 3] must be a contiguous f32[2, 3]");
         refused(&want, norm(&a, Some(&w), None, 1e-5, &bad_out));
         let long = ones(DType::F32, &[4]);
-        let want = format!("{of}: weight and bias must have shape [3], got f32[4]");
+        let want = format!("{of}: weight must have shape [3], got f32[4]");
         refused(&want, norm(&a, Some(&long), None, 1e-5, &out));
+        let want = format!("{of}: bias must have shape [3], got f32[4]");
         refused(&want, norm(&a, Some(&w), Some(&long), 1e-5, &out));
         let half = ones(DType::F16, &[3]);
         let want = format!("{of}: f16[3] is not f32");

@@ -319,7 +319,7 @@ fn row_op_errors() {
     let e = ops().layer_norm(&a, Some(&w), None, 1e-5).unwrap_err();
     assert!(
         e.to_string()
-            .contains("layer_norm of f32[2, 3]: weight and bias must have shape [3], got f32[4]"),
+            .contains("layer_norm of f32[2, 3]: weight must have shape [3], got f32[4]"),
         "{e}"
     );
     assert!(ops().rms_norm(&a, None, None, f32::NAN).is_err());
