@@ -437,3 +437,41 @@ fn too_many_rows_queue_nothing_after_packing() {
         );
     }
 }
+
+/// Short aligned rows take a row a subgroup, several rows a workgroup, so
+/// a norm of more rows than the device has workgroups (lavapipe's 65,535)
+/// runs where softmax, a workgroup a row, is refused; each row normalised
+/// (the first and the last checked).
+#[test]
+fn short_row_norms_run_more_rows_than_workgroups() {
+    let target = ops().runtime().gpu().unwrap().target().clone();
+    let limit = target.max_workgroup_count[0] as usize;
+    if limit > 1 << 20 || target.subgroup_size_min != target.subgroup_size_max {
+        eprintln!("skipped: {limit} workgroups, or no fixed subgroup size");
+        return;
+    }
+    let rows = limit + 3;
+    let v: Vec<f64> = (0..rows * 4)
+        .map(|i| ((i % 4) * (1 + i % 3)) as f64)
+        .collect();
+    let a = input(DType::F32, &[rows, 4], &v, Placement::Contiguous);
+    assert!(ops().softmax(&a).is_err(), "a workgroup a row is refused");
+    let got = ops()
+        .layer_norm(&a, None, None, 0.0)
+        .unwrap()
+        .to_values()
+        .unwrap();
+    for r in [0, rows - 1] {
+        let x = &v[r * 4..r * 4 + 4];
+        let mean = x.iter().sum::<f64>() / 4.0;
+        let var = x.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / 4.0;
+        for (j, e) in x.iter().enumerate() {
+            let want = (e - mean) / var.sqrt();
+            let g = got[r * 4 + j];
+            assert!(
+                (g - want).abs() < 1e-5,
+                "row {r}, column {j}: {g} against {want}"
+            );
+        }
+    }
+}
