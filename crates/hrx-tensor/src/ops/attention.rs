@@ -31,7 +31,7 @@
 use super::{
     Ops, QuantMatrix, attention_kernels,
     attention_kernels::AttentionShape,
-    operand::{Operand, check_inputs, check_output, operand, quad_offset},
+    operand::{Operand, check_inputs, check_output, float_output, operand, quad_offset},
     registry::{Generator, KernelKey, KernelSource},
     rope::{Rotary, rotation},
     token_kernels,
@@ -384,6 +384,7 @@ impl Ops {
             heads: shared,
             project: None,
             cache: Scalar::F32,
+            out: Scalar::F32,
         })
     }
 
@@ -396,7 +397,9 @@ impl Ops {
     /// kv_heads, capacity, head_dim]`, both f32 or both f16 (each value
     /// widened to f32 as it is read), `heads` a multiple of `kv_heads`,
     /// `head_dim <= 256`; `sequence`, `position`: i32 `[rows]`; `out`:
-    /// contiguous like `q`. One workgroup per (row, head); see
+    /// contiguous, `q`'s shape, f32 or f16 (the f32 result rounded to
+    /// nearest; on devices with f16 arithmetic and 16-bit storage, else
+    /// `Unsupported`). One workgroup per (row, head); see
     /// `attention_kernels` for the online softmax.
     #[allow(clippy::too_many_arguments)]
     pub fn record_cached_attention(
@@ -548,8 +551,16 @@ impl Ops {
                 "{operation}: scale {scale} must be finite"
             )));
         }
-        check_output(runtime, operation, out, DType::F32, q.desc().shape())?;
         let target = self.registry.target()?;
+        let out_element = match out.desc().dtype() {
+            DType::F16 => float_output(&target, DType::F16, operation)?,
+            _ => Scalar::F32,
+        };
+        let out_dtype = match out_element {
+            Scalar::F16 => DType::F16,
+            _ => DType::F32,
+        };
+        check_output(runtime, operation, out, out_dtype, q.desc().shape())?;
         let element = cache_element(operation, &target, k_cache, v_cache)?;
         if out.desc().is_empty() {
             return Ok(());
@@ -592,6 +603,7 @@ impl Ops {
         let mut shape = self.attention_shape(hd, (rows, heads, heads / kvh), &[&kk], operation)?;
         shape.rotary = turn.is_some();
         shape.cache = element;
+        shape.out = out_element;
         let projected = projection
             .map(|p| {
                 let inputs = [&kq, &kk, &kv, &ks, &kp, &ko];

@@ -99,6 +99,8 @@ pub(crate) struct AttentionShape {
     pub(crate) project: Option<QuantFormat>,
     /// The caches' element type (f32 or f16, widened to f32 on load).
     pub(crate) cache: Scalar,
+    /// The output's element type (f32, or f16 rounded to nearest).
+    pub(crate) out: Scalar,
 }
 
 impl AttentionShape {
@@ -363,7 +365,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let vv = k.buffer_view(vc, zero, [lv.into()], shape.cache);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
-    let outv = k.buffer_view(out, zero, [lo.into()], F32);
+    let outv = k.buffer_view(out, zero, [lo.into()], shape.out);
     // Per head: q, the subgroups' maxima and sums, their accumulators.
     let sq = shared(&mut k, hd * hq);
     let sm = shared(&mut k, max_sg * hq);
@@ -644,7 +646,11 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             })[0];
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
-            b.store(y, outv, &[at]);
+            let stored = match shape.out {
+                Scalar::F16 => b.truncf(y, Scalar::F16),
+                _ => y,
+            };
+            b.store(stored, outv, &[at]);
             if projection.is_some() {
                 // q is spent: its memory holds the heads' outputs.
                 let at = b.madd(jc, hdc, d);
@@ -757,6 +763,7 @@ mod tests {
                 heads: 1,
                 project: None,
                 cache: F32,
+                out: F32,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
             assert_eq!(ls.lanes * ls.rows, sg, "{hd} {sg}");
@@ -778,6 +785,7 @@ mod tests {
             heads: 1,
             project: None,
             cache: F32,
+            out: F32,
         };
         assert_eq!(odd.lane_split(), None);
         assert_eq!(
@@ -826,6 +834,7 @@ mod tests {
                     heads,
                     project,
                     cache,
+                    out: cache,
                 });
                 compiler
                     .built(&built)

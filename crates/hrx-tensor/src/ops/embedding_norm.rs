@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{DType, DeviceTensor};
 use hrx_core::{Error, Result};
-use hrx_loom::ScalarValue;
+use hrx_loom::{ScalarValue, ir::Scalar::F32};
 use hrx_runtime::Graph;
 
 fn index(v: usize) -> ScalarValue {
@@ -201,7 +201,7 @@ impl Ops {
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("{} {sg} {rows_per_wg} {per_lane} {flags:?}", input.symbol()),
-                move || norm_rows_kernel::norm4_rows(sg, rows_per_wg, per_lane, flags),
+                move || norm_rows_kernel::norm4_rows(sg, rows_per_wg, per_lane, flags, F32),
             )),
             symbol: input.symbol(),
             config: Vec::new(),

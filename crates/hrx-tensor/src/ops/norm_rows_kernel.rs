@@ -48,12 +48,14 @@ impl RowInput {
 
 /// The kernel for subgroups of `sg` invocations, `rows_per_wg` rows a
 /// workgroup, rows of at most `per_lane * sg` quads; `center` for layer
-/// norm, `copy` as `norm4`'s. Its last argument is `rows`.
+/// norm, `copy` as `norm4`'s, the output of `out` elements. Its last
+/// argument is `rows`.
 pub(crate) fn norm4_rows(
     sg: usize,
     rows_per_wg: usize,
     per_lane: usize,
     (input, center, copy): (RowInput, bool, bool),
+    out: Scalar,
 ) -> Built {
     assert!(
         sg > 0 && rows_per_wg > 0 && (1..=MAX_QUADS_PER_LANE).contains(&per_lane),
@@ -70,7 +72,7 @@ pub(crate) fn norm4_rows(
     let groups = k.div(padded, per_wg);
     let size = k.index((sg * rows_per_wg) as u64);
     let mut k = k.launch_config([groups, one, one], [size, one, one]);
-    let io = Norm4Io::declare(&mut k, add, copy);
+    let io = Norm4Io::declare(&mut k, add, (copy, out));
     let embedding = (input == RowInput::Embedding).then(|| {
         let [vocab, seq, sp4, qp, lp, qi, li] =
             ["vocab", "seq", "sp4", "qp", "lp", "qi", "li"].map(|n| k.arg_index(n));
@@ -239,7 +241,12 @@ mod tests {
                         _ => RowInput::Embedding,
                     };
                     let flags = (input, bits & 1 != 0, bits & 2 != 0);
-                    let built = norm4_rows(sg, rows, per_lane, flags);
+                    // The f16 output only where there is no copy.
+                    let out = match bits & 2 == 0 && bits & 1 == 0 {
+                        true => Scalar::F16,
+                        false => F32,
+                    };
+                    let built = norm4_rows(sg, rows, per_lane, flags, out);
                     let symbol = input.symbol();
                     compiler
                         .built(&built)

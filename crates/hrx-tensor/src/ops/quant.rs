@@ -33,9 +33,10 @@
 
 use super::{
     Ops,
-    operand::{check_inputs, check_output, operand, quad_offset},
+    operand::{check_inputs, check_output, float_output, operand, quad_offset},
     quant_fused::{self, QuantFusion},
     quant_kernels::{self, GemvKey},
+    quant_spans::Elements,
     quant_tiled::TiledPlan,
 };
 use crate::{DType, DeviceTensor, TensorDesc};
@@ -226,9 +227,13 @@ pub(crate) fn quant_kernel_for(m: usize) -> Option<usize> {
 }
 
 impl Ops {
-    /// Record `out[m, rows] = x[m, cols] @ w^T`, f32 in and out,
-    /// dequantising `w` on the fly. `x` and `out` are f32 and contiguous
-    /// (`x` may be a row range of a larger tensor, with an element offset).
+    /// Record `out[m, rows] = x[m, cols] @ w^T`, dequantising `w` on the
+    /// fly and accumulating in f32. `x` and `out` are contiguous (`x` may
+    /// be a row range of a larger tensor, with an element offset), each
+    /// f32 or f16: f16 x is widened exactly as it is read, and an f16 out
+    /// holds the f32 result rounded to nearest, so the f16 forms give the
+    /// f32 form's values on f16 inputs, rounded once. f16 needs a device
+    /// with f16 arithmetic and 16-bit storage (`Unsupported` elsewhere).
     pub fn record_quant_matmul(
         &self,
         graph: &mut Graph,
@@ -340,16 +345,24 @@ impl Ops {
         let m = self.quant_matmul_rows(operation, x, w)?;
         // Output columns: one per weight row, or per gate-and-up pair.
         let n = if gated { w.rows / 2 } else { w.rows };
-        check_output(runtime, operation, out, DType::F32, &[m, n])?;
+        let out_dtype = match out.desc().dtype() {
+            DType::F16 => DType::F16,
+            _ => DType::F32,
+        };
+        check_output(runtime, operation, out, out_dtype, &[m, n])?;
         if m == 0 || n == 0 {
             return Ok(());
         }
+        let target = self.registry.target()?;
+        let io = Elements {
+            x: float_output(&target, x.desc().dtype(), operation)?,
+            out: float_output(&target, out_dtype, operation)?,
+        };
         if w.cols == 0 {
             return Err(Error::Unsupported(format!(
                 "{operation}: a matrix without columns is not multiplied"
             )));
         }
-        let target = self.registry.target()?;
         if !target.subgroup_ops.arithmetic {
             return Err(Error::Unsupported(format!(
                 "{operation}: the device has no subgroup reductions"
@@ -401,6 +414,7 @@ impl Ops {
                     norm: fusion.norm.is_some(),
                     residual: fusion.residual.is_some(),
                     kv_store: fused.cache,
+                    elements: io,
                 };
                 let kernel = self.registry.kernel(quant_kernels::gemv_key(key))?;
                 kernel.record(graph, operation, &views, &scalars, &workload)
@@ -416,7 +430,7 @@ impl Ops {
                     plan.splits > 1 && (4 * elements) as u64 <= target.max_storage_buffer_range;
                 let kernel = self
                     .registry
-                    .kernel(plan.key(w.format, xvec, tail, split))?;
+                    .kernel(plan.key(w.format, (xvec, tail, split), io))?;
                 if !split {
                     return kernel.record(graph, operation, &views, &scalars, &workload);
                 }
@@ -452,10 +466,10 @@ impl Ops {
         w: &QuantMatrix,
     ) -> Result<usize> {
         let d = x.desc();
-        if d.dtype() != DType::F32 || d.rank() != 2 || d.shape()[1] != w.cols || !d.is_contiguous()
-        {
+        let float = matches!(d.dtype(), DType::F32 | DType::F16);
+        if !float || d.rank() != 2 || d.shape()[1] != w.cols || !d.is_contiguous() {
             return Err(Error::Message(format!(
-                "{operation}: x must be a contiguous f32 [m, {}]",
+                "{operation}: x must be a contiguous f32 or f16 [m, {}]",
                 w.cols
             )));
         }

@@ -29,7 +29,7 @@
 use super::QuantFormat;
 use super::elementwise_kernels::grid;
 use super::quant_kv::{KvArgs, KvScalars};
-use super::quant_spans::{QuantMatmulArgs, SPAN, Weights, XRows, span_values, x_span};
+use super::quant_spans::{Elements, QuantMatmulArgs, SPAN, Weights, XRows, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::token_kernels::silu_times;
 use hrx_loom::build::{Body, Built, Index, KernelBuilder, Num, Value, View};
@@ -79,6 +79,8 @@ pub(crate) struct GemvKey {
     /// (`QuantFusion::kv_store`, `quant_kv`): a subgroup takes output
     /// columns `2j` and `2j + 1`; the caches' element type.
     pub(crate) kv_store: Option<Scalar>,
+    /// x's and out's element types.
+    pub(crate) elements: Elements,
 }
 
 /// The fused operands' arguments, declared after [`QuantMatmulArgs`]'s in
@@ -113,6 +115,7 @@ impl FusedArgs {
                 cols,
                 quads: key.xvec,
                 tail: key.tail,
+                element: Scalar::F32,
             };
             (rows, on, eps)
         });
@@ -151,7 +154,7 @@ fn gemv_kernel(key: GemvKey) -> Built {
     let gx = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gy, gx, one], [wg, one, one]);
-    let a = QuantMatmulArgs::declare(&mut k, key.format, key.xvec, key.tail);
+    let a = QuantMatmulArgs::declare(&mut k, key.format, (key.xvec, key.tail), key.elements);
     let fused = FusedArgs::declare(&mut k, &key, a.x.cols);
     // The launch region's values are not visible in the body.
     let cp = k.index(n64(cols_per));
@@ -359,10 +362,10 @@ fn gemv_kernel(key: GemvKey) -> Built {
                 b.if_(rok, |b| {
                     let orow = b.madd(row, a.n, a.oo);
                     let oi = b.add(orow, col);
-                    b.store(tot[r], a.out, &[oi]);
+                    a.store_out(b, tot[r], oi);
                     if let Some(&y1) = second.get(r) {
                         let oi1 = b.add(oi, c1);
-                        b.store(y1, a.out, &[oi1]);
+                        a.store_out(b, y1, oi1);
                     }
                     if let (Some(kv), Some(&place)) = (&fused.kv, places.get(r)) {
                         kv.store_pair(b, col, place, (tot[r], second[r]));
@@ -475,16 +478,22 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for format in FORMATS {
-                // (rows, x in quads, partial span, gated, norm, residual)
+                // (rows, x in quads, partial span, gated, norm, residual,
+                // f16 x and out)
                 let variants = [
-                    (1, true, false, false, false, false),
-                    (4, false, true, false, true, false),
-                    (16, false, false, false, false, true),
-                    (1, true, false, true, true, true),
-                    (8, false, true, true, false, false),
-                    (3, true, false, false, true, true),
+                    (1, true, false, false, false, false, false),
+                    (4, false, true, false, true, false, true),
+                    (16, false, false, false, false, true, false),
+                    (1, true, false, true, true, true, false),
+                    (8, false, true, true, false, false, true),
+                    (3, true, false, false, true, true, true),
+                    (2, true, false, true, false, true, true),
                 ];
-                for (mt, xvec, tail, gated, norm, residual) in variants {
+                for (mt, xvec, tail, gated, norm, residual, f16) in variants {
+                    let half = Elements {
+                        x: Scalar::F16,
+                        out: Scalar::F16,
+                    };
                     let key = GemvKey {
                         format,
                         mt,
@@ -495,6 +504,7 @@ mod tests {
                         kv_store: None,
                         subgroup: target.subgroup_size_min as usize,
                         gated,
+                        elements: if f16 { half } else { Elements::F32 },
                     };
                     let text = gemv_key(key).source();
                     compiler

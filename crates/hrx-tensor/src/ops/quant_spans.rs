@@ -188,6 +188,8 @@ pub(crate) struct XRows {
     pub(crate) quads: bool,
     /// Whether the last span may be partial (guarded).
     pub(crate) tail: bool,
+    /// The element type in memory: f32, or f16 widened to f32 on load.
+    pub(crate) element: Scalar,
 }
 
 /// The 8 values of x at span `s` of the row starting at element `row`.
@@ -205,6 +207,7 @@ pub(crate) fn x_span(
         let mut out = Vec::with_capacity(SPAN);
         for at in [first, second] {
             let q = b.vector_load(x.view, &[at], 4);
+            let q = widen(b, q, x.element);
             for lane in 0..4 {
                 let l = b.index(lane);
                 out.push(b.extract(q, l));
@@ -225,13 +228,55 @@ pub(crate) fn x_span(
                 let cc = b.min(col, last);
                 let p = b.add(row, cc);
                 let v = b.load(x.view, &[p]);
+                let v = widen(b, v, x.element);
                 b.select(ok, v, zf)
             } else {
                 let p = b.add(first, ci);
-                b.load(x.view, &[p])
+                let v = b.load(x.view, &[p]);
+                widen(b, v, x.element)
             }
         })
         .collect()
+}
+
+/// `v` (a value or vector of `element`) as f32.
+fn widen(b: &mut Builder, v: Value<Num>, element: Scalar) -> Value<Num> {
+    match element {
+        Scalar::F16 => b.extf(v, Scalar::F32),
+        _ => v,
+    }
+}
+
+/// Store the f32 `v` at `at` of `view`, whose elements are `element`
+/// (f32, or f16 rounded to nearest).
+pub(crate) fn store_as(
+    b: &mut Builder,
+    v: Value<Num>,
+    view: Value<View>,
+    at: Value<Index>,
+    element: Scalar,
+) {
+    let v = match element {
+        Scalar::F16 => b.truncf(v, Scalar::F16),
+        _ => v,
+    };
+    b.store(v, view, &[at]);
+}
+
+/// The element types of a product's x and output (f32 or f16 each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Elements {
+    pub(crate) x: Scalar,
+    pub(crate) out: Scalar,
+}
+
+#[cfg(test)]
+impl Elements {
+    /// f32 in and out.
+    pub(crate) const F32: Elements = Elements {
+        x: Scalar::F32,
+        out: Scalar::F32,
+    };
 }
 
 /// The launch arguments shared by the matmul kernels, in the order
@@ -246,16 +291,18 @@ pub(crate) struct QuantMatmulArgs {
     pub(crate) ow: Value<Index>,
     pub(crate) oo: Value<Index>,
     pub(crate) out: Value<View>,
+    /// out's element type.
+    pub(crate) out_element: Scalar,
 }
 
 impl QuantMatmulArgs {
     /// Declare the arguments on `k`, x read in quads (`xvec`), rows
-    /// ending in a partial span (`tail`).
+    /// ending in a partial span (`tail`), x and out of `elements`.
     pub(crate) fn declare(
         k: &mut Body,
         format: QuantFormat,
-        xvec: bool,
-        tail: bool,
+        (xvec, tail): (bool, bool),
+        elements: Elements,
     ) -> QuantMatmulArgs {
         let [m, n, cols, rw, ox, lx, ow, lw, oo, lo] =
             ["m", "n", "cols", "rw", "ox", "lx", "ow", "lw", "oo", "lo"].map(|a| k.arg_index(a));
@@ -263,9 +310,9 @@ impl QuantMatmulArgs {
         let w = k.arg_buffer("w", true);
         let out = k.arg_buffer("out", false);
         let zero = k.offset(0);
-        let xv = k.buffer_view(x, zero, [lx.into()], Scalar::F32);
+        let xv = k.buffer_view(x, zero, [lx.into()], elements.x);
         let wv = k.buffer_view(w, zero, [lw.into()], Scalar::U32);
-        let ov = k.buffer_view(out, zero, [lo.into()], Scalar::F32);
+        let ov = k.buffer_view(out, zero, [lo.into()], elements.out);
         QuantMatmulArgs {
             m,
             n,
@@ -274,6 +321,7 @@ impl QuantMatmulArgs {
                 cols,
                 quads: xvec,
                 tail,
+                element: elements.x,
             },
             w: Weights {
                 format,
@@ -285,6 +333,12 @@ impl QuantMatmulArgs {
             ow,
             oo,
             out: ov,
+            out_element: elements.out,
         }
+    }
+
+    /// Store the f32 `v` at element `at` of out.
+    pub(crate) fn store_out(&self, b: &mut Builder, v: Value<Num>, at: Value<Index>) {
+        store_as(b, v, self.out, at, self.out_element);
     }
 }

@@ -28,7 +28,7 @@
 //! split-k matmul).
 
 use super::QuantFormat;
-use super::quant_spans::{QuantMatmulArgs, SPAN, span_values, x_span};
+use super::quant_spans::{Elements, QuantMatmulArgs, SPAN, span_values, x_span};
 use super::registry::{Generator, KernelKey, KernelSource};
 use super::split_count::last_split;
 use super::tuning::QuantTiling;
@@ -163,23 +163,27 @@ impl TiledPlan {
 
     /// The kernel for this plan, `format`, x read in 16-byte quads
     /// (`xvec`), rows ending in a partial span (`tail`); `split` false
-    /// where the caller runs it unsplit.
+    /// where the caller runs it unsplit; x and out of `elements`.
     pub(crate) fn key(
         &self,
         format: QuantFormat,
-        xvec: bool,
-        tail: bool,
-        split: bool,
+        (xvec, tail, split): (bool, bool, bool),
+        elements: Elements,
     ) -> KernelKey {
-        tiled_key(format, xvec, tail, split, Tile::of(self.tile))
+        tiled_key(format, (xvec, tail, split), Tile::of(self.tile), elements)
     }
 }
 
-fn tiled_key(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: Tile) -> KernelKey {
+fn tiled_key(
+    format: QuantFormat,
+    flags: (bool, bool, bool),
+    tile: Tile,
+    elements: Elements,
+) -> KernelKey {
     KernelKey {
         source: KernelSource::Built(Generator::new(
-            format!("quant_tiled {format:?} {xvec} {tail} {split} {tile:?}"),
-            move || tiled_kernel(format, xvec, tail, split, tile),
+            format!("quant_tiled {format:?} {flags:?} {tile:?} {elements:?}"),
+            move || tiled_kernel(format, flags, tile, elements),
         )),
         symbol: "quant_tiled",
         config: Vec::new(),
@@ -216,7 +220,12 @@ impl SplitArgs {
     }
 }
 
-fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: Tile) -> Built {
+fn tiled_kernel(
+    format: QuantFormat,
+    (xvec, tail, split): (bool, bool, bool),
+    tile: Tile,
+    elements: Elements,
+) -> Built {
     let (side, reg) = (tile.side(), tile.reg());
     let mut k = KernelBuilder::new("quant_tiled");
     let [wm, wn] = ["m", "n"].map(|name| k.workload(name));
@@ -227,7 +236,7 @@ fn tiled_kernel(format: QuantFormat, xvec: bool, tail: bool, split: bool, tile: 
     let gy = k.div_ceil(wm, ct);
     let wg = k.index(n64(WG));
     let mut k = k.launch_config([gx, gy, gz], [wg, one, one]);
-    let a = QuantMatmulArgs::declare(&mut k, format, xvec, tail);
+    let a = QuantMatmulArgs::declare(&mut k, format, (xvec, tail), elements);
     let sa = split.then(|| SplitArgs::declare(&mut k));
     // The launch region's values are not visible in the body.
     let zero = k.offset(0);
@@ -395,7 +404,7 @@ fn store_outputs(
             let v = acc[i * cols.len() + j];
             k.if_(ok, |b| {
                 let p = b.add(orow, c);
-                b.store(v, a.out, &[p]);
+                a.store_out(b, v, p);
             });
         }
     }
@@ -485,13 +494,19 @@ mod tests {
                 QuantFormat::Q8_0,
                 QuantFormat::Q4_1,
             ] {
-                for (xvec, tail, split, side) in [
-                    (true, false, false, 32),
-                    (false, true, false, 64),
-                    (true, false, true, 64),
-                    (false, true, true, 32),
+                let half = Elements {
+                    x: Scalar::F16,
+                    out: Scalar::F16,
+                };
+                for (xvec, tail, split, side, elements) in [
+                    (true, false, false, 32, Elements::F32),
+                    (false, true, false, 64, half),
+                    (true, false, true, 64, half),
+                    (false, true, true, 32, Elements::F32),
+                    (true, false, false, 64, half),
                 ] {
-                    let text = tiled_key(format, xvec, tail, split, Tile::of(side)).source();
+                    let flags = (xvec, tail, split);
+                    let text = tiled_key(format, flags, Tile::of(side), elements).source();
                     compiler
                         .module(&text)
                         .and_then(|m| {

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
-use hrx_loom::ScalarValue;
+use hrx_loom::{ScalarValue, ir::Scalar};
 use hrx_runtime::Graph;
 
 fn index(v: usize) -> ScalarValue {
@@ -338,7 +338,8 @@ impl Ops {
         check_inputs(runtime, operation, &params)?;
         let cols = a.desc().shape().last().copied().unwrap_or(1);
         check_norm_operands(operation, &[a], (weight, bias), cols, eps)?;
-        check_output(runtime, operation, out, DType::F32, a.desc().shape())?;
+        let out_dtype = self.norm_output(operation, out)?;
+        check_output(runtime, operation, out, out_dtype, a.desc().shape())?;
         if out.desc().is_empty() {
             return Ok(());
         }
@@ -454,6 +455,16 @@ impl Ops {
                  contiguous tensors"
             )));
         }
+        let out_element = match out.desc().dtype() {
+            DType::F16 if quads.is_none() => {
+                return Err(Error::Unsupported(format!(
+                    "{operation}: an f16 output needs rows a multiple of 4 long in aligned, \
+                     contiguous tensors"
+                )));
+            }
+            DType::F16 => Scalar::F16,
+            _ => Scalar::F32,
+        };
         let wg = self.row_workgroup(if quads.is_some() { r.cols / 4 } else { r.cols })?;
         let mut views = vec![
             ka.view.clone(),
@@ -477,16 +488,25 @@ impl Ops {
                     let symbol = input.symbol();
                     let flags = (input, center, copy);
                     let source = Generator::new(
-                        format!("{symbol} {sg} {rows_per_wg} {per_lane} {flags:?}"),
-                        move || norm_rows_kernel::norm4_rows(sg, rows_per_wg, per_lane, flags),
+                        format!("{symbol} {sg} {rows_per_wg} {per_lane} {flags:?} {out_element:?}"),
+                        move || {
+                            norm_rows_kernel::norm4_rows(
+                                sg,
+                                rows_per_wg,
+                                per_lane,
+                                flags,
+                                out_element,
+                            )
+                        },
                     );
                     (symbol, source)
                 }
                 None => {
                     let symbol = if fused { "add_norm4" } else { "norm4" };
+                    let writes = (copy, out_element);
                     let source =
-                        Generator::new(format!("{symbol} {wg} {center} {copy}"), move || {
-                            rows_kernels::norm4(wg, center, fused, copy)
+                        Generator::new(format!("{symbol} {wg} {center} {writes:?}"), move || {
+                            rows_kernels::norm4(wg, center, fused, writes)
                         });
                     (symbol, source)
                 }
@@ -552,9 +572,27 @@ impl Ops {
         kernel.record(graph, operation, &views, &scalars, &[r.rows as u64])
     }
 
+    /// The dtype a norm writes to `out`: f32, or f16 where the device has
+    /// f16 arithmetic and 16-bit storage.
+    fn norm_output(&self, operation: &str, out: &DeviceTensor) -> Result<DType> {
+        match out.desc().dtype() {
+            DType::F16 => {
+                float_output(&self.registry.target()?, DType::F16, operation)?;
+                Ok(DType::F16)
+            }
+            _ => Ok(DType::F32),
+        }
+    }
+
     /// Record layer norm over the last axis: `(x - mean) / sqrt(var + eps)
     /// * weight + bias` with the biased variance; weight and bias (shape
     /// `\[last\]`) are optional.
+    ///
+    /// `out` is f32, or f16: the f32 result rounded to nearest, the next
+    /// matmul's f16 operand without a cast (on devices with f16
+    /// arithmetic and 16-bit storage, for rows a multiple of 4 long in
+    /// aligned, contiguous tensors; `Unsupported` elsewhere). The same
+    /// holds for every norm here.
     #[allow(clippy::too_many_arguments)]
     pub fn record_layer_norm(
         &self,
@@ -727,7 +765,8 @@ impl Ops {
         let cols = shape.last().copied().unwrap_or(1);
         check_norm_operands(operation, &[a, b], (weight, bias), cols, eps)?;
         check_output(runtime, operation, sum, DType::F32, shape)?;
-        check_output(runtime, operation, out, DType::F32, shape)?;
+        let out_dtype = self.norm_output(operation, out)?;
+        check_output(runtime, operation, out, out_dtype, shape)?;
         if let Some(copy) = copy {
             check_output(runtime, operation, copy, DType::F16, shape)?;
         }

@@ -373,10 +373,14 @@ pub(super) struct Norm4Io {
     pub(super) added: Option<AddedIo>,
     /// The f16 copy's view and offset.
     pub(super) copied: Option<(Value<View>, Value<Index>)>,
+    /// The output's element type (f32, or f16 rounded to nearest).
+    pub(super) out: Scalar,
 }
 
 impl Norm4Io {
-    pub(super) fn declare(k: &mut Body, add: bool, copy: bool) -> Norm4Io {
+    /// The arguments of a norm of `add`'s form, with an f16 `copy`,
+    /// writing `out` elements.
+    pub(super) fn declare(k: &mut Body, add: bool, (copy, out): (bool, Scalar)) -> Norm4Io {
         let c4 = k.arg_index("c4");
         let eps = k.arg_scalar("eps", F32);
         let [hw, hb, srow4, qa, la, sw, qw, lw, sb, qb, lb, qo, lo] = [
@@ -384,7 +388,7 @@ impl Norm4Io {
         ]
         .map(|n| k.arg_index(n));
         let extra = add.then(|| ["qc", "lc", "qs", "ls"].map(|n| k.arg_index(n)));
-        let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
+        let [a, w, bb, out_buffer] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
         let zero = k.offset(0);
         let added = extra.map(|[qc, lc, qs, ls]| {
             let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
@@ -400,7 +404,7 @@ impl Norm4Io {
         let av = k.buffer_view(a, zero, [la.into()], F32);
         let wv = k.buffer_view(w, zero, [lw.into()], F32);
         let bv = k.buffer_view(bb, zero, [lb.into()], F32);
-        let ov = k.buffer_view(out, zero, [lo.into()], F32);
+        let ov = k.buffer_view(out_buffer, zero, [lo.into()], out);
         Norm4Io {
             c4,
             eps,
@@ -419,6 +423,7 @@ impl Norm4Io {
             ov,
             added,
             copied,
+            out,
         }
     }
 }
@@ -471,7 +476,11 @@ impl Norm4Io {
         let bj = b.select(affine.useb, bl, affine.zeros);
         let o = b.fmaf(y, wj, bj);
         let po = at(b, obase);
-        b.vector_store(o, self.ov, &[po]);
+        let stored = match self.out {
+            Scalar::F16 => b.truncf(o, Scalar::F16),
+            _ => o,
+        };
+        b.vector_store(stored, self.ov, &[po]);
         if let Some((kv, kbase)) = copied {
             let pk = at(b, kbase);
             let narrow = b.truncf(o, Scalar::F16);
@@ -483,10 +492,11 @@ impl Norm4Io {
 /// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
 /// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
 /// contiguous `sum`; with `copy`, the output also rounded to f16 into the
-/// contiguous `copy` (arguments `qk`, `lk` after the others).
-pub(crate) fn norm4(wg: usize, center: bool, add: bool, copy: bool) -> Built {
+/// contiguous `copy` (arguments `qk`, `lk` after the others); the output
+/// of `out` elements.
+pub(crate) fn norm4(wg: usize, center: bool, add: bool, (copy, out): (bool, Scalar)) -> Built {
     let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
-    let io = Norm4Io::declare(&mut k, add, copy);
+    let io = Norm4Io::declare(&mut k, add, (copy, out));
     let Norm4Io {
         c4,
         eps,
@@ -641,10 +651,12 @@ mod tests {
                         ("softmax", softmax(wg, flag)),
                         ("softmax4", softmax4(wg, flag)),
                         ("norm", norm(wg, flag, false)),
-                        ("norm4", norm4(wg, flag, false, false)),
+                        ("norm4", norm4(wg, flag, false, (false, F32))),
+                        ("norm4", norm4(wg, flag, false, (false, Scalar::F16))),
                         ("add_norm", norm(wg, flag, true)),
-                        ("add_norm4", norm4(wg, flag, true, false)),
-                        ("add_norm4", norm4(wg, flag, true, true)),
+                        ("add_norm4", norm4(wg, flag, true, (false, F32))),
+                        ("add_norm4", norm4(wg, flag, true, (true, F32))),
+                        ("add_norm4", norm4(wg, flag, true, (false, Scalar::F16))),
                     ] {
                         compiler
                             .built(&built)

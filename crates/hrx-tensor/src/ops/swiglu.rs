@@ -3,8 +3,8 @@
 
 use super::{
     Ops,
-    attention::{f32_rank, index, no_alias},
-    operand::{check_inputs, check_output, operand},
+    attention::{index, no_alias},
+    operand::{check_inputs, check_output, float_output, operand},
     registry::{Generator, KernelKey, KernelSource},
     token_kernels,
 };
@@ -15,8 +15,12 @@ use hrx_runtime::Graph;
 
 impl Ops {
     /// Record `out = silu(gate) * up = gate / (1 + exp(-gate)) * up`,
-    /// elementwise over `[rows, width]`: f32, `gate` and `up` may be
-    /// strided (e.g. halves of a fused projection), `out` contiguous.
+    /// elementwise over `[rows, width]`: `gate` and `up` may be strided
+    /// (e.g. halves of a fused projection), `out` contiguous. The inputs
+    /// (both f32 or both f16) and the output are each f32 or f16; the
+    /// gate is computed in f32 and an f16 output holds it rounded to
+    /// nearest (f16 needs a device with f16 arithmetic and 16-bit
+    /// storage; `Unsupported` elsewhere).
     pub fn record_swiglu(
         &self,
         graph: &mut Graph,
@@ -28,18 +32,26 @@ impl Ops {
         let operation = operation.as_str();
         let runtime = self.runtime();
         check_inputs(runtime, operation, &[gate, up])?;
-        f32_rank(operation, "gate", gate, 2)?;
-        f32_rank(operation, "up", up, 2)?;
-        if gate.desc().shape() != up.desc().shape() {
+        let (gd, ud) = (gate.desc(), up.desc());
+        let float = |d: DType| matches!(d, DType::F32 | DType::F16);
+        if gd.rank() != 2 || gd.shape() != ud.shape() || gd.dtype() != ud.dtype() {
             return Err(Error::Message(format!(
-                "{operation}: gate and up must have one shape"
+                "{operation}: gate and up must be tensors of rank 2 with one shape and one dtype"
             )));
         }
-        check_output(runtime, operation, out, DType::F32, gate.desc().shape())?;
+        if !float(gd.dtype()) || !float(out.desc().dtype()) {
+            return Err(Error::Message(format!(
+                "{operation}: gate, up and the output {} must be f32 or f16",
+                out.desc()
+            )));
+        }
+        let target = self.registry.target()?;
+        let input = float_output(&target, gd.dtype(), operation)?;
+        let output = float_output(&target, out.desc().dtype(), operation)?;
+        check_output(runtime, operation, out, out.desc().dtype(), gd.shape())?;
         if out.desc().is_empty() {
             return Ok(());
         }
-        let target = self.registry.target()?;
         let (kg, ku, ko) = (
             operand(gate, &target, operation)?,
             operand(up, &target, operation)?,
@@ -48,7 +60,10 @@ impl Ops {
         no_alias(operation, &ko, &kg)?;
         no_alias(operation, &ko, &ku)?;
         let kernel = self.registry.kernel(KernelKey {
-            source: KernelSource::Built(Generator::new("swiglu".into(), token_kernels::swiglu)),
+            source: KernelSource::Built(Generator::new(
+                format!("swiglu {input:?} {output:?}"),
+                move || token_kernels::swiglu((input, output)),
+            )),
             symbol: "swiglu",
             config: self.grid_config("swiglu.wg", "swiglu.max_groups")?,
         })?;

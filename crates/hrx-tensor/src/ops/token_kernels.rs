@@ -408,7 +408,10 @@ pub(crate) fn silu_times(b: &mut Builder, g: Value<Num>, u: Value<Num>) -> Value
 
 /// `out = gate / (1 + exp(-gate)) * up` over `[rows, width]` (both inputs
 /// strided, `out` contiguous).
-pub(crate) fn swiglu() -> Built {
+/// `out = silu(gate) * up` over `[rows, width]`, gate and up of `input`
+/// elements and out of `output` (f32, or f16: widened on load, rounded to
+/// nearest on store).
+pub(crate) fn swiglu((input, output): (Scalar, Scalar)) -> Built {
     let (mut module, mut k) = grid("swiglu", "n", None);
     let [n, width, gs0, gs1, og, lg, us0, us1, ou, lu, oo, lo] = [
         "n", "width", "gs0", "gs1", "og", "lg", "us0", "us1", "ou", "lu", "oo", "lo",
@@ -418,9 +421,9 @@ pub(crate) fn swiglu() -> Built {
     let up = k.arg_buffer("up", true);
     let out = k.arg_buffer("out", false);
     let zero = k.offset(0);
-    let gv = k.buffer_view(gate, zero, [lg.into()], F32);
-    let uv = k.buffer_view(up, zero, [lu.into()], F32);
-    let ov = k.buffer_view(out, zero, [lo.into()], F32);
+    let gv = k.buffer_view(gate, zero, [lg.into()], input);
+    let uv = k.buffer_view(up, zero, [lu.into()], input);
+    let ov = k.buffer_view(out, zero, [lo.into()], output);
     let start = k.dispatch_id(Axis::X);
     let size = k.workgroup_size(Axis::X);
     let count = k.workgroup_count(Axis::X);
@@ -432,9 +435,16 @@ pub(crate) fn swiglu() -> Built {
         let pg = b.madd(j, gs1, g0);
         let u0 = b.madd(r, us0, ou);
         let pu = b.madd(j, us1, u0);
-        let g = b.load(gv, &[pg]);
-        let u = b.load(uv, &[pu]);
+        let (g, u) = (b.load(gv, &[pg]), b.load(uv, &[pu]));
+        let (g, u) = match input {
+            Scalar::F16 => (b.extf(g, F32), b.extf(u, F32)),
+            _ => (g, u),
+        };
         let y = silu_times(b, g, u);
+        let y = match output {
+            Scalar::F16 => b.truncf(y, Scalar::F16),
+            _ => y,
+        };
         let po = b.add(oo, e);
         b.store(y, ov, &[po]);
     });
@@ -462,7 +472,9 @@ mod tests {
                 ("kv_store", kv_store(Scalar::F16)),
                 ("rope_kv_store", rope_kv_store(Scalar::F32)),
                 ("rope_kv_store", rope_kv_store(Scalar::F16)),
-                ("swiglu", swiglu()),
+                ("swiglu", swiglu((F32, F32))),
+                ("swiglu", swiglu((F32, Scalar::F16))),
+                ("swiglu", swiglu((Scalar::F16, Scalar::F16))),
             ] {
                 compiler
                     .built(&built)

@@ -4,6 +4,7 @@
 //! attention, SwiGLU) and the quantised weights (packing, fused
 //! dequantising matmul with its fused norm and residual, row gather).
 
+mod activations_f16;
 mod attention;
 mod attention_projected;
 mod cache_f16;

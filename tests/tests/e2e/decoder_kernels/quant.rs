@@ -502,14 +502,18 @@ fn mismatches_are_errors_and_record_nothing() -> Result<()> {
     let (w, _) = matrix(QuantFormat::Q8_0, 4, 64, &mut rng);
     let t = |dtype, shape: &[usize]| ops().output(TensorDesc::new(dtype, shape.to_vec()).unwrap());
     let (x, out) = (t(DType::F32, &[2, 64])?, t(DType::F32, &[2, 4])?);
-    let x16 = t(DType::F16, &[2, 64])?;
+    let x_int = t(DType::I32, &[2, 64])?;
     let x_cols = t(DType::F32, &[2, 32])?;
     let out_bad = t(DType::F32, &[2, 5])?;
+    let out_int = t(DType::I32, &[2, 4])?;
     let want = "quant_matmul of";
-    refused(want, |g| ops().record_quant_matmul(g, &x16, &w, &out));
+    refused(want, |g| ops().record_quant_matmul(g, &x_int, &w, &out));
     refused(want, |g| ops().record_quant_matmul(g, &x_cols, &w, &out));
     refused(want, |g| ops().record_quant_matmul(g, &x, &w, &out_bad));
-    assert!(ops().quant_matmul(&x16, &w).is_err());
+    refused("must be a contiguous f32[2, 4]", |g| {
+        ops().record_quant_matmul(g, &x, &w, &out_int)
+    });
+    assert!(ops().quant_matmul(&x_int, &w).is_err());
 
     let ids = DeviceTensor::from_values(&rt, DType::I32, vec![2], &[0.0, 1.0])?;
     let ids_f = t(DType::F32, &[2])?;
