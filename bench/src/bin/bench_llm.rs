@@ -29,8 +29,8 @@
 //! splits (1: none) on every tiled quantised matmul, for comparing with
 //! the built-in choice.
 //!
-//! `--kv-cache f16` runs the generator with f16 key/value caches (f32
-//! otherwise).
+//! `--kv-cache f16` runs the generator with f16 key/value caches, and
+//! `--activations f16` with f16 activations (f32 otherwise).
 //!
 //! `--profile ROWS POSITION` instead prints the device time of each
 //! kernel of the step graph for that many rows, by kernel and grid, and
@@ -41,8 +41,8 @@ use hrx_core::{Error, Result};
 use hrx_inference::ModelContext;
 use hrx_models::gguf::{GgufFile, TensorType};
 use hrx_models::llama::{
-    CacheFormat, GenerateRequest, GenerationEvent, Generator, GeneratorOptions, Sampling,
-    record_step,
+    ActivationFormat, CacheFormat, GenerateRequest, GenerationEvent, Generator, GeneratorOptions,
+    Sampling, record_step,
 };
 use hrx_runtime::{DeviceKind, Operation, RuntimeOptions};
 use hrx_tensor::ops::Tuning;
@@ -63,6 +63,7 @@ struct Settings {
     quant_tiling: Option<String>,
     write_shapes: Option<(PathBuf, PathBuf)>,
     cache: CacheFormat,
+    activations: ActivationFormat,
 }
 
 fn settings() -> Settings {
@@ -95,6 +96,10 @@ fn settings() -> Settings {
         cache: match value("--kv-cache").as_deref().and_then(Path::to_str) {
             Some("f16") => CacheFormat::F16,
             _ => CacheFormat::F32,
+        },
+        activations: match value("--activations").as_deref().and_then(Path::to_str) {
+            Some("f16") => ActivationFormat::F16,
+            _ => ActivationFormat::F32,
         },
     }
 }
@@ -294,7 +299,7 @@ fn profile(
     context: &ModelContext,
     file: &GgufFile,
     (rows, position): (usize, usize),
-    cache: CacheFormat,
+    (cache, activations): (CacheFormat, ActivationFormat),
 ) -> Result<()> {
     const REPS: u32 = 20;
     let options = GeneratorOptions {
@@ -303,6 +308,7 @@ fn profile(
         prefill_rows: rows,
         queue: 1,
         cache,
+        activations,
         ..GeneratorOptions::default()
     };
     let graph = record_step(context, file, options, rows, position)?;
@@ -403,7 +409,8 @@ fn main() -> std::result::Result<(), String> {
         }
     };
     if let Some((rows, position)) = s.profile {
-        return profile(&context, &file, (rows, position), s.cache).map_err(e);
+        let formats = (s.cache, s.activations);
+        return profile(&context, &file, (rows, position), formats).map_err(e);
     }
     let quick = s.quick || cpu;
     let options = GeneratorOptions {
@@ -412,6 +419,7 @@ fn main() -> std::result::Result<(), String> {
         prefill_rows: if quick { 64 } else { 512 },
         queue: 4 * BATCH,
         cache: s.cache,
+        activations: s.activations,
         ..GeneratorOptions::default()
     };
     let loaded = Instant::now();

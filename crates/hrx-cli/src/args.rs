@@ -55,22 +55,42 @@ pub enum TargetChoice {
     Device,
 }
 
-/// The element type of a text-generation model's key/value caches.
+/// The element type of a text-generation model's key/value caches or
+/// activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum KvCacheChoice {
+pub enum FloatChoice {
     /// f32: the reference's values.
     #[default]
     F32,
-    /// f16: half the memory and half the bytes each attention step reads
-    /// (devices with 16-bit storage and f16 arithmetic).
+    /// f16: half the memory and half the bytes read (devices with 16-bit
+    /// storage and f16 arithmetic).
     F16,
 }
 
-impl From<KvCacheChoice> for hrx::models::llama::CacheFormat {
-    fn from(choice: KvCacheChoice) -> Self {
+impl FloatChoice {
+    /// The choice's name, as the flag spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloatChoice::F32 => "f32",
+            FloatChoice::F16 => "f16",
+        }
+    }
+}
+
+impl From<FloatChoice> for hrx::models::llama::ActivationFormat {
+    fn from(choice: FloatChoice) -> Self {
         match choice {
-            KvCacheChoice::F32 => hrx::models::llama::CacheFormat::F32,
-            KvCacheChoice::F16 => hrx::models::llama::CacheFormat::F16,
+            FloatChoice::F32 => hrx::models::llama::ActivationFormat::F32,
+            FloatChoice::F16 => hrx::models::llama::ActivationFormat::F16,
+        }
+    }
+}
+
+impl From<FloatChoice> for hrx::models::llama::CacheFormat {
+    fn from(choice: FloatChoice) -> Self {
+        match choice {
+            FloatChoice::F32 => hrx::models::llama::CacheFormat::F32,
+            FloatChoice::F16 => hrx::models::llama::CacheFormat::F16,
         }
     }
 }
@@ -167,8 +187,11 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "R", default_value_t = 64, value_parser = at_most::<16384>)]
     pub prefill_rows: usize,
     /// The key/value caches' element type.
-    #[arg(long, value_enum, default_value_t = KvCacheChoice::F32)]
-    pub kv_cache: KvCacheChoice,
+    #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
+    pub kv_cache: FloatChoice,
+    /// The element type of the activations the matrix products read.
+    #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
+    pub activations: FloatChoice,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, value_name = "T", default_value_t = 0.0)]
     pub temperature: f32,
@@ -356,15 +379,26 @@ mod tests {
         };
         assert_eq!(
             (g.kv_cache, g.slots, g.context),
-            (KvCacheChoice::F32, 4, 1024)
+            (FloatChoice::F32, 4, 1024)
         );
         let Command::Generate(g) =
             parse(&["generate", "--model", "m.gguf", "--kv-cache", "f16"]).unwrap()
         else {
             panic!()
         };
-        assert_eq!(g.kv_cache, KvCacheChoice::F16);
+        assert_eq!(g.kv_cache, FloatChoice::F16);
+        assert_eq!(g.activations, FloatChoice::F32);
         assert!(parse(&["generate", "--model", "m.gguf", "--kv-cache", "bf16"]).is_err());
+        let Command::Generate(g) =
+            parse(&["generate", "--model", "m.gguf", "--activations", "f16"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (g.kv_cache, g.activations),
+            (FloatChoice::F32, FloatChoice::F16)
+        );
+        assert!(parse(&["generate", "--model", "m.gguf", "--activations", "f8"]).is_err());
     }
 
     #[test]

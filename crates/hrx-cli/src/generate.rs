@@ -15,7 +15,8 @@
 //!   deterministic. With `--output FILE` the file appears only when every
 //!   line was written.
 //! - **Progress**: one line on stderr once the model is loaded (its
-//!   device memory and the caches' element type, `--kv-cache`).
+//!   device memory and the element types of the caches, `--kv-cache`,
+//!   and of the activations the products read, `--activations`).
 //! - **Batching**: every prompt is submitted at once; the generator runs
 //!   up to `--slots` sequences per step and admits the rest as slots free
 //!   up. Greedy results do not depend on `--slots` beyond float rounding
@@ -27,7 +28,7 @@ use hrx::{
     Error, Result,
     inference::ModelContext,
     models::{
-        llama::{CacheFormat, GenerateRequest, Generation, Generator, GeneratorOptions, Sampling},
+        llama::{GenerateRequest, Generation, Generator, GeneratorOptions, Sampling},
         tokenizer::ChatMessage,
     },
 };
@@ -93,6 +94,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         context: args.context,
         prefill_rows: args.prefill_rows,
         cache: args.kv_cache.into(),
+        activations: args.activations.into(),
         // Every prompt is submitted at once.
         queue: inputs.len().max(1),
         ..GeneratorOptions::default()
@@ -100,13 +102,11 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     let generator = Generator::open(&context, &args.model, options)
         .map_err(|e| Error::msg(format!("cannot load {}: {e}", args.model.display())))?;
     eprintln!(
-        "hrx generate: loaded {}: {:.1} MiB on the device, {} caches",
+        "hrx generate: loaded {}: {:.1} MiB on the device, {} caches, {} activations",
         args.model.display(),
         generator.stats().device_bytes as f64 / f64::from(1 << 20),
-        match options.cache {
-            CacheFormat::F32 => "f32",
-            CacheFormat::F16 => "f16",
-        }
+        args.kv_cache.name(),
+        args.activations.name(),
     );
     let mut streams = Vec::with_capacity(inputs.len());
     let mut prompts = Vec::with_capacity(inputs.len());

@@ -1,7 +1,7 @@
 //! The flags of `hrx serve`, declared with clap: the doc comments below
 //! are the help text.
 
-use crate::args::{KvCacheChoice, at_most, nonempty, positive};
+use crate::args::{FloatChoice, at_most, nonempty, positive};
 use clap::Args;
 use std::{path::PathBuf, time::Duration};
 
@@ -38,8 +38,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "R", default_value_t = 128, value_parser = at_most::<16384>)]
     pub llm_prefill_rows: usize,
     /// The text-generation model's key/value cache element type.
-    #[arg(long, value_enum, default_value_t = KvCacheChoice::F32)]
-    pub llm_kv_cache: KvCacheChoice,
+    #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
+    pub llm_kv_cache: FloatChoice,
+    /// The element type of the activations the text-generation model's
+    /// matrix products read.
+    #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
+    pub llm_activations: FloatChoice,
     /// The address to listen on.
     #[arg(long, value_name = "H", default_value = "127.0.0.1", value_parser = nonempty)]
     pub host: String,
@@ -117,7 +121,7 @@ fn positive_u64(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::args::{Cli, Command, KvCacheChoice};
+    use crate::args::{Cli, Command, FloatChoice};
     use clap::Parser;
 
     fn parse(args: &[&str]) -> Result<Command, clap::Error> {
@@ -144,7 +148,8 @@ mod tests {
             (s.llm_slots, s.llm_context, s.llm_prefill_rows),
             (8, 2048, 128)
         );
-        assert_eq!(s.llm_kv_cache, KvCacheChoice::F32);
+        assert_eq!(s.llm_kv_cache, FloatChoice::F32);
+        assert_eq!(s.llm_activations, FloatChoice::F32);
         let Command::Serve(s) = parse(&[
             "serve",
             "--model",

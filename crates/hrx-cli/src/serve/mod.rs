@@ -72,6 +72,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 prefill_rows: args.llm_prefill_rows,
                 queue: args.queue,
                 cache: args.llm_kv_cache.into(),
+                activations: args.llm_activations.into(),
                 ..GeneratorOptions::default()
             };
             let generator = Generator::open(&contexts[0], file, options)

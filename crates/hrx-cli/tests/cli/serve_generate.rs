@@ -285,8 +285,8 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
         assert_eq!(line["finish_reason"], "length", "{name}");
     }
 
-    // f16 caches: the counting prompt's margins (1.9 and more) leave no
-    // room for the caches' rounding to change a token.
+    // f16 caches and activations: the counting prompt's margins (1.9 and
+    // more) leave no room for their rounding to change a token.
     let p = prompt(&reference, "counting");
     let line = format!("{}\n", json!({"prompt": p.text}));
     let flags = [
@@ -298,14 +298,16 @@ fn hrx_generate_writes_the_reference_tokens_in_input_order() {
         "64",
         "--kv-cache",
         "f16",
+        "--activations",
+        "f16",
         "--ignore-eos",
     ];
     let output = generate(&flags, &line);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let line: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(line["ids"], json!(p.ids[..NEW]), "f16 caches: {stderr}");
-    assert!(stderr.contains("f16 caches"), "{stderr}");
+    assert_eq!(line["ids"], json!(p.ids[..NEW]), "f16: {stderr}");
+    assert!(stderr.contains("f16 caches, f16 activations"), "{stderr}");
 
     // A malformed line is an error naming it; nothing runs.
     let output = generate(&[], "{\"prompt\": \"a\"}\n{\"prompt\": 3}\n");

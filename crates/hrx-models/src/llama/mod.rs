@@ -38,7 +38,9 @@
 //!   free after the current step. Requests beyond the cache slots wait in
 //!   a bounded queue; past it, `generate` answers `Error::Busy`.
 //!
-//! f32 activations throughout; the caches f32 or f16 ([`CacheFormat`]).
+//! The activations the products read are f32 or f16
+//! ([`ActivationFormat`]), the caches f32 or f16 ([`CacheFormat`]); the
+//! residual stream and the logits are f32.
 
 mod sampling;
 mod scheduler;
@@ -87,6 +89,8 @@ pub struct GeneratorOptions {
     pub sample_on_device: bool,
     /// The key/value caches' element type.
     pub cache: CacheFormat,
+    /// The element type of the activations the matrix products read.
+    pub activations: ActivationFormat,
 }
 
 impl Default for GeneratorOptions {
@@ -98,6 +102,7 @@ impl Default for GeneratorOptions {
             queue: 256,
             sample_on_device: true,
             cache: CacheFormat::F32,
+            activations: ActivationFormat::F32,
         }
     }
 }
@@ -129,6 +134,38 @@ impl CacheFormat {
     }
 }
 
+/// How a step holds the activations its matrix products read.
+///
+/// With f16, the rows each product reads are stored rounded to nearest
+/// f16: the normalised rows (where a norm has a dispatch of its own), the
+/// attention's output and the SwiGLU gate, which halves their bytes. The
+/// products accumulate and write in f32; the residual stream, the norms'
+/// statistics, the rotary turns, the attention's softmax, the caches
+/// (unless [`CacheFormat::F16`]) and the logits stay f32. A decode step's
+/// products that normalise their input as they read it take the f32
+/// residual. Greedy tokens can then part from f32's where two candidates
+/// are nearly tied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ActivationFormat {
+    /// f32: the reference's values.
+    #[default]
+    F32,
+    /// f16, on devices with 16-bit storage and f16 arithmetic, for models
+    /// whose width is a multiple of 4 (loading answers `Unsupported`
+    /// elsewhere).
+    F16,
+}
+
+impl ActivationFormat {
+    /// The activations' tensor element type.
+    pub fn dtype(self) -> hrx_tensor::DType {
+        match self {
+            ActivationFormat::F32 => hrx_tensor::DType::F32,
+            ActivationFormat::F16 => hrx_tensor::DType::F16,
+        }
+    }
+}
+
 /// The most sequences or prompt rows a generator accepts.
 const MAX_ROWS: usize = 1 << 14;
 
@@ -145,7 +182,8 @@ pub struct GeneratorStats {
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
-    /// Device bytes of weights and caches.
+    /// Device bytes of the weights, the caches and the step graphs'
+    /// activations.
     pub device_bytes: usize,
 }
 
@@ -209,16 +247,15 @@ impl Generator {
                 let outputs = rows.min(options.sequences);
                 StepGraph::new(
                     context,
-                    &config,
-                    &weights,
-                    &cache,
+                    (&config, &weights, &cache),
                     rows,
                     outputs,
-                    options.sample_on_device,
+                    &options,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        let device_bytes = weights.bytes + cache.bytes();
+        let activations: usize = graphs.iter().map(|g| g.activation_bytes).sum();
+        let device_bytes = weights.bytes + cache.bytes() + activations;
         let steps = Steps {
             graphs,
             slots: options.sequences,
@@ -376,7 +413,9 @@ pub fn record_step(
     let weights = LlamaWeights::upload(context, file, &config)?;
     let cache = KvCache::new(context, &config, &options)?;
     let outputs = rows.min(options.sequences);
-    let (graph, step) = StepGraph::record(context, &config, &weights, &cache, rows, outputs)?;
+    let model = (&config, &weights, &cache);
+    let activations = options.activations.dtype();
+    let (graph, step) = StepGraph::record(context, model, (rows, outputs), activations)?;
     let rows: Vec<step::Row> = (0..rows)
         .map(|r| match rows <= options.sequences {
             true => step::Row {

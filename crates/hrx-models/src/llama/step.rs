@@ -98,6 +98,8 @@ pub(crate) struct Row {
 pub(crate) struct StepGraph {
     pub rows: usize,
     pub outputs: usize,
+    /// Device bytes of the step's activations and logits.
+    pub activation_bytes: usize,
     tokens: DeviceTensor,
     sequence: DeviceTensor,
     position: DeviceTensor,
@@ -172,16 +174,37 @@ struct Scratch {
     picked: DeviceTensor,
 }
 
+impl Scratch {
+    /// Device bytes of every intermediate.
+    fn bytes(&self) -> usize {
+        let outputs = [&self.qkv, &self.gate_up]
+            .into_iter()
+            .flat_map(|o| std::iter::once(&o.stacked).chain(&o.each));
+        [
+            &self.x,
+            &self.h,
+            &self.norm,
+            &self.attended,
+            &self.proj,
+            &self.act,
+            &self.picked,
+        ]
+        .into_iter()
+        .chain(outputs)
+        .map(|t| t.desc().bytes())
+        .sum()
+    }
+}
+
 impl StepGraph {
     /// Records the forward pass of `rows` rows, `outputs` of them picked
     /// for the output projection, without preparing it.
+    /// The products read activations of `activations` (f32 or f16).
     pub fn record(
         context: &ModelContext,
-        config: &LlamaConfig,
-        weights: &LlamaWeights,
-        cache: &KvCache,
-        rows: usize,
-        outputs: usize,
+        (config, weights, cache): (&LlamaConfig, &LlamaWeights, &KvCache),
+        (rows, outputs): (usize, usize),
+        activations: DType,
     ) -> Result<(Graph, Self)> {
         let c = config;
         let ops = context.ops();
@@ -195,18 +218,20 @@ impl StepGraph {
         let next = host(vec![outputs], DType::I32)?;
         let logits = context.allocate(TensorDesc::new(DType::F32, vec![outputs, c.vocab_size])?)?;
         let f32s = |shape: Vec<usize>| context.allocate(TensorDesc::new(DType::F32, shape)?);
+        let read = |shape: Vec<usize>| context.allocate(TensorDesc::new(activations, shape)?);
         let (w, kv) = (c.width, c.kv_heads * c.head_dim);
         let s = Scratch {
             x: f32s(vec![rows, w])?,
             h: f32s(vec![rows, w])?,
-            norm: f32s(vec![rows, w])?,
+            norm: read(vec![rows, w])?,
             qkv: Outputs::new(context, rows, &[w, kv, kv])?,
-            attended: f32s(vec![rows, c.heads, c.head_dim])?,
+            attended: read(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
             gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width])?,
-            act: f32s(vec![rows, c.ffn_width])?,
-            picked: f32s(vec![outputs, w])?,
+            act: read(vec![rows, c.ffn_width])?,
+            picked: read(vec![outputs, w])?,
         };
+        let activation_bytes = s.bytes() + logits.desc().bytes();
         let eps = c.rms_eps as f32;
         let rotary = Rotary {
             dims: c.rope_dims,
@@ -365,6 +390,7 @@ impl StepGraph {
             StepGraph {
                 rows,
                 outputs,
+                activation_bytes,
                 tokens,
                 sequence,
                 position,
@@ -379,20 +405,19 @@ impl StepGraph {
     }
 
     /// Records and prepares the step, with the sampling candidates' graph
-    /// if `candidates` (and the device has the top-k kernel).
-    #[allow(clippy::too_many_arguments)]
+    /// where `options` samples on the device (and the device has the
+    /// top-k kernel).
     pub fn new(
         context: &ModelContext,
-        config: &LlamaConfig,
-        weights: &LlamaWeights,
-        cache: &KvCache,
+        model: (&LlamaConfig, &LlamaWeights, &KvCache),
         rows: usize,
         outputs: usize,
-        candidates: bool,
+        options: &super::GeneratorOptions,
     ) -> Result<Self> {
-        let (graph, mut step) = Self::record(context, config, weights, cache, rows, outputs)?;
+        let activations = options.activations.dtype();
+        let (graph, mut step) = Self::record(context, model, (rows, outputs), activations)?;
         step.graph = Some(graph.prepare()?);
-        if candidates {
+        if options.sample_on_device {
             step.candidates = CandidateGraph::new(context, &step.logits)?;
         }
         Ok(step)

@@ -12,8 +12,8 @@
 use hrx_inference::ModelContext;
 use hrx_models::gguf::GgufFile;
 use hrx_models::llama::{
-    CacheFormat, FinishReason, GenerateRequest, GenerationEvent, Generator, GeneratorOptions,
-    Sampling,
+    ActivationFormat, CacheFormat, FinishReason, GenerateRequest, GenerationEvent, Generator,
+    GeneratorOptions, Sampling,
 };
 use hrx_runtime::RuntimeOptions;
 use hrx_test_support::models::smollm2_gguf;
@@ -204,6 +204,44 @@ fn greedy_generation_matches_the_reference_alone_and_batched() {
     assert!(generator.stats().generated_tokens >= (2 * n * reference.prompts.len()) as u64);
 }
 
+/// Runs every reference prompt through `generator`'s four slots at once
+/// and checks each against the reference up to a near-tie of `near_tie`
+/// (`what` names the configuration).
+fn agrees_margin_aware(generator: &Generator, reference: &Reference, what: &str, near_tie: f64) {
+    let n = reference.new_tokens;
+    let streams: Vec<_> = reference
+        .prompts
+        .iter()
+        .map(|p| generator.generate(request(p, n)).unwrap())
+        .collect();
+    let mut differing = 0;
+    for (stream, prompt) in streams.into_iter().zip(&reference.prompts) {
+        let ids = stream.collect_blocking().unwrap().ids;
+        assert_eq!(ids.len(), prompt.ids.len(), "{}: {ids:?}", prompt.name);
+        if let Some(step) = ids.iter().zip(&prompt.ids).position(|(a, b)| a != b) {
+            differing += 1;
+            eprintln!(
+                "{}: {what} part from the reference at step {step} (margin {})",
+                prompt.name, prompt.margins[step]
+            );
+            assert!(
+                prompt.margins[step] < near_tie,
+                "{} ({what}): step {step} chose {} where the reference chose {} with a margin \
+                 of {}",
+                prompt.name,
+                ids[step],
+                prompt.ids[step],
+                prompt.margins[step]
+            );
+        }
+    }
+    eprintln!(
+        "{what}: {differing} of {} prompts part from the reference",
+        reference.prompts.len()
+    );
+    assert_idle(generator);
+}
+
 /// With f16 key/value caches the caches take half the bytes, and the
 /// prompts, all at once through four slots, agree with the reference up
 /// to a near-tie of [`F16_NEAR_TIE`]: each cached key and value is
@@ -222,37 +260,36 @@ fn f16_caches_halve_the_caches_and_agree_margin_aware() {
     let f16_cache =
         c.layers * 2 * f16_options.sequences * c.kv_heads * f16_options.context * c.head_dim * 2;
     assert_eq!(f32_bytes - generator.stats().device_bytes, f16_cache);
-    let n = reference.new_tokens;
-    let streams: Vec<_> = reference
-        .prompts
-        .iter()
-        .map(|p| generator.generate(request(p, n)).unwrap())
-        .collect();
-    let mut differing = 0;
-    for (stream, prompt) in streams.into_iter().zip(&reference.prompts) {
-        let ids = stream.collect_blocking().unwrap().ids;
-        assert_eq!(ids.len(), prompt.ids.len(), "{}: {ids:?}", prompt.name);
-        if let Some(step) = ids.iter().zip(&prompt.ids).position(|(a, b)| a != b) {
-            differing += 1;
-            eprintln!(
-                "{}: f16 caches part from the reference at step {step} (margin {})",
-                prompt.name, prompt.margins[step]
-            );
-            assert!(
-                prompt.margins[step] < F16_NEAR_TIE,
-                "{}: step {step} chose {} where the reference chose {} with a margin of {}",
-                prompt.name,
-                ids[step],
-                prompt.ids[step],
-                prompt.margins[step]
-            );
-        }
-    }
-    eprintln!(
-        "f16 caches: {differing} of {} prompts part from the reference",
-        reference.prompts.len()
-    );
-    assert_idle(&generator);
+    agrees_margin_aware(&generator, &reference, "f16 caches", F16_NEAR_TIE);
+}
+
+/// With f16 activations the rows every product reads (the normalised
+/// rows, the attention's output, the SwiGLU gate and the picked rows) take
+/// half their bytes in every step graph, and the prompts, all at once
+/// through four slots, agree with the reference up to a near-tie of
+/// [`F16_NEAR_TIE`].
+#[test]
+fn f16_activations_halve_the_rows_products_read_and_agree_margin_aware() {
+    let reference = reference();
+    let f32_bytes = generator(options()).stats().device_bytes;
+    let f16_options = GeneratorOptions {
+        activations: ActivationFormat::F16,
+        ..options()
+    };
+    let generator = generator(f16_options);
+    let c = generator.config();
+    // The step graphs: 1, 2 and 4 decode rows and the 32-row prompt step,
+    // each picking up to the 4 sequences.
+    let halved: usize = [1, 2, 4, 32]
+        .into_iter()
+        .map(|rows: usize| {
+            let picked = rows.min(f16_options.sequences);
+            let row = c.width + c.heads * c.head_dim + c.ffn_width;
+            (rows * row + picked * c.width) * 2
+        })
+        .sum();
+    assert_eq!(f32_bytes - generator.stats().device_bytes, halved);
+    agrees_margin_aware(&generator, &reference, "f16 activations", F16_NEAR_TIE);
 }
 
 #[test]
