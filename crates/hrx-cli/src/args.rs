@@ -189,7 +189,7 @@ pub struct GenerateArgs {
     /// The key/value caches' element type.
     #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
     pub kv_cache: FloatChoice,
-    /// The element type of the activations the matrix products read.
+    /// The element type of the activations between a step's kernels.
     #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
     pub activations: FloatChoice,
     /// Sampling temperature; 0 is greedy.

@@ -16,7 +16,7 @@
 //!   line was written.
 //! - **Progress**: one line on stderr once the model is loaded (its
 //!   device memory and the element types of the caches, `--kv-cache`,
-//!   and of the activations the products read, `--activations`).
+//!   and of the activations between kernels, `--activations`).
 //! - **Batching**: every prompt is submitted at once; the generator runs
 //!   up to `--slots` sequences per step and admits the rest as slots free
 //!   up. Greedy results do not depend on `--slots` beyond float rounding

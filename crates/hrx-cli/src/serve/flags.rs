@@ -40,8 +40,8 @@ pub struct ServeArgs {
     /// The text-generation model's key/value cache element type.
     #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
     pub llm_kv_cache: FloatChoice,
-    /// The element type of the activations the text-generation model's
-    /// matrix products read.
+    /// The element type of the activations between the text-generation
+    /// model's kernels.
     #[arg(long, value_enum, default_value_t = FloatChoice::F32)]
     pub llm_activations: FloatChoice,
     /// The address to listen on.

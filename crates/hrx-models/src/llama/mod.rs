@@ -38,9 +38,9 @@
 //!   free after the current step. Requests beyond the cache slots wait in
 //!   a bounded queue; past it, `generate` answers `Error::Busy`.
 //!
-//! The activations the products read are f32 or f16
-//! ([`ActivationFormat`]), the caches f32 or f16 ([`CacheFormat`]); the
-//! residual stream and the logits are f32.
+//! The activations between kernels are f32 or f16 ([`ActivationFormat`]),
+//! the caches f32 or f16 ([`CacheFormat`]); the residual stream and the
+//! logits are f32.
 
 mod sampling;
 mod scheduler;
@@ -89,7 +89,7 @@ pub struct GeneratorOptions {
     pub sample_on_device: bool,
     /// The key/value caches' element type.
     pub cache: CacheFormat,
-    /// The element type of the activations the matrix products read.
+    /// The element type of the activations between the step's kernels.
     pub activations: ActivationFormat,
 }
 
@@ -134,17 +134,18 @@ impl CacheFormat {
     }
 }
 
-/// How a step holds the activations its matrix products read.
+/// How a step holds the activations between its kernels.
 ///
-/// With f16, the rows each product reads are stored rounded to nearest
-/// f16: the normalised rows (where a norm has a dispatch of its own), the
-/// attention's output and the SwiGLU gate, which halves their bytes. The
-/// products accumulate and write in f32; the residual stream, the norms'
-/// statistics, the rotary turns, the attention's softmax, the caches
-/// (unless [`CacheFormat::F16`]) and the logits stay f32. A decode step's
-/// products that normalise their input as they read it take the f32
-/// residual. Greedy tokens can then part from f32's where two candidates
-/// are nearly tied.
+/// With f16, every row one kernel writes for the next is stored rounded
+/// to nearest f16 and widened as it is read: the normalised rows (where a
+/// norm has a dispatch of its own), the queries, keys and values, the
+/// attention's output, the gate and up projections and the SwiGLU gate,
+/// which halves their bytes. Arithmetic stays f32 (products accumulate in
+/// f32, norms, rotary turns and the softmax compute in f32), and the
+/// residual stream, the caches (unless [`CacheFormat::F16`]) and the
+/// logits are f32. A decode step's products that normalise their input as
+/// they read it take the f32 residual. Greedy tokens can then part from
+/// f32's where two candidates are nearly tied.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ActivationFormat {
     /// f32: the reference's values.

@@ -199,7 +199,7 @@ impl Scratch {
 impl StepGraph {
     /// Records the forward pass of `rows` rows, `outputs` of them picked
     /// for the output projection, without preparing it.
-    /// The products read activations of `activations` (f32 or f16).
+    /// The activations between kernels are of `activations` (f32 or f16).
     pub fn record(
         context: &ModelContext,
         (config, weights, cache): (&LlamaConfig, &LlamaWeights, &KvCache),
@@ -224,10 +224,10 @@ impl StepGraph {
             x: f32s(vec![rows, w])?,
             h: f32s(vec![rows, w])?,
             norm: read(vec![rows, w])?,
-            qkv: Outputs::new(context, rows, &[w, kv, kv])?,
+            qkv: Outputs::new(context, rows, &[w, kv, kv], activations)?,
             attended: read(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
-            gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width])?,
+            gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width], activations)?,
             act: read(vec![rows, c.ffn_width])?,
             picked: read(vec![outputs, w])?,
         };
@@ -608,14 +608,14 @@ struct Outputs {
 }
 
 impl Outputs {
-    fn new(context: &ModelContext, rows: usize, widths: &[usize]) -> Result<Self> {
-        let f32s = |shape: Vec<usize>| context.allocate(TensorDesc::new(DType::F32, shape)?);
+    fn new(context: &ModelContext, rows: usize, widths: &[usize], dtype: DType) -> Result<Self> {
+        let tensor = |shape: Vec<usize>| context.allocate(TensorDesc::new(dtype, shape)?);
         Ok(Outputs {
             widths: widths.to_vec(),
-            stacked: f32s(vec![rows, widths.iter().sum()])?,
+            stacked: tensor(vec![rows, widths.iter().sum()])?,
             each: widths
                 .iter()
-                .map(|&w| f32s(vec![rows, w]))
+                .map(|&w| tensor(vec![rows, w]))
                 .collect::<Result<_>>()?,
         })
     }
@@ -633,15 +633,14 @@ impl Outputs {
         match matrices {
             Stacked::One(matrix) => {
                 ops.record_quant_matmul_fused(g, x, matrix, fusion, &self.stacked)?;
-                let rows = self.stacked.desc().shape()[0];
+                let (rows, dtype) = (self.stacked.desc().shape()[0], self.stacked.desc().dtype());
                 let total: usize = self.widths.iter().sum();
                 let mut start = 0;
                 self.widths
                     .iter()
                     .map(|&width| {
-                        let desc =
-                            TensorDesc::strided(DType::F32, vec![rows, width], vec![total, 1])?;
-                        let view = self.stacked.view(start * 4, desc);
+                        let desc = TensorDesc::strided(dtype, vec![rows, width], vec![total, 1])?;
+                        let view = self.stacked.view(start * dtype.bytes(), desc);
                         start += width;
                         view
                     })
@@ -667,7 +666,7 @@ fn split_heads(
 ) -> Result<DeviceTensor> {
     let row_stride = t.desc().strides()[0];
     let desc = TensorDesc::strided(
-        DType::F32,
+        t.desc().dtype(),
         vec![rows, heads, head_dim],
         vec![row_stride, head_dim, 1],
     )?;

@@ -263,13 +263,14 @@ fn f16_caches_halve_the_caches_and_agree_margin_aware() {
     agrees_margin_aware(&generator, &reference, "f16 caches", F16_NEAR_TIE);
 }
 
-/// With f16 activations the rows every product reads (the normalised
-/// rows, the attention's output, the SwiGLU gate and the picked rows) take
+/// With f16 activations the rows between the step's kernels (the
+/// normalised rows, the queries, keys and values, the attention's output,
+/// the gate and up projections, the SwiGLU gate and the picked rows) take
 /// half their bytes in every step graph, and the prompts, all at once
 /// through four slots, agree with the reference up to a near-tie of
 /// [`F16_NEAR_TIE`].
 #[test]
-fn f16_activations_halve_the_rows_products_read_and_agree_margin_aware() {
+fn f16_activations_halve_the_activations_and_agree_margin_aware() {
     let reference = reference();
     let f32_bytes = generator(options()).stats().device_bytes;
     let f16_options = GeneratorOptions {
@@ -284,7 +285,10 @@ fn f16_activations_halve_the_rows_products_read_and_agree_margin_aware() {
         .into_iter()
         .map(|rows: usize| {
             let picked = rows.min(f16_options.sequences);
-            let row = c.width + c.heads * c.head_dim + c.ffn_width;
+            // The projections' outputs are held stacked and one by one.
+            let qkv = c.width + 2 * c.kv_heads * c.head_dim;
+            let attended = c.heads * c.head_dim;
+            let row = c.width + 2 * qkv + attended + 2 * (2 * c.ffn_width) + c.ffn_width;
             (rows * row + picked * c.width) * 2
         })
         .sum();

@@ -86,6 +86,26 @@ pub(super) fn f32_rank(operation: &str, what: &str, t: &DeviceTensor, rank: usiz
     Ok(())
 }
 
+/// Check that `t` is an f32 or f16 tensor of rank `rank`: its element
+/// type as a kernel reads it (f16 only on devices with f16 arithmetic and
+/// 16-bit storage, else `Unsupported`).
+pub(super) fn float_rank(
+    operation: &str,
+    what: &str,
+    t: &DeviceTensor,
+    rank: usize,
+    target: &Target,
+) -> Result<Scalar> {
+    let dtype = t.desc().dtype();
+    if !matches!(dtype, DType::F32 | DType::F16) || t.desc().rank() != rank {
+        return Err(Error::Message(format!(
+            "{operation}: {what} {} must be an f32 or f16 tensor of rank {rank}",
+            t.desc()
+        )));
+    }
+    float_output(target, dtype, operation)
+}
+
 /// Check a per-row i32 tensor (slots or positions) of shape `[rows]`.
 pub(super) fn row_data(operation: &str, what: &str, t: &DeviceTensor, rows: usize) -> Result<()> {
     let desc = t.desc();
@@ -384,6 +404,7 @@ impl Ops {
             heads: shared,
             project: None,
             cache: Scalar::F32,
+            q: Scalar::F32,
             out: Scalar::F32,
         })
     }
@@ -514,7 +535,8 @@ impl Ops {
             operation,
             &[q, k_cache, v_cache, sequence, position],
         )?;
-        f32_rank(operation, "q", q, 3)?;
+        let target = self.registry.target()?;
+        let q_element = float_rank(operation, "q", q, 3, &target)?;
         if k_cache.desc().rank() != 4 {
             return Err(Error::Message(format!(
                 "{operation}: k_cache {} must be a tensor of rank 4",
@@ -551,7 +573,6 @@ impl Ops {
                 "{operation}: scale {scale} must be finite"
             )));
         }
-        let target = self.registry.target()?;
         let out_element = match out.desc().dtype() {
             DType::F16 => float_output(&target, DType::F16, operation)?,
             _ => Scalar::F32,
@@ -603,6 +624,7 @@ impl Ops {
         let mut shape = self.attention_shape(hd, (rows, heads, heads / kvh), &[&kk], operation)?;
         shape.rotary = turn.is_some();
         shape.cache = element;
+        shape.q = q_element;
         shape.out = out_element;
         let projected = projection
             .map(|p| {

@@ -73,7 +73,7 @@
 use super::QuantFormat;
 use super::quant_spans::{SPAN, Weights, span_values};
 use super::split_count::{last_split, sum_planes};
-use super::token_kernels::{Pair, rotated};
+use super::token_kernels::{Pair, narrow, rotated, widen};
 use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar, ShuffleMode};
 
@@ -99,6 +99,8 @@ pub(crate) struct AttentionShape {
     pub(crate) project: Option<QuantFormat>,
     /// The caches' element type (f32 or f16, widened to f32 on load).
     pub(crate) cache: Scalar,
+    /// q's element type (f32, or f16 widened on load).
+    pub(crate) q: Scalar,
     /// The output's element type (f32, or f16 rounded to nearest).
     pub(crate) out: Scalar,
 }
@@ -161,15 +163,6 @@ fn load_w(b: &mut Builder, w: usize, view: Value<View>, at: Value<Index>) -> Val
         b.load(view, &[at])
     } else {
         b.vector_load(view, &[at], w as u8)
-    }
-}
-
-/// `v` as f32: a cached value as the products use it (f16 caches are
-/// widened, exactly).
-fn widen(b: &mut Builder, v: Value<Num>) -> Value<Num> {
-    match b.ty(v).element() {
-        Some(F32) => v,
-        _ => b.extf(v, F32),
     }
 }
 
@@ -360,7 +353,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
         }
     });
-    let qv = k.buffer_view(q, zero, [lq.into()], F32);
+    let qv = k.buffer_view(q, zero, [lq.into()], shape.q);
     let kv = k.buffer_view(kc, zero, [lk.into()], shape.cache);
     let vv = k.buffer_view(vc, zero, [lv.into()], shape.cache);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
@@ -419,7 +412,8 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
         let qbase = b.madd(h, qs1, q0);
         let load = |b: &mut Builder| {
             let at = b.madd(d, qs2, qbase);
-            b.load(qv, &[at])
+            let x = b.load(qv, &[at]);
+            widen(b, x)
         };
         let x = match rotary {
             None => load(b),
@@ -646,10 +640,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             })[0];
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
-            let stored = match shape.out {
-                Scalar::F16 => b.truncf(y, Scalar::F16),
-                _ => y,
-            };
+            let stored = narrow(b, y, shape.out);
             b.store(stored, outv, &[at]);
             if projection.is_some() {
                 // q is spent: its memory holds the heads' outputs.
@@ -763,6 +754,7 @@ mod tests {
                 heads: 1,
                 project: None,
                 cache: F32,
+                q: F32,
                 out: F32,
             };
             let ls = shape.lane_split().expect("a power-of-two head");
@@ -785,6 +777,7 @@ mod tests {
             heads: 1,
             project: None,
             cache: F32,
+            q: F32,
             out: F32,
         };
         assert_eq!(odd.lane_split(), None);
@@ -834,6 +827,7 @@ mod tests {
                     heads,
                     project,
                     cache,
+                    q: cache,
                     out: cache,
                 });
                 compiler

@@ -115,7 +115,6 @@ impl FusedArgs {
                 cols,
                 quads: key.xvec,
                 tail: key.tail,
-                element: Scalar::F32,
             };
             (rows, on, eps)
         });

@@ -101,7 +101,6 @@ fn logits_kernel(key: LogitsKey) -> Built {
         cols,
         quads: key.xvec,
         tail: key.tail,
-        element: Scalar::F32,
     };
     let gains = XRows { view: nv, ..x };
     let w = Weights {

@@ -10,6 +10,7 @@
 //! the values past its end, so no read leaves the bound ranges.
 
 use super::QuantFormat;
+use super::token_kernels::{narrow, widen};
 use hrx_loom::build::{Body, Bool, Builder, Index, Num, Value, View};
 use hrx_loom::ir::{IntPredicate, Scalar};
 
@@ -183,13 +184,11 @@ pub(crate) struct XRows {
     pub(crate) view: Value<View>,
     /// Row length (the weights' cols).
     pub(crate) cols: Value<Index>,
-    /// 16-byte loads (binding 16-byte aligned, offset and cols multiples
-    /// of 4).
+    /// 4-lane loads (binding 16-byte aligned, offset and cols multiples
+    /// of 4). The view may hold f32 or f16, widened as it is read.
     pub(crate) quads: bool,
     /// Whether the last span may be partial (guarded).
     pub(crate) tail: bool,
-    /// The element type in memory: f32, or f16 widened to f32 on load.
-    pub(crate) element: Scalar,
 }
 
 /// The 8 values of x at span `s` of the row starting at element `row`.
@@ -207,7 +206,7 @@ pub(crate) fn x_span(
         let mut out = Vec::with_capacity(SPAN);
         for at in [first, second] {
             let q = b.vector_load(x.view, &[at], 4);
-            let q = widen(b, q, x.element);
+            let q = widen(b, q);
             for lane in 0..4 {
                 let l = b.index(lane);
                 out.push(b.extract(q, l));
@@ -228,39 +227,15 @@ pub(crate) fn x_span(
                 let cc = b.min(col, last);
                 let p = b.add(row, cc);
                 let v = b.load(x.view, &[p]);
-                let v = widen(b, v, x.element);
+                let v = widen(b, v);
                 b.select(ok, v, zf)
             } else {
                 let p = b.add(first, ci);
                 let v = b.load(x.view, &[p]);
-                widen(b, v, x.element)
+                widen(b, v)
             }
         })
         .collect()
-}
-
-/// `v` (a value or vector of `element`) as f32.
-fn widen(b: &mut Builder, v: Value<Num>, element: Scalar) -> Value<Num> {
-    match element {
-        Scalar::F16 => b.extf(v, Scalar::F32),
-        _ => v,
-    }
-}
-
-/// Store the f32 `v` at `at` of `view`, whose elements are `element`
-/// (f32, or f16 rounded to nearest).
-pub(crate) fn store_as(
-    b: &mut Builder,
-    v: Value<Num>,
-    view: Value<View>,
-    at: Value<Index>,
-    element: Scalar,
-) {
-    let v = match element {
-        Scalar::F16 => b.truncf(v, Scalar::F16),
-        _ => v,
-    };
-    b.store(v, view, &[at]);
 }
 
 /// The element types of a product's x and output (f32 or f16 each).
@@ -321,7 +296,6 @@ impl QuantMatmulArgs {
                 cols,
                 quads: xvec,
                 tail,
-                element: elements.x,
             },
             w: Weights {
                 format,
@@ -339,6 +313,7 @@ impl QuantMatmulArgs {
 
     /// Store the f32 `v` at element `at` of out.
     pub(crate) fn store_out(&self, b: &mut Builder, v: Value<Num>, at: Value<Index>) {
-        store_as(b, v, self.out, at, self.out_element);
+        let v = narrow(b, v, self.out_element);
+        b.store(v, self.out, &[at]);
     }
 }

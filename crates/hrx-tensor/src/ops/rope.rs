@@ -10,7 +10,7 @@
 
 use super::{
     Ops,
-    attention::{cache_element, cache_shape, f32_rank, index, no_alias, row_data},
+    attention::{cache_element, cache_shape, f32_rank, float_rank, index, no_alias, row_data},
     operand::{check_inputs, check_output, operand},
     registry::{Generator, KernelKey, KernelSource},
     token_kernels,
@@ -132,8 +132,9 @@ impl Ops {
     /// `k_cache[sequence[r], h, position[r], :]` is [`Ops::record_rope`]'s
     /// output for `k[r, h, :]` (bit for bit) and `v_cache[sequence[r], h,
     /// position[r], :] = v[r, h, :]`; other rows write nothing, as in
-    /// [`Ops::record_kv_store`]. `k`, `v`: f32 `[rows, kv_heads,
-    /// head_dim]` (may be strided), `sequence`, `position`: i32 `[rows]`,
+    /// [`Ops::record_kv_store`]. `k`, `v`: `[rows, kv_heads, head_dim]`
+    /// (may be strided), both f32 or both f16 (widened as they are read),
+    /// `sequence`, `position`: i32 `[rows]`,
     /// caches: contiguous `[slots, kv_heads, capacity, head_dim]` of one
     /// shape, both f32 or both f16 (each value rounded to nearest), not
     /// overlapping each other or the inputs, both declared
@@ -166,11 +167,12 @@ impl Ops {
             operation,
             &[k, v, sequence, position, k_cache, v_cache],
         )?;
-        f32_rank(operation, "k", k, 3)?;
-        f32_rank(operation, "v", v, 3)?;
-        if v.desc().shape() != k.desc().shape() {
+        let target = self.registry.target()?;
+        let input = float_rank(operation, "k", k, 3, &target)?;
+        float_rank(operation, "v", v, 3, &target)?;
+        if v.desc().shape() != k.desc().shape() || v.desc().dtype() != k.desc().dtype() {
             return Err(Error::Message(format!(
-                "{operation}: v {} must have the shape of k {}",
+                "{operation}: v {} must have the shape of k {} and its dtype",
                 v.desc(),
                 k.desc()
             )));
@@ -188,7 +190,6 @@ impl Ops {
                 k_cache.desc()
             )));
         }
-        let target = self.registry.target()?;
         let element = cache_element(operation, &target, k_cache, v_cache)?;
         if k.desc().is_empty() || k_cache.desc().is_empty() {
             return Ok(());
@@ -207,8 +208,8 @@ impl Ops {
         }
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
-                format!("rope_kv_store {element:?}"),
-                move || token_kernels::rope_kv_store(element),
+                format!("rope_kv_store {input:?} {element:?}"),
+                move || token_kernels::rope_kv_store(input, element),
             )),
             symbol: "rope_kv_store",
             config: self.grid_config("rope_kv_store.wg", "rope_kv_store.max_groups")?,

@@ -26,6 +26,7 @@
 //!   reductions are the norm's own, so the result equals an add followed
 //!   by the norm kernel of the same form and workgroup size.
 
+use super::token_kernels::narrow;
 use hrx_loom::build::{
     Barrier, Body, Bool, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
 };
@@ -476,10 +477,7 @@ impl Norm4Io {
         let bj = b.select(affine.useb, bl, affine.zeros);
         let o = b.fmaf(y, wj, bj);
         let po = at(b, obase);
-        let stored = match self.out {
-            Scalar::F16 => b.truncf(o, Scalar::F16),
-            _ => o,
-        };
+        let stored = narrow(b, o, self.out);
         b.vector_store(stored, self.ov, &[po]);
         if let Some((kv, kbase)) = copied {
             let pk = at(b, kbase);

@@ -121,8 +121,8 @@ pub(crate) fn rotated(b: &mut Builder, at: Pair) -> Value<Num> {
     let d1 = b.add(d0, c1);
     let p0 = b.madd(d0, xs2, xbase);
     let p1 = b.madd(d1, xs2, xbase);
-    let x0 = b.load(xv, &[p0]);
-    let x1 = b.load(xv, &[p1]);
+    let (x0, x1) = (b.load(xv, &[p0]), b.load(xv, &[p1]));
+    let (x0, x1) = (widen(b, x0), widen(b, x1));
     let (out0, out1) = turned(b, (x0, x1), i, pos, c);
     let odd = b.cmp(IntPredicate::Ne, d, d0);
     b.select(odd, out1, out0)
@@ -215,7 +215,16 @@ pub(crate) fn rope() -> Built {
     module.finish()
 }
 
-/// An f32 value `x` as a cache of `element` stores it: itself, or
+/// `v` (a value or vector) as f32: f16 is widened, exactly; f32 is
+/// itself. For f16 operands (caches, activations) read by f32 arithmetic.
+pub(crate) fn widen(b: &mut Builder, v: Value<Num>) -> Value<Num> {
+    match b.ty(v).element() {
+        Some(Scalar::F32) => v,
+        _ => b.extf(v, F32),
+    }
+}
+
+/// An f32 value `x` as a tensor of `element` stores it: itself, or
 /// rounded to the nearest f16.
 pub(crate) fn narrow(b: &mut Builder, x: Value<Num>, element: Scalar) -> Value<Num> {
     match element {
@@ -291,7 +300,7 @@ pub(crate) fn kv_store(cache_element: Scalar) -> Built {
 /// bits) and `v_cache[seq, h, pos, j] = v[r, h, j]`; both caches are
 /// contiguous `[slots, kvh, cap, hd]` of `cache_element` (f16: rounded
 /// to nearest). Other rows write nothing.
-pub(crate) fn rope_kv_store(cache_element: Scalar) -> Built {
+pub(crate) fn rope_kv_store(input: Scalar, cache_element: Scalar) -> Built {
     let (mut module, mut k) = grid("rope_kv_store", "n", None);
     let [n, kvh, hd, slots, cap, rope] =
         ["n", "kvh", "hd", "slots", "cap", "rope"].map(|x| k.arg_index(x));
@@ -324,8 +333,8 @@ pub(crate) fn rope_kv_store(cache_element: Scalar) -> Built {
         ["k", "v", "sequence", "position"].map(|x| k.arg_buffer(x, true));
     let [kcb, vcb] = ["k_cache", "v_cache"].map(|x| k.arg_buffer(x, false));
     let zero = k.offset(0);
-    let kv = k.buffer_view(kb, zero, [lk.into()], F32);
-    let vv = k.buffer_view(vb, zero, [lv.into()], F32);
+    let kv = k.buffer_view(kb, zero, [lk.into()], input);
+    let vv = k.buffer_view(vb, zero, [lv.into()], input);
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let kcv = k.buffer_view(kcb, zero, [lkc.into()], cache_element);
@@ -373,13 +382,15 @@ pub(crate) fn rope_kv_store(cache_element: Scalar) -> Built {
                 },
                 |b| {
                     let pk = b.madd(d, ks2, kbase);
-                    vec![b.load(kv, &[pk])]
+                    let y = b.load(kv, &[pk]);
+                    vec![widen(b, y)]
                 },
             )[0];
             let v0 = b.madd(r, vs0, ov);
             let v1 = b.madd(h, vs1, v0);
             let pvv = b.madd(d, vs2, v1);
             let x = b.load(vv, &[pvv]);
+            let x = widen(b, x);
             let row = b.madd(s, kvh, h);
             let at = b.madd(row, cap, p);
             let pc = b.madd(at, hd, d);
@@ -436,15 +447,9 @@ pub(crate) fn swiglu((input, output): (Scalar, Scalar)) -> Built {
         let u0 = b.madd(r, us0, ou);
         let pu = b.madd(j, us1, u0);
         let (g, u) = (b.load(gv, &[pg]), b.load(uv, &[pu]));
-        let (g, u) = match input {
-            Scalar::F16 => (b.extf(g, F32), b.extf(u, F32)),
-            _ => (g, u),
-        };
+        let (g, u) = (widen(b, g), widen(b, u));
         let y = silu_times(b, g, u);
-        let y = match output {
-            Scalar::F16 => b.truncf(y, Scalar::F16),
-            _ => y,
-        };
+        let y = narrow(b, y, output);
         let po = b.add(oo, e);
         b.store(y, ov, &[po]);
     });
@@ -470,8 +475,10 @@ mod tests {
                 ("rope", rope()),
                 ("kv_store", kv_store(Scalar::F32)),
                 ("kv_store", kv_store(Scalar::F16)),
-                ("rope_kv_store", rope_kv_store(Scalar::F32)),
-                ("rope_kv_store", rope_kv_store(Scalar::F16)),
+                ("rope_kv_store", rope_kv_store(F32, F32)),
+                ("rope_kv_store", rope_kv_store(F32, Scalar::F16)),
+                ("rope_kv_store", rope_kv_store(Scalar::F16, Scalar::F16)),
+                ("rope_kv_store", rope_kv_store(Scalar::F16, F32)),
                 ("swiglu", swiglu((F32, F32))),
                 ("swiglu", swiglu((F32, Scalar::F16))),
                 ("swiglu", swiglu((Scalar::F16, Scalar::F16))),

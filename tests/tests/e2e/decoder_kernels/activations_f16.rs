@@ -1,7 +1,7 @@
 //! f16 activations: the operators of a decoder step that read or write
 //! f16 (the quantised products, plain and fused; the norms; SwiGLU; the
-//! rotary attention, plain and projected) against the same operators in
-//! f32. An f16 input gives the f32 operator's values on the same (rounded)
+//! keys' rotation and cache store; the rotary attention, plain and
+//! projected) against the same operators in f32. An f16 input gives the f32 operator's values on the same (rounded)
 //! inputs, and an f16 output the f32 output rounded to nearest even, bit
 //! for bit; what cannot write f16 is refused before anything is recorded.
 
@@ -249,7 +249,61 @@ fn swiglu_reads_and_writes_f16() -> Result<()> {
 }
 
 #[test]
-fn rotary_attention_writes_f16() -> Result<()> {
+fn rope_kv_store_reads_f16() -> Result<()> {
+    let ops = ops();
+    let mut rng = Gen::new(66);
+    let (kvh, hd, slots, cap) = (3, 64, 2, 8);
+    let table: [(i32, i32); 4] = [(0, 7), (1, 3), (-1, 2), (1, 4)];
+    let rows = table.len();
+    // Keys and values as column views of one stacked projection.
+    let width = 2 * kvh * hd + 32;
+    let stacked = rounded(&random(&mut rng, rows * width, -2.0, 2.0));
+    let sequence = i32s(&table.map(|r| r.0));
+    let position = i32s(&table.map(|r| r.1));
+    let old = random(&mut rng, slots * kvh * cap * hd, -1.0, 1.0);
+    let store = |input: DType, cache: DType| -> Result<Vec<Vec<f64>>> {
+        let all = DeviceTensor::from_values(ops.runtime(), input, vec![rows, width], &stacked)?;
+        let desc = TensorDesc::strided(input, vec![rows, kvh, hd], vec![width, hd, 1])?;
+        let k = all.view(32 * input.bytes(), desc.clone())?;
+        let v = all.view((32 + kvh * hd) * input.bytes(), desc)?;
+        let shape = vec![slots, kvh, cap, hd];
+        let caches = [0, 1]
+            .map(|_| DeviceTensor::from_values(ops.runtime(), cache, shape.clone(), &old).unwrap());
+        let mut g = ops.runtime().graph();
+        let [kc, vc] = &caches;
+        ops.record_rope_kv_store(&mut g, &k, &v, &sequence, &position, hd, 1e5, kc, vc)?;
+        let deps = [&all, &sequence, &position, kc, vc].map(|t| t.completion().clone());
+        let done = g.prepare()?.submit_after(&deps)?;
+        caches
+            .into_iter()
+            .map(|mut c| {
+                c.set_producer(done.clone());
+                c.to_values()
+            })
+            .collect()
+    };
+    for cache in [DType::F32, DType::F16] {
+        let (want, got) = (store(DType::F32, cache)?, store(DType::F16, cache)?);
+        for (i, name) in ["keys", "values"].into_iter().enumerate() {
+            let what = format!("{cache} caches: {name}");
+            assert_eq!(f32_bits(&got[i]), f32_bits(&want[i]), "{what}");
+        }
+    }
+    let zeros = vec![0.0; rows * kvh * hd];
+    let (k32, v16) = (
+        f32s(&zeros, vec![rows, kvh, hd]),
+        halves(&zeros, vec![rows, kvh, hd]),
+    );
+    let caches = [0, 1].map(|_| f32s(&old, vec![slots, kvh, cap, hd]));
+    refused("and its dtype", |g| {
+        let [kc, vc] = &caches;
+        ops.record_rope_kv_store(g, &k32, &v16, &sequence, &position, hd, 1e5, kc, vc)
+    });
+    Ok(())
+}
+
+#[test]
+fn rotary_attention_reads_and_writes_f16() -> Result<()> {
     let ops = ops();
     let mut rng = Gen::new(65);
     let (heads, kv_heads, hd, slots, cap) = (9, 3, 64, 2, 24);
@@ -285,6 +339,21 @@ fn rotary_attention_writes_f16() -> Result<()> {
         f16_bits(&want),
         "attention"
     );
+    // f16 queries: the f32 attention of the same (rounded) queries.
+    let q_values = rounded(&q.to_values()?);
+    let (q32, q16) = (
+        f32s(&q_values, shape.clone()),
+        halves(&q_values, shape.clone()),
+    );
+    let attend = |q: &DeviceTensor| -> Result<Vec<f64>> {
+        let inputs = [q, &k, &v, &sequence, &position];
+        let outs = run(&inputs, &[(DType::F32, shape.clone())], |g, o| {
+            let [k, v, s, p] = cache;
+            ops.record_rotary_attention(g, q, rotary, k, v, s, p, 0.125, &o[0])
+        })?;
+        Ok(outs.into_iter().next().expect("one output"))
+    };
+    assert_eq!(f32_bits(&attend(&q16)?), f32_bits(&attend(&q32)?), "f16 q");
     // The projected form: the attended rows rounded, the projection (from
     // the unrounded rows) unchanged.
     let width = 96;

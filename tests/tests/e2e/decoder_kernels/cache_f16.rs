@@ -254,6 +254,8 @@ fn rope_kv_store_into_f16_caches_rounds_the_f32_store() -> Result<()> {
 
 /// The stacked query-key-value product storing into f16 caches: the
 /// output as with f32 caches, the caches those of the f32 run rounded.
+/// With an f16 output (f16 activations) the output is the f32 output
+/// rounded and the caches are those of the f32 output's run.
 #[test]
 fn fused_cache_store_into_f16_caches_rounds_the_f32_store() -> Result<()> {
     let mut rng = Gen::new(121);
@@ -272,9 +274,9 @@ fn fused_cache_store_into_f16_caches_rounds_the_f32_store() -> Result<()> {
         let gain = f32s(&random(&mut rng, cols, 0.5, 1.5), vec![cols]);
         let old = [0, 1].map(|_| random_halves(&mut rng, shape.iter().product()));
         let (sequence, position) = slots_positions(&rows[..m]);
-        let fused = |dtype: DType| -> Result<(Vec<f64>, [DeviceTensor; 2])> {
+        let fused = |dtype: DType, out: DType| -> Result<(Vec<f64>, [DeviceTensor; 2])> {
             let caches = old.each_ref().map(|o| tensor(dtype, o, &shape));
-            let out = ops.output(TensorDesc::new(DType::F32, vec![m, n])?)?;
+            let out = ops.output(TensorDesc::new(out, vec![m, n])?)?;
             let store = KvStore {
                 query_width: qw,
                 sequence: &sequence,
@@ -297,13 +299,24 @@ fn fused_cache_store_into_f16_caches_rounds_the_f32_store() -> Result<()> {
             run(g, &[&x, &gain, w.words(), &sequence, &position, k, v])?;
             Ok((out.to_values()?, caches))
         };
-        let ((out32, c32), (out16, c16)) = (fused(DType::F32)?, fused(DType::F16)?);
+        let (out32, c32) = fused(DType::F32, DType::F32)?;
+        let (out16, c16) = fused(DType::F16, DType::F32)?;
         let what = format!("{format:?} rope {rope_dims} m={m}");
         let bits = |v: &[f64]| v.iter().map(|&x| (x as f32).to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&out16), bits(&out32), "{what}: output");
         for (i, name) in ["keys", "values"].into_iter().enumerate() {
             let what = format!("{what}: {name}");
             check_cache(&what, &c16[i], &c32[i], &old[i], &rows[..m]);
+        }
+        let (half_out, c32_again) = fused(DType::F32, DType::F16)?;
+        assert_eq!(halves(&half_out), halves(&out32), "{what}: f16 output");
+        for (again, first) in c32_again.iter().zip(&c32) {
+            let f32_bits = |t: &DeviceTensor| bits(&t.to_values().unwrap());
+            assert_eq!(
+                f32_bits(again),
+                f32_bits(first),
+                "{what}: caches, f16 output"
+            );
         }
     }
     Ok(())
