@@ -177,10 +177,7 @@ struct Scratch {
 impl Scratch {
     /// Device bytes of every intermediate.
     fn bytes(&self) -> usize {
-        let outputs = [&self.qkv, &self.gate_up]
-            .into_iter()
-            .flat_map(|o| std::iter::once(&o.stacked).chain(&o.each));
-        [
+        let rows: usize = [
             &self.x,
             &self.h,
             &self.norm,
@@ -190,9 +187,9 @@ impl Scratch {
             &self.picked,
         ]
         .into_iter()
-        .chain(outputs)
         .map(|t| t.desc().bytes())
-        .sum()
+        .sum();
+        rows + self.qkv.bytes() + self.gate_up.bytes()
     }
 }
 
@@ -219,15 +216,23 @@ impl StepGraph {
         let logits = context.allocate(TensorDesc::new(DType::F32, vec![outputs, c.vocab_size])?)?;
         let f32s = |shape: Vec<usize>| context.allocate(TensorDesc::new(DType::F32, shape)?);
         let read = |shape: Vec<usize>| context.allocate(TensorDesc::new(activations, shape)?);
-        let (w, kv) = (c.width, c.kv_heads * c.head_dim);
+        let (w, kv, ffn) = (c.width, c.kv_heads * c.head_dim, c.ffn_width);
+        let qkv_matrices = weights.blocks.iter().map(|b| &b.qkv);
+        // A decode-sized step gates a stacked gate-and-up product in its
+        // dispatch (no output of its own).
+        let gate_up_matrices = weights
+            .blocks
+            .iter()
+            .map(|b| &b.gate_up)
+            .filter(|m| rows > QUANT_GATED_MAX_ROWS || !matches!(m, Stacked::One(_)));
         let s = Scratch {
             x: f32s(vec![rows, w])?,
             h: f32s(vec![rows, w])?,
             norm: read(vec![rows, w])?,
-            qkv: Outputs::new(context, rows, &[w, kv, kv], activations)?,
+            qkv: Outputs::new(context, (rows, &[w, kv, kv]), activations, qkv_matrices)?,
             attended: read(vec![rows, c.heads, c.head_dim])?,
             proj: f32s(vec![rows, w])?,
-            gate_up: Outputs::new(context, rows, &[c.ffn_width, c.ffn_width], activations)?,
+            gate_up: Outputs::new(context, (rows, &[ffn, ffn]), activations, gate_up_matrices)?,
             act: read(vec![rows, c.ffn_width])?,
             picked: read(vec![outputs, w])?,
         };
@@ -600,24 +605,49 @@ fn feed_forward(
 
 /// The outputs of projections that read the same input: one tensor of
 /// their columns side by side for a stacked matrix, and one tensor each
-/// for separate ones.
+/// for separate ones; each form allocated only where some layer has it.
 struct Outputs {
     widths: Vec<usize>,
-    stacked: DeviceTensor,
+    stacked: Option<DeviceTensor>,
     each: Vec<DeviceTensor>,
 }
 
 impl Outputs {
-    fn new(context: &ModelContext, rows: usize, widths: &[usize], dtype: DType) -> Result<Self> {
+    /// Outputs of `rows` rows of `widths` columns for the layers'
+    /// `matrices`.
+    fn new<'a>(
+        context: &ModelContext,
+        (rows, widths): (usize, &[usize]),
+        dtype: DType,
+        matrices: impl Iterator<Item = &'a Stacked> + Clone,
+    ) -> Result<Self> {
         let tensor = |shape: Vec<usize>| context.allocate(TensorDesc::new(dtype, shape)?);
-        Ok(Outputs {
-            widths: widths.to_vec(),
-            stacked: tensor(vec![rows, widths.iter().sum()])?,
-            each: widths
+        let mut kinds = matrices.map(|m| matches!(m, Stacked::One(_)));
+        let stacked = match kinds.clone().any(|one| one) {
+            true => Some(tensor(vec![rows, widths.iter().sum()])?),
+            false => None,
+        };
+        let each = match kinds.any(|one| !one) {
+            true => widths
                 .iter()
                 .map(|&w| tensor(vec![rows, w]))
                 .collect::<Result<_>>()?,
+            false => Vec::new(),
+        };
+        Ok(Outputs {
+            widths: widths.to_vec(),
+            stacked,
+            each,
         })
+    }
+
+    /// Device bytes of the outputs.
+    fn bytes(&self) -> usize {
+        self.stacked
+            .iter()
+            .chain(&self.each)
+            .map(|t| t.desc().bytes())
+            .sum()
     }
 
     /// Records `matrices` applied to `x` with `fusion`; each projection's `[rows, width]`
@@ -632,21 +662,29 @@ impl Outputs {
     ) -> Result<Vec<DeviceTensor>> {
         match matrices {
             Stacked::One(matrix) => {
-                ops.record_quant_matmul_fused(g, x, matrix, fusion, &self.stacked)?;
-                let (rows, dtype) = (self.stacked.desc().shape()[0], self.stacked.desc().dtype());
+                let stacked = self.stacked.as_ref().ok_or_else(|| {
+                    Error::Message("a stacked projection without its output".into())
+                })?;
+                ops.record_quant_matmul_fused(g, x, matrix, fusion, stacked)?;
+                let (rows, dtype) = (stacked.desc().shape()[0], stacked.desc().dtype());
                 let total: usize = self.widths.iter().sum();
                 let mut start = 0;
                 self.widths
                     .iter()
                     .map(|&width| {
                         let desc = TensorDesc::strided(dtype, vec![rows, width], vec![total, 1])?;
-                        let view = self.stacked.view(start * dtype.bytes(), desc);
+                        let view = stacked.view(start * dtype.bytes(), desc);
                         start += width;
                         view
                     })
                     .collect()
             }
             Stacked::Each(matrices) => {
+                if self.each.len() != matrices.len() {
+                    return Err(Error::Message(
+                        "separate projections without their outputs".into(),
+                    ));
+                }
                 for (matrix, out) in matrices.iter().zip(&self.each) {
                     ops.record_quant_matmul_fused(g, x, matrix, fusion, out)?;
                 }

@@ -16,6 +16,7 @@ use hrx_models::llama::{
     GeneratorOptions, Sampling,
 };
 use hrx_runtime::RuntimeOptions;
+use hrx_tensor::ops::QUANT_GATED_MAX_ROWS;
 use hrx_test_support::models::smollm2_gguf;
 use serde::Deserialize;
 
@@ -280,15 +281,21 @@ fn f16_activations_halve_the_activations_and_agree_margin_aware() {
     let generator = generator(f16_options);
     let c = generator.config();
     // The step graphs: 1, 2 and 4 decode rows and the 32-row prompt step,
-    // each picking up to the 4 sequences.
+    // each picking up to the 4 sequences. Each row holds its normalised
+    // row, its stacked query-key-value output, the attention's output and
+    // the gate; the gate-and-up output only above the decode sizes, where
+    // the gate is a dispatch of its own.
     let halved: usize = [1, 2, 4, 32]
         .into_iter()
         .map(|rows: usize| {
             let picked = rows.min(f16_options.sequences);
-            // The projections' outputs are held stacked and one by one.
             let qkv = c.width + 2 * c.kv_heads * c.head_dim;
-            let attended = c.heads * c.head_dim;
-            let row = c.width + 2 * qkv + attended + 2 * (2 * c.ffn_width) + c.ffn_width;
+            let gate_up = if rows > QUANT_GATED_MAX_ROWS {
+                2 * c.ffn_width
+            } else {
+                0
+            };
+            let row = c.width + qkv + c.heads * c.head_dim + gate_up + c.ffn_width;
             (rows * row + picked * c.width) * 2
         })
         .sum();
