@@ -195,8 +195,8 @@ impl Scratch {
 
 impl StepGraph {
     /// Records the forward pass of `rows` rows, `outputs` of them picked
-    /// for the output projection, without preparing it.
-    /// The activations between kernels are of `activations` (f32 or f16).
+    /// for the output projection, without preparing it; the activations
+    /// between its kernels of `activations` (f32 or f16).
     pub fn record(
         context: &ModelContext,
         (config, weights, cache): (&LlamaConfig, &LlamaWeights, &KvCache),

@@ -13,6 +13,7 @@
 mod gguf;
 mod gguf_common;
 mod gguf_llama;
+mod gguf_reencode;
 mod minilm;
 mod replicas;
 mod smollm2;

@@ -9,8 +9,9 @@
 //! continuations). The same prompts through four slots at once, joining
 //! at different steps, must agree the same way.
 
+use crate::gguf_reencode;
 use hrx_inference::ModelContext;
-use hrx_models::gguf::GgufFile;
+use hrx_models::gguf::{GgufFile, TensorType};
 use hrx_models::llama::{
     ActivationFormat, CacheFormat, FinishReason, GenerateRequest, GenerationEvent, Generator,
     GeneratorOptions, Sampling,
@@ -301,6 +302,67 @@ fn f16_activations_halve_the_activations_and_agree_margin_aware() {
         .sum();
     assert_eq!(f32_bytes - generator.stats().device_bytes, halved);
     agrees_margin_aware(&generator, &reference, "f16 activations", F16_NEAR_TIE);
+}
+
+/// Other tensor types and mixed formats: the same model with its first
+/// block's matrices re-encoded (the query F32 and the key and value F16,
+/// so the three are separate products; the gate F32 beside the Q4_1 up;
+/// the output projection F32, the down projection F16) and its second
+/// block's all F16 (stacked F16 products). The device holds the new
+/// types (the weights' bytes grow by the files'), and the prompts, all at
+/// once through four slots, agree with the reference up to a near-tie of
+/// [`F16_NEAR_TIE`]: F32 holds the Q4_1 values exactly, F16 rounds them
+/// (relative error up to 2^-11).
+#[test]
+fn other_tensor_types_and_mixed_formats_agree_margin_aware() {
+    let reference = reference();
+    let original = GgufFile::open(&smollm2_gguf()).unwrap();
+    let (f32t, f16t) = (TensorType::F32, TensorType::F16);
+    let first = [
+        ("attn_q", f32t),
+        ("attn_k", f16t),
+        ("attn_v", f16t),
+        ("attn_output", f32t),
+        ("ffn_gate", f32t),
+        ("ffn_down", f16t),
+    ];
+    let second = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ];
+    let types: Vec<(String, TensorType)> = first
+        .iter()
+        .map(|&(name, t)| (format!("blk.0.{name}.weight"), t))
+        .chain(
+            second
+                .iter()
+                .map(|name| (format!("blk.1.{name}.weight"), f16t)),
+        )
+        .collect();
+    for (name, _) in &types {
+        // Q4_1 takes the same bytes on the device as in the file.
+        let was = original.tensor(name).unwrap().tensor_type();
+        assert_eq!(was, TensorType::Q4_1, "{name}");
+    }
+    let (file, grown) = gguf_reencode::reencoded(&original, &types);
+    let context = || ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
+    let before = Generator::load(&context(), &original, options()).unwrap();
+    let generator = Generator::load(&context(), &file, options()).unwrap();
+    // The device bytes grow by the weights' and by the first block's
+    // separate projections' outputs, in each step graph (1, 2, 4 and 32
+    // rows; the stacked outputs serve the other blocks).
+    let c = generator.config();
+    let separate = c.width + 2 * c.kv_heads * c.head_dim + 2 * c.ffn_width;
+    let outputs = ((1 + 2 + 4 + 32) * separate * 4) as i64;
+    let bytes = |g: &Generator| g.stats().device_bytes as i64;
+    assert_eq!(bytes(&generator) - bytes(&before), grown + outputs);
+    drop(before);
+    agrees_margin_aware(&generator, &reference, "other types", F16_NEAR_TIE);
 }
 
 #[test]
