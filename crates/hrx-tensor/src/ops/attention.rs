@@ -573,15 +573,12 @@ impl Ops {
                 "{operation}: scale {scale} must be finite"
             )));
         }
-        let out_element = match out.desc().dtype() {
-            DType::F16 => float_output(&target, DType::F16, operation)?,
-            _ => Scalar::F32,
-        };
-        let out_dtype = match out_element {
-            Scalar::F16 => DType::F16,
+        let out_dtype = match out.desc().dtype() {
+            DType::F16 => DType::F16,
             _ => DType::F32,
         };
         check_output(runtime, operation, out, out_dtype, q.desc().shape())?;
+        let out_element = float_output(&target, out_dtype, operation)?;
         let element = cache_element(operation, &target, k_cache, v_cache)?;
         if out.desc().is_empty() {
             return Ok(());

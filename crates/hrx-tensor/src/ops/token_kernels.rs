@@ -299,7 +299,8 @@ pub(crate) fn kv_store(cache_element: Scalar) -> Built {
 /// `j` of `rope`'s output for `k[r, h]` (the same fragment, so the same
 /// bits) and `v_cache[seq, h, pos, j] = v[r, h, j]`; both caches are
 /// contiguous `[slots, kvh, cap, hd]` of `cache_element` (f16: rounded
-/// to nearest). Other rows write nothing.
+/// to nearest), `k` and `v` of `input` (f16: widened as read). Other rows
+/// write nothing.
 pub(crate) fn rope_kv_store(input: Scalar, cache_element: Scalar) -> Built {
     let (mut module, mut k) = grid("rope_kv_store", "n", None);
     let [n, kvh, hd, slots, cap, rope] =
