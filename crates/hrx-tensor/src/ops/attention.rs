@@ -22,11 +22,15 @@
 //! reads, each value rounded to nearest as it is stored and widened to
 //! f32 as it is read; every product and softmax stays in f32.
 //!
-//! Checks: f32 activations, caches of one element type, i32 contiguous `[rows]` slot and
-//! position tensors, matching head counts and sizes, contiguous outputs
-//! (activations may be strided views, e.g. slices of a fused projection);
-//! every failure names the operator and the shapes before anything is
-//! recorded.
+//! The attention's queries and output, and the rotated store's keys and
+//! values, may be f16 too (f16 activations): widened as they are read,
+//! rounded to nearest as they are written.
+//!
+//! Checks: f32 or f16 activations, caches of one element type, i32
+//! contiguous `[rows]` slot and position tensors, matching head counts and
+//! sizes, contiguous outputs (activations may be strided views, e.g.
+//! slices of a fused projection); every failure names the operator and
+//! the shapes before anything is recorded.
 
 use super::{
     Ops, QuantMatrix, attention_kernels,
