@@ -35,7 +35,9 @@
 use super::{
     Ops, QuantMatrix, attention_kernels,
     attention_kernels::AttentionShape,
-    operand::{Operand, check_inputs, check_output, float_output, operand, quad_offset},
+    operand::{
+        Operand, check_inputs, check_output, float_out_dtype, float_output, operand, quad_offset,
+    },
     registry::{Generator, KernelKey, KernelSource},
     rope::{Rotary, rotation},
     token_kernels,
@@ -577,10 +579,7 @@ impl Ops {
                 "{operation}: scale {scale} must be finite"
             )));
         }
-        let out_dtype = match out.desc().dtype() {
-            DType::F16 => DType::F16,
-            _ => DType::F32,
-        };
+        let out_dtype = float_out_dtype(out);
         check_output(runtime, operation, out, out_dtype, q.desc().shape())?;
         let out_element = float_output(&target, out_dtype, operation)?;
         let element = cache_element(operation, &target, k_cache, v_cache)?;

@@ -102,6 +102,16 @@ pub(crate) fn check_output(
     Ok(())
 }
 
+/// The dtype an operator that writes f32 or f16 checks `out` against: f16
+/// where `out` is f16, else f32 (so any other dtype is refused naming
+/// f32). Whether the device writes f16 is [`float_output`]'s question.
+pub(crate) fn float_out_dtype(out: &DeviceTensor) -> DType {
+    match out.desc().dtype() {
+        DType::F16 => DType::F16,
+        _ => DType::F32,
+    }
+}
+
 /// The element type a kernel writes for an f32 or f16 output `dtype`
 /// (f16 only where the device has f16 arithmetic and 16-bit storage), or
 /// `Unsupported` naming `operation`.

@@ -33,7 +33,7 @@
 
 use super::{
     Ops,
-    operand::{check_inputs, check_output, float_output, operand, quad_offset},
+    operand::{check_inputs, check_output, float_out_dtype, float_output, operand, quad_offset},
     quant_fused::{self, QuantFusion},
     quant_kernels::{self, GemvKey},
     quant_spans::Elements,
@@ -345,10 +345,7 @@ impl Ops {
         let m = self.quant_matmul_rows(operation, x, w)?;
         // Output columns: one per weight row, or per gate-and-up pair.
         let n = if gated { w.rows / 2 } else { w.rows };
-        let out_dtype = match out.desc().dtype() {
-            DType::F16 => DType::F16,
-            _ => DType::F32,
-        };
+        let out_dtype = float_out_dtype(out);
         check_output(runtime, operation, out, out_dtype, &[m, n])?;
         if m == 0 || n == 0 {
             return Ok(());

@@ -11,7 +11,10 @@ use super::{
     Ops,
     indexing::coalesce,
     norm_rows_kernel,
-    operand::{Operand, check_inputs, check_output, disjoint, float_output, operand, quad_offset},
+    operand::{
+        Operand, check_inputs, check_output, disjoint, float_out_dtype, float_output, operand,
+        quad_offset,
+    },
     registry::{Generator, KernelKey, KernelSource},
     rows_kernels,
 };
@@ -572,16 +575,12 @@ impl Ops {
         kernel.record(graph, operation, &views, &scalars, &[r.rows as u64])
     }
 
-    /// The dtype a norm writes to `out`: f32, or f16 where the device has
-    /// f16 arithmetic and 16-bit storage.
+    /// The dtype a norm writes to `out` (checked against it): f32, or f16
+    /// where the device has f16 arithmetic and 16-bit storage.
     fn norm_output(&self, operation: &str, out: &DeviceTensor) -> Result<DType> {
-        match out.desc().dtype() {
-            DType::F16 => {
-                float_output(&self.registry.target()?, DType::F16, operation)?;
-                Ok(DType::F16)
-            }
-            _ => Ok(DType::F32),
-        }
+        let dtype = float_out_dtype(out);
+        float_output(&self.registry.target()?, dtype, operation)?;
+        Ok(dtype)
     }
 
     /// Record layer norm over the last axis: `(x - mean) / sqrt(var + eps)
