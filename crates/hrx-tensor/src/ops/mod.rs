@@ -11,82 +11,67 @@
 //!
 //! An error names the operator and the shapes, and leaves the graph as it
 //! was (nothing is recorded before every check has passed).
+//!
+//! One folder per family of operators, each holding the operators (its
+//! `mod.rs` and siblings) and the kernels they build (`*kernel*.rs`):
+//!
+//! - `elementwise`: binary and unary operators, their activation
+//!   fragments, and casts;
+//! - `movement`: strided copies, views made contiguous, row gathers;
+//! - `reduce`: reductions over an axis, argmax and top-k;
+//! - `rows`: softmax, layer and RMS norms (with fused residual adds),
+//!   the biased softmax and the encoder's embedding norm;
+//! - `matmul`: the float matrix products (matrix-vector, row-dot, tiled,
+//!   quad, cooperative-matrix and split-k kernels);
+//! - `quant`: quantised weight matrices and their products, with the
+//!   fused norm, residual, gate, cache store and output head;
+//! - `attention`: the decoder's cached attention and the encoder's
+//!   bidirectional attention;
+//! - `token`: a decoder's per-token rows: RoPE, the cache store, SwiGLU.
+//!
+//! Beside them, what every family uses: `operand` (binding tensors to
+//! kernels), `registry` (the per-domain kernel cache), `tuning`,
+//! `indexing` (shape arithmetic), `split_count` and `rotation`.
 
-mod activation;
-mod argmax_kernel;
 mod attention;
-mod attention_kernels;
-mod biased_softmax;
-mod biased_softmax_kernel;
-mod cast;
-mod cast_kernel;
-mod copy_kernels;
 mod elementwise;
-mod elementwise_kernels;
-mod embedding_norm;
-mod encoder_attention;
-mod encoder_attention_coop;
-mod encoder_attention_kernel;
-mod gather;
 mod indexing;
 mod matmul;
-mod matmul_abi;
-mod matmul_coop;
-mod matmul_dot;
-mod matmul_gemv;
-mod matmul_quads;
-mod matmul_splitk;
-mod matmul_tiled;
 mod movement;
-mod norm_rows_kernel;
 mod operand;
 mod quant;
-mod quant_fused;
-mod quant_kernels;
-mod quant_kv;
-mod quant_logits;
-mod quant_logits_kernel;
-mod quant_resident;
-mod quant_spans;
-mod quant_tiled;
 mod reduce;
-mod reduce_kernel;
 mod registry;
-mod rope;
 mod rotation;
 mod rows;
-mod rows_kernels;
 mod split_count;
-mod swiglu;
-mod token_kernels;
-mod top_k;
-mod top_k_kernel;
+mod token;
 mod tuning;
 
 pub use attention::AttentionOutput;
-pub use elementwise::{BinaryOp, UnaryOp};
-pub use embedding_norm::EmbeddingNorm;
-pub use encoder_attention::ENCODER_ATTENTION_MAX_HEAD;
+pub use attention::encoder::ENCODER_ATTENTION_MAX_HEAD;
 #[cfg(feature = "kernel-sources")]
-pub use encoder_attention_coop::encoder_attention_coop_source;
+pub use attention::encoder_coop::encoder_attention_coop_source;
+pub use elementwise::{BinaryOp, UnaryOp};
 pub use indexing::broadcast_shapes;
 pub use matmul::MatmulOptions;
 #[cfg(feature = "kernel-sources")]
+pub use matmul::coop::coop_matmul_source;
+#[cfg(feature = "kernel-sources")]
 pub use matmul::decode_matmul_source;
 #[cfg(feature = "kernel-sources")]
-pub use matmul_coop::coop_matmul_source;
+pub use matmul::dot::dot_matmul_source;
 #[cfg(feature = "kernel-sources")]
-pub use matmul_dot::dot_matmul_source;
+pub use matmul::quads::quads_matmul_source;
 #[cfg(feature = "kernel-sources")]
-pub use matmul_quads::quads_matmul_source;
-#[cfg(feature = "kernel-sources")]
-pub use matmul_splitk::{SplitKOperands, coop_splitk_source};
+pub use matmul::splitk::{SplitKOperands, coop_splitk_source};
+pub use quant::fused::{KvStore, QuantFusion, RowNorm};
+pub use quant::logits::QUANT_LOGITS_MAX_PICKS;
 pub use quant::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix};
-pub use quant_fused::{KvStore, QuantFusion, RowNorm};
-pub use quant_logits::QUANT_LOGITS_MAX_PICKS;
 pub use reduce::Reduction;
-pub use rope::Rotary;
-pub use top_k::TOP_K_MAX;
+pub use reduce::top_k::TOP_K_MAX;
+pub use rows::embedding_norm::EmbeddingNorm;
+pub use token::rope::Rotary;
 pub use tuning::{CoopTiling, QuantTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};

@@ -1,5 +1,5 @@
 //! Per-domain kernel cache: loom kernels (hand-written or built), compiled
-//! for the device's [`Target`](hrx_core::Target) at first use, and kept as
+//! for the device's [`Target`] at first use, and kept as
 //! pipelines.
 
 use hrx_core::{Error, Result, Target, cached_init};

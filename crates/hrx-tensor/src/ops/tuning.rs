@@ -1,6 +1,6 @@
 //! Typed tuning of the matmul kernels: shapes a tuning run (or a test)
 //! forces instead of the built-in choices, given to
-//! [`Ops::with_tuning`](super::Ops::with_tuning).
+//! [`Ops::with_tuning`](crate::ops::Ops::with_tuning).
 //!
 //! The library never reads the environment; a benchmark that takes the
 //! shapes from variables parses them with [`Tuning::parse`] and reports a
@@ -24,7 +24,7 @@ pub struct Tuning {
     /// of x than the matrix-vector kernel takes), on any device.
     pub quant_tiling: Option<QuantTiling>,
     /// The f32 quad kernel (16-byte copies, two tile buffers; see
-    /// `matmul_quads`): `Some(true)` wherever its layout applies, on any
+    /// `matmul::quads`): `Some(true)` wherever its layout applies, on any
     /// device; `Some(false)` never (the plain tiled kernel instead);
     /// `None` the built-in choice (GPUs, products of at least 128 tiles
     /// of 128 x 128).

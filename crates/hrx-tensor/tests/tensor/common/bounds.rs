@@ -85,7 +85,7 @@ impl Precision {
 
 /// Bound on `|kernel(x) - f(x)|` for the unary operator `op` on an exactly
 /// held input `x`, computed in `p`'s arithmetic with the kernel's formula
-/// (ops/elementwise.rs).
+/// (ops/elementwise/activation.rs).
 pub fn unary_bound(op: UnaryOp, x: f64, p: &Precision) -> f64 {
     let u = p.u;
     let y = unary_ref(op, x);
@@ -109,7 +109,7 @@ pub fn unary_bound(op: UnaryOp, x: f64, p: &Precision) -> f64 {
 }
 
 /// Magnitudes (rounded up) of the coefficients of GELU's fit of
-/// `ln(erfc(a / sqrt 2)) / a` in ops/elementwise.rs: they scale the
+/// `ln(erfc(a / sqrt 2)) / a` in ops/elementwise/activation.rs: they scale the
 /// rounding of its Horner evaluation.
 const GELU_FIT: [f64; 8] = [
     0.7980, 0.3182, 0.0368, 0.00541, 0.000430, 7.81e-6, 4.75e-6, 2.85e-7,

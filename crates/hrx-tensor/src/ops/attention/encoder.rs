@@ -1,0 +1,221 @@
+//! Bidirectional self-attention of an encoder layer in one dispatch
+//! ([`Ops::record_encoder_attention`]; the kernel in
+//! `encoder_kernel.rs`).
+//!
+//! As separate operators, an encoder's attention is a packing copy of q, k
+//! and v by head, the batched `q k^T`, the masked softmax, the batched
+//! `p v` and a copy back to rows by position: seven dispatches, and
+//! scores and probabilities of `[batch, heads, seq, seq]` written and read
+//! back. Here the stacked query-key-value projection goes in, the
+//! per-position contexts come out, and the scores never leave registers
+//! (or, with f16 projections on tensor cores, `encoder_coop.rs`,
+//! workgroup memory).
+
+use super::encoder_coop::{self, CoopAttention};
+use super::encoder_kernel;
+use crate::ops::{
+    Ops,
+    operand::{check_inputs, disjoint, float_output, operand, quad_offset},
+    registry::{Generator, KernelKey, KernelSource},
+};
+use crate::{DType, DeviceTensor};
+use hrx_core::{DeviceKind, Error, Result};
+use hrx_loom::ScalarValue;
+use hrx_runtime::Graph;
+
+/// The largest head the kernel keeps in registers (a query and its
+/// output accumulator, `head / 4` four-wide vectors each).
+pub const ENCODER_ATTENTION_MAX_HEAD: usize = 128;
+
+/// Workgroup memory for a block's keys and values on a GPU: 128 queries
+/// (and keys) a block with heads of 32, 32 with heads of 128. On a CPU
+/// device, where llvmpipe runs a workgroup's invocations as coroutines
+/// switching at every barrier, blocks of 16.
+const GPU_BLOCK_BYTES: usize = 32 << 10;
+const GPU_BLOCK: (usize, usize) = (32, 128);
+const CPU_BLOCK: usize = 16;
+/// Heads up to which a work item takes two queries: each key and
+/// value read from workgroup memory then feeds both, and the two queries'
+/// registers (2 x 2 x head values) still fit.
+const TWO_QUERIES_MAX_HEAD: usize = 32;
+
+impl Ops {
+    /// Record an encoder's multi-head self-attention:
+    /// `out[b, i, h, :] = sum_j softmax_j(scale q[b, i, h] . k[b, j, h] +
+    /// bias[b, j]) v[b, j, h]`, every query over every key of its
+    /// sequence (no causal mask; a padding mask goes in `bias`, e.g.
+    /// -10000 on padded keys).
+    ///
+    /// `qkv` is the stacked projection `[batch, seq, 3 * width]` (queries,
+    /// then keys, then values, each `heads` heads of `width / heads`
+    /// values), contiguous, f32 or f16; `bias` f32 `[batch, seq]`; `out`
+    /// `[batch, seq, width]`, contiguous, f32 or f16 (f16 in or out where
+    /// the device has f16 arithmetic and 16-bit storage; rounded from
+    /// f32). Scores, softmax and sums are f32. With an f16 `qkv` on a
+    /// device with tensor cores (16x16x16 f16 cooperative matrices,
+    /// subgroups of 32), heads and sequences multiples of 16 whose scores
+    /// fit workgroup memory (heads of 32 up to 256 positions), the
+    /// products run on tensor cores, the probabilities rounded to f16.
+    /// The head size must be a multiple of 4 and at most
+    /// [`ENCODER_ATTENTION_MAX_HEAD`], every tensor 16-byte aligned, `out`
+    /// apart from the inputs (`Unsupported` otherwise, nothing recorded).
+    ///
+    /// ```
+    /// use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
+    /// let runtime = hrx_runtime::Runtime::new()?;
+    /// let ops = Ops::new(&runtime);
+    /// // One sequence of two tokens, one head of 4: the second key masked,
+    /// // so both queries take the first value (1, 2, 3, 4).
+    /// let mut qkv = vec![0.0; 2 * 12];
+    /// qkv[8..12].copy_from_slice(&[1., 2., 3., 4.]);
+    /// qkv[20..24].copy_from_slice(&[5., 6., 7., 8.]);
+    /// let qkv = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 2, 12], &qkv)?;
+    /// let bias = DeviceTensor::from_values(&runtime, DType::F32, vec![1, 2], &[0., -1e4])?;
+    /// let mut out = ops.output(TensorDesc::new(DType::F32, vec![1, 2, 4])?)?;
+    /// let mut graph = runtime.graph();
+    /// ops.record_encoder_attention(&mut graph, &qkv, &bias, 1, 1.0, &out)?;
+    /// let inputs = [&qkv, &bias].map(|t| t.completion().clone());
+    /// out.set_producer(graph.prepare()?.submit_after(&inputs)?);
+    /// assert_eq!(out.to_values()?, [1., 2., 3., 4., 1., 2., 3., 4.]);
+    /// # Ok::<(), hrx_tensor::Error>(())
+    /// ```
+    pub fn record_encoder_attention(
+        &self,
+        graph: &mut Graph,
+        qkv: &DeviceTensor,
+        bias: &DeviceTensor,
+        heads: usize,
+        scale: f32,
+        out: &DeviceTensor,
+    ) -> Result<()> {
+        let operation = format!(
+            "encoder attention of {} with bias {} over {heads} heads",
+            qkv.desc(),
+            bias.desc()
+        );
+        let operation = operation.as_str();
+        let refuse = |why: String| Err(Error::Unsupported(format!("{operation}: {why}")));
+        let wrong = |why: String| Err(Error::Message(format!("{operation}: {why}")));
+        let runtime = self.runtime();
+        check_inputs(runtime, operation, &[qkv, bias])?;
+        out.check_runtime(runtime, operation)?;
+        let &[batch, seq, stacked] = qkv.desc().shape() else {
+            return wrong("qkv must be [batch, seq, 3 * width]".into());
+        };
+        if !matches!(qkv.desc().dtype(), DType::F32 | DType::F16) {
+            return refuse(format!(
+                "qkv must be f32 or f16, not {}",
+                qkv.desc().dtype()
+            ));
+        }
+        if bias.desc().dtype() != DType::F32 {
+            return refuse("the bias must be f32".into());
+        }
+        if heads == 0 || !stacked.is_multiple_of(3 * heads) {
+            return wrong(format!(
+                "the last axis ({stacked}) must hold queries, keys and values of {heads} heads"
+            ));
+        }
+        let width = stacked / 3;
+        let head = width / heads;
+        if bias.desc().shape() != [batch, seq] {
+            return wrong(format!("the bias must have shape [{batch}, {seq}]"));
+        }
+        if !scale.is_finite() {
+            return wrong(format!("scale {scale} must be finite"));
+        }
+        let target = self.registry.target()?;
+        let input = float_output(&target, qkv.desc().dtype(), operation)?;
+        let narrow = float_output(&target, out.desc().dtype(), operation)?;
+        if out.desc().shape() != [batch, seq, width] || !out.desc().is_contiguous() {
+            return wrong(format!(
+                "the output {} must be a contiguous [{batch}, {seq}, {width}]",
+                out.desc()
+            ));
+        }
+        if out.desc().is_empty() {
+            return Ok(());
+        }
+        if !head.is_multiple_of(4) || head > ENCODER_ATTENTION_MAX_HEAD {
+            return refuse(format!(
+                "heads of {head} values (a multiple of 4 up to {ENCODER_ATTENTION_MAX_HEAD} runs)"
+            ));
+        }
+        if !(qkv.desc().is_contiguous() && bias.desc().is_contiguous()) {
+            return refuse("qkv and the bias must be contiguous".into());
+        }
+        let (kq, kb, ko) = (
+            operand(qkv, &target, operation)?,
+            operand(bias, &target, operation)?,
+            operand(out, &target, operation)?,
+        );
+        let (Some(qq), Some(qo)) = (quad_offset(&kq), quad_offset(&ko)) else {
+            return refuse("qkv or the output does not start 16-byte aligned".into());
+        };
+        // f16 inputs on tensor cores, where the shape fits (fragments are
+        // read from 16-byte boundaries: eight halves).
+        let coop = CoopAttention::for_input(&target, input, head, seq)
+            .filter(|_| kq.offset.is_multiple_of(8));
+        let block = match target.kind {
+            DeviceKind::Cpu => CPU_BLOCK,
+            _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
+        };
+        let per_item = if head <= TWO_QUERIES_MAX_HEAD { 2 } else { 1 };
+        let most =
+            (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
+        // Whole groups of four keys (Vulkan guarantees 128 invocations).
+        let wg = (block / per_item).min(most);
+        let wg = wg - wg % 4;
+        let block = wg * per_item;
+        let blocks = match coop {
+            Some(shape) => seq / (16 * shape.subgroups),
+            None => seq.div_ceil(block),
+        };
+        let fits = |n: usize, axis: usize| n as u64 <= u64::from(target.max_workgroup_count[axis]);
+        if !(fits(blocks, 0) && fits(heads, 1) && fits(batch, 2)) {
+            return refuse("more workgroups than the device launches".into());
+        }
+        disjoint(operation, ("out", &ko), ("qkv", &kq))?;
+        disjoint(operation, ("out", &ko), ("the bias", &kb))?;
+        let kernel = self.registry.kernel(match coop {
+            Some(shape) => KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("encoder_attention_coop {shape:?} {narrow:?}"),
+                    move || encoder_coop::encoder_attention_coop(shape, narrow),
+                )),
+                symbol: "encoder_attention_coop",
+                config: Vec::new(),
+            },
+            None => KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("encoder_attention {head} {wg} {per_item} {input:?} {narrow:?}"),
+                    move || encoder_kernel::encoder_attention(head, wg, per_item, input, narrow),
+                )),
+                symbol: "encoder_attention",
+                config: Vec::new(),
+            },
+        })?;
+        let scalars: Vec<ScalarValue> = [
+            seq as u64,
+            stacked as u64,
+            width as u64,
+            qq * 4,
+            kq.len,
+            kb.offset,
+            kb.len,
+            qo * 4,
+            ko.len,
+        ]
+        .map(ScalarValue::Index)
+        .into_iter()
+        .chain([ScalarValue::F32(scale)])
+        .collect();
+        kernel.record(
+            graph,
+            operation,
+            &[kq.view, kb.view, ko.view],
+            &scalars,
+            &[blocks as u64, heads as u64, batch as u64],
+        )
+    }
+}
