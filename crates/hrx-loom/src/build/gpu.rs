@@ -40,6 +40,21 @@ impl Builder {
         self.query("kernel.workgroup.count", Some(words::axis(axis)))
     }
 
+    /// A grid-stride loop over `0..n` along x: each work item takes the
+    /// elements from its dispatch id in steps of the whole grid (workgroup
+    /// size times count), so a grid of any size covers any `n`.
+    pub fn for_each_in_grid(
+        &mut self,
+        n: Value<Index>,
+        body: impl FnOnce(&mut Builder, Value<Index>),
+    ) {
+        let start = self.dispatch_id(Axis::X);
+        let size = self.workgroup_size(Axis::X);
+        let count = self.workgroup_count(Axis::X);
+        let step = self.mul(size, count);
+        self.for_each(start, n, step, body);
+    }
+
     /// `kernel.subgroup.size`.
     pub fn subgroup_size(&mut self) -> Value<Index> {
         self.query("kernel.subgroup.size", None)

@@ -12,7 +12,7 @@
 //! Both are grid-stride loops: a workgroup of `@<symbol>.wg` work items,
 //! at most `@<symbol>.max_groups` workgroups, any element count.
 
-use hrx_loom::build::{Built, Fragment, KernelBuilder, ModuleBuilder, Value, View};
+use hrx_loom::build::{Builder, Built, Fragment, Index, KernelBuilder, ModuleBuilder, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 /// Names of the inputs, in argument order.
@@ -47,6 +47,34 @@ pub(crate) fn grid(
     (module, k.launch_config([grid, one, one], [wg, one, one]))
 }
 
+/// The coordinates `[i0, i1, i2, i3]` of element `i` of a row-major
+/// `[_, d1, d2, d3]` shape (the strided kernels' four coalesced axes).
+pub(crate) fn unravel4(
+    b: &mut Builder,
+    i: Value<Index>,
+    [d1, d2, d3]: [Value<Index>; 3],
+) -> [Value<Index>; 4] {
+    let i3 = b.rem(i, d3);
+    let q3 = b.div(i, d3);
+    let i2 = b.rem(q3, d2);
+    let q2 = b.div(q3, d2);
+    let i1 = b.rem(q2, d1);
+    let i0 = b.div(q2, d1);
+    [i0, i1, i2, i3]
+}
+
+/// The element offset `offset + at . strides` of coordinates `at`.
+pub(crate) fn strided_offset(
+    b: &mut Builder,
+    at: [Value<Index>; 4],
+    strides: [Value<Index>; 4],
+    offset: Value<Index>,
+) -> Value<Index> {
+    at.into_iter()
+        .zip(strides)
+        .fold(offset, |sum, (i, s)| b.madd(i, s, sum))
+}
+
 /// The strided kernel `symbol` applying `op` to elements of type `t`.
 pub(crate) fn strided(symbol: &str, t: Scalar, op: &Fragment) -> Built {
     let inputs = &INPUTS[..op.param_types().count()];
@@ -75,25 +103,11 @@ pub(crate) fn strided(symbol: &str, t: Scalar, op: &Fragment) -> Built {
         .map(|(&buf, (_, _, len))| k.buffer_view(buf, zero, [(*len).into()], t))
         .collect();
     let ov = k.buffer_view(out, zero, [lo.into()], t);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    k.for_each(start, n, step, |b, i| {
-        let i3 = b.rem(i, d3);
-        let q3 = b.div(i, d3);
-        let i2 = b.rem(q3, d2);
-        let q2 = b.div(q3, d2);
-        let i1 = b.rem(q2, d1);
-        let i0 = b.div(q2, d1);
+    k.for_each_in_grid(n, |b, i| {
+        let coords = unravel4(b, i, [d1, d2, d3]);
         let at: Vec<_> = layouts
             .iter()
-            .map(|(s, offset, _)| {
-                let p0 = b.madd(i0, s[0], *offset);
-                let p1 = b.madd(i1, s[1], p0);
-                let p2 = b.madd(i2, s[2], p1);
-                b.madd(i3, s[3], p2)
-            })
+            .map(|&(s, offset, _)| strided_offset(b, coords, s, offset))
             .collect();
         let x: Vec<_> = views
             .iter()

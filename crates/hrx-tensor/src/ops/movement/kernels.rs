@@ -2,9 +2,9 @@
 //! 4-byte elements (moved as `u32`) and 2-byte ones (as `f16`), as
 //! grid-stride loops over the output elements.
 
-use crate::ops::elementwise::kernels::grid;
+use crate::ops::elementwise::kernels::{grid, strided_offset, unravel4};
 use hrx_loom::build::Built;
-use hrx_loom::ir::{Axis, IntPredicate, Scalar};
+use hrx_loom::ir::{IntPredicate, Scalar};
 
 /// `out[po] = a[pa]` over at most four (coalesced) axes, both operands
 /// strided, elements of type `t`.
@@ -21,25 +21,10 @@ pub(crate) fn copy(t: Scalar) -> Built {
     let zero = k.offset(0);
     let av = k.buffer_view(a, zero, [la.into()], t);
     let ov = k.buffer_view(out, zero, [lo.into()], t);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    k.for_each(start, n, step, |b, i| {
-        let i3 = b.rem(i, d3);
-        let q3 = b.div(i, d3);
-        let i2 = b.rem(q3, d2);
-        let q2 = b.div(q3, d2);
-        let i1 = b.rem(q2, d1);
-        let i0 = b.div(q2, d1);
-        let pa0 = b.madd(i0, sa0, oa);
-        let pa1 = b.madd(i1, sa1, pa0);
-        let pa2 = b.madd(i2, sa2, pa1);
-        let pa = b.madd(i3, sa3, pa2);
-        let po0 = b.madd(i0, so0, oo);
-        let po1 = b.madd(i1, so1, po0);
-        let po2 = b.madd(i2, so2, po1);
-        let po = b.madd(i3, so3, po2);
+    k.for_each_in_grid(n, |b, i| {
+        let at = unravel4(b, i, [d1, d2, d3]);
+        let pa = strided_offset(b, at, [sa0, sa1, sa2, sa3], oa);
+        let po = strided_offset(b, at, [so0, so1, so2, so3], oo);
         let x = b.load(av, &[pa]);
         b.store(x, ov, &[po]);
     });
@@ -64,11 +49,7 @@ pub(crate) fn gather(t: Scalar) -> Built {
     let iv = k.buffer_view(idx, zero, [li.into()], Scalar::I32);
     let ov = k.buffer_view(out, zero, [lo.into()], t);
     let rowsu = k.index_cast(rows, Scalar::U32);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    k.for_each(start, n, step, |b, e| {
+    k.for_each_in_grid(n, |b, e| {
         let r = b.div(e, d);
         let j = b.rem(e, d);
         let pi = b.add(oi, r);

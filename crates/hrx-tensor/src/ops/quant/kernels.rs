@@ -420,11 +420,7 @@ fn gather_kernel(format: QuantFormat, tail: bool) -> Built {
     let spans = k.div(cols7, c8);
     let rows_u = k.index_cast(rows, Scalar::U32);
     let zf = k.float(0.0, Scalar::F32);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    k.for_each(start, n, step, |b, e| {
+    k.for_each_in_grid(n, |b, e| {
         let i = b.div(e, spans);
         let s = b.rem(e, spans);
         let pi = b.add(oi, i);

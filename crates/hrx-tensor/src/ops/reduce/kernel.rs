@@ -6,7 +6,7 @@
 use crate::ops::Reduction;
 use crate::ops::elementwise::kernels::grid;
 use hrx_loom::build::Built;
-use hrx_loom::ir::{Axis, Scalar};
+use hrx_loom::ir::Scalar;
 
 const F32: Scalar = Scalar::F32;
 
@@ -26,11 +26,7 @@ pub(crate) fn reduce(reduction: Reduction) -> Built {
     let c1 = k.index(1);
     let lenu = k.index_cast(len, Scalar::U32);
     let nf = k.uitofp(lenu, F32);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let stride = k.mul(size, count);
-    k.for_each(start, n, stride, |b, t| {
+    k.for_each_in_grid(n, |b, t| {
         let i = b.rem(t, inner);
         let o = b.div(t, inner);
         let b0 = b.madd(o, so, oa);

@@ -18,7 +18,7 @@
 
 use crate::ops::elementwise::kernels::grid;
 use hrx_loom::build::{Builder, Built, Index, Num, Value, View};
-use hrx_loom::ir::{Axis, IntPredicate, Scalar};
+use hrx_loom::ir::{IntPredicate, Scalar};
 use std::f64::consts::FRAC_PI_2;
 
 const F32: Scalar = Scalar::F32;
@@ -171,12 +171,8 @@ pub(crate) fn rope() -> Built {
     let xv = k.buffer_view(x, zero, [lx.into()], F32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let ov = k.buffer_view(out, zero, [lo.into()], F32);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
     let izero = k.int(0, Scalar::I32);
-    k.for_each(start, n, step, |b, e| {
+    k.for_each_in_grid(n, |b, e| {
         let d = b.rem(e, hd);
         let t = b.div(e, hd);
         let h = b.rem(t, heads);
@@ -233,6 +229,66 @@ pub(crate) fn narrow(b: &mut Builder, x: Value<Num>, element: Scalar) -> Value<N
     }
 }
 
+/// Where new key/value rows `[rows, kvh, hd]` go in a contiguous cache
+/// `[slots, kvh, cap, hd]`: each row's slot and position are device data
+/// (`sequence[os + r]`, `position[op + r]`), and a row takes part only
+/// when `slot < slots` and `position < cap`, both compared as u32 so that
+/// negative values fail the test.
+struct CacheRows {
+    sequence: Value<View>,
+    position: Value<View>,
+    os: Value<Index>,
+    op: Value<Index>,
+    kvh: Value<Index>,
+    hd: Value<Index>,
+    cap: Value<Index>,
+    slots_u32: Value<Num>,
+    cap_u32: Value<Num>,
+}
+
+/// One element of a row that takes part: its row, head and column, the
+/// row's position, and the element's offset in the cache (before the
+/// cache's own offset).
+struct CacheElement {
+    r: Value<Index>,
+    h: Value<Index>,
+    d: Value<Index>,
+    pos: Value<Num>,
+    at: Value<Index>,
+}
+
+impl CacheRows {
+    /// Run `body` for element `e` of the new rows when its row takes part.
+    fn store(
+        &self,
+        b: &mut Builder,
+        e: Value<Index>,
+        body: impl FnOnce(&mut Builder, CacheElement),
+    ) {
+        let d = b.rem(e, self.hd);
+        let t = b.div(e, self.hd);
+        let h = b.rem(t, self.kvh);
+        let r = b.div(t, self.kvh);
+        let ps = b.add(self.os, r);
+        let pp = b.add(self.op, r);
+        let seq = b.load(self.sequence, &[ps]);
+        let pos = b.load(self.position, &[pp]);
+        let sequ = b.bitcast(seq, Scalar::U32);
+        let posu = b.bitcast(pos, Scalar::U32);
+        let in_slots = b.cmpi(IntPredicate::Ult, sequ, self.slots_u32);
+        let in_cap = b.cmpi(IntPredicate::Ult, posu, self.cap_u32);
+        let active = b.and(in_slots, in_cap);
+        b.if_(active, |b| {
+            let s = b.to_index(sequ);
+            let p = b.to_index(posu);
+            let row = b.madd(s, self.kvh, h);
+            let at = b.madd(row, self.cap, p);
+            let at = b.madd(at, self.hd, d);
+            body(b, CacheElement { r, h, d, pos, at });
+        });
+    }
+}
+
 /// `cache[seq[r], h, pos[r], j] = new[r, h, j]` for `new: [rows, kvh, hd]`
 /// (strided) into a contiguous `cache: [slots, kvh, cap, hd]`, for rows
 /// with `0 <= seq < slots` and `0 <= pos < cap` (negatives read as u32
@@ -254,37 +310,24 @@ pub(crate) fn kv_store(cache_element: Scalar) -> Built {
     let sv = k.buffer_view(sequence, zero, [ls.into()], Scalar::I32);
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let cv = k.buffer_view(cache, zero, [lc.into()], cache_element);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    let slotsu = k.index_cast(slots, Scalar::U32);
-    let capu = k.index_cast(cap, Scalar::U32);
-    k.for_each(start, n, step, |b, e| {
-        let d = b.rem(e, hd);
-        let t = b.div(e, hd);
-        let h = b.rem(t, kvh);
-        let r = b.div(t, kvh);
-        let ps = b.add(os, r);
-        let pp = b.add(op, r);
-        let seq = b.load(sv, &[ps]);
-        let pos = b.load(pv, &[pp]);
-        let sequ = b.bitcast(seq, Scalar::U32);
-        let posu = b.bitcast(pos, Scalar::U32);
-        let in_slots = b.cmpi(IntPredicate::Ult, sequ, slotsu);
-        let in_cap = b.cmpi(IntPredicate::Ult, posu, capu);
-        let active = b.and(in_slots, in_cap);
-        b.if_(active, |b| {
-            let s = b.to_index(sequ);
-            let p = b.to_index(posu);
+    let rows = CacheRows {
+        sequence: sv,
+        position: pv,
+        os,
+        op,
+        kvh,
+        hd,
+        cap,
+        slots_u32: k.index_cast(slots, Scalar::U32),
+        cap_u32: k.index_cast(cap, Scalar::U32),
+    };
+    k.for_each_in_grid(n, |b, e| {
+        rows.store(b, e, |b, CacheElement { r, h, d, at, .. }| {
             let n0 = b.madd(r, ns0, on);
             let n1 = b.madd(h, ns1, n0);
             let pn = b.madd(d, ns2, n1);
             let x = b.load(nv, &[pn]);
-            let row = b.madd(s, kvh, h);
-            let at = b.madd(row, cap, p);
-            let pc0 = b.madd(at, hd, d);
-            let pc = b.add(pc0, oc);
+            let pc = b.add(at, oc);
             let x = narrow(b, x, cache_element);
             b.store(x, cv, &[pc]);
         });
@@ -340,29 +383,19 @@ pub(crate) fn rope_kv_store(input: Scalar, cache_element: Scalar) -> Built {
     let pv = k.buffer_view(position, zero, [lp.into()], Scalar::I32);
     let kcv = k.buffer_view(kcb, zero, [lkc.into()], cache_element);
     let vcv = k.buffer_view(vcb, zero, [lvc.into()], cache_element);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    let slotsu = k.index_cast(slots, Scalar::U32);
-    let capu = k.index_cast(cap, Scalar::U32);
-    k.for_each(start, n, step, |b, e| {
-        let d = b.rem(e, hd);
-        let t = b.div(e, hd);
-        let h = b.rem(t, kvh);
-        let r = b.div(t, kvh);
-        let ps = b.add(os, r);
-        let pp = b.add(op, r);
-        let seq = b.load(sv, &[ps]);
-        let pos = b.load(pv, &[pp]);
-        let sequ = b.bitcast(seq, Scalar::U32);
-        let posu = b.bitcast(pos, Scalar::U32);
-        let in_slots = b.cmpi(IntPredicate::Ult, sequ, slotsu);
-        let in_cap = b.cmpi(IntPredicate::Ult, posu, capu);
-        let active = b.and(in_slots, in_cap);
-        b.if_(active, |b| {
-            let s = b.to_index(sequ);
-            let p = b.to_index(posu);
+    let rows = CacheRows {
+        sequence: sv,
+        position: pv,
+        os,
+        op,
+        kvh,
+        hd,
+        cap,
+        slots_u32: k.index_cast(slots, Scalar::U32),
+        cap_u32: k.index_cast(cap, Scalar::U32),
+    };
+    k.for_each_in_grid(n, |b, e| {
+        rows.store(b, e, |b, CacheElement { r, h, d, pos, at }| {
             let k0 = b.madd(r, ks0, ok);
             let kbase = b.madd(h, ks1, k0);
             // An active row's position is not negative: only the width
@@ -392,13 +425,10 @@ pub(crate) fn rope_kv_store(input: Scalar, cache_element: Scalar) -> Built {
             let pvv = b.madd(d, vs2, v1);
             let x = b.load(vv, &[pvv]);
             let x = widen(b, x);
-            let row = b.madd(s, kvh, h);
-            let at = b.madd(row, cap, p);
-            let pc = b.madd(at, hd, d);
-            let pkc = b.add(pc, okc);
+            let pkc = b.add(at, okc);
             let y = narrow(b, y, cache_element);
             b.store(y, kcv, &[pkc]);
-            let pvc = b.add(pc, ovc);
+            let pvc = b.add(at, ovc);
             let x = narrow(b, x, cache_element);
             b.store(x, vcv, &[pvc]);
         });
@@ -418,11 +448,9 @@ pub(crate) fn silu_times(b: &mut Builder, g: Value<Num>, u: Value<Num>) -> Value
     b.mulf(silu, u)
 }
 
-/// `out = gate / (1 + exp(-gate)) * up` over `[rows, width]` (both inputs
-/// strided, `out` contiguous).
-/// `out = silu(gate) * up` over `[rows, width]`, gate and up of `input`
-/// elements and out of `output` (f32, or f16: widened on load, rounded to
-/// nearest on store).
+/// `out = silu(gate) * up` over `[rows, width]` (both inputs strided, `out`
+/// contiguous), gate and up of `input` elements and out of `output` (f32,
+/// or f16: widened on load, rounded to nearest on store).
 pub(crate) fn swiglu((input, output): (Scalar, Scalar)) -> Built {
     let (mut module, mut k) = grid("swiglu", "n", None);
     let [n, width, gs0, gs1, og, lg, us0, us1, ou, lu, oo, lo] = [
@@ -436,11 +464,7 @@ pub(crate) fn swiglu((input, output): (Scalar, Scalar)) -> Built {
     let gv = k.buffer_view(gate, zero, [lg.into()], input);
     let uv = k.buffer_view(up, zero, [lu.into()], input);
     let ov = k.buffer_view(out, zero, [lo.into()], output);
-    let start = k.dispatch_id(Axis::X);
-    let size = k.workgroup_size(Axis::X);
-    let count = k.workgroup_count(Axis::X);
-    let step = k.mul(size, count);
-    k.for_each(start, n, step, |b, e| {
+    k.for_each_in_grid(n, |b, e| {
         let j = b.rem(e, width);
         let r = b.div(e, width);
         let g0 = b.madd(r, gs0, og);
