@@ -12,7 +12,7 @@
 //! penalties other than 0) are refused rather than ignored; other fields
 //! are ignored.
 
-use super::errors::ApiError;
+use super::{errors::ApiError, request};
 use hrx::models::{llama::Sampling, tokenizer::ChatMessage};
 use serde_json::{Map, Value};
 
@@ -55,28 +55,8 @@ fn invalid(message: impl Into<String>, param: &'static str) -> ApiError {
 /// Read `body` as a request for `endpoint`; `seed` is used when the body
 /// has none.
 pub fn parse(body: &[u8], endpoint: Endpoint, seed: u64) -> Result<CompletionRequest, ApiError> {
-    let text = std::str::from_utf8(body).map_err(|e| {
-        ApiError::invalid(
-            format!(
-                "the request body is not valid UTF-8 (invalid byte at offset {})",
-                e.valid_up_to()
-            ),
-            None,
-        )
-    })?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}"), None))?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::invalid(
-            "the request body must be a JSON object",
-            None,
-        ));
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(model)) => model.clone(),
-        Some(_) => return Err(invalid("'model' must be a string", "model")),
-        None => return Err(invalid("you must provide a model parameter", "model")),
-    };
+    let fields = request::json_object(body)?;
+    let model = request::model_name(&fields)?;
     refuse_unsupported(&fields)?;
     let prompt = match endpoint {
         Endpoint::Completions => prompt(fields.get("prompt"))?,

@@ -45,8 +45,9 @@ pub struct EmbeddingRequest {
 const INPUT_SHAPES: &str = "'input' must be a string, an array of strings, an array of token ids \
 or an array of arrays of token ids";
 
-/// Read `body` (the raw bytes) as an embeddings request within `limits`.
-pub fn parse(body: &[u8], limits: &Limits) -> Result<EmbeddingRequest, ApiError> {
+/// `body` as a JSON object: invalid UTF-8, invalid JSON and other JSON
+/// values are errors saying which.
+pub(super) fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::invalid(
             format!(
@@ -58,22 +59,31 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<EmbeddingRequest, ApiError>
     })?;
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}"), None))?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::invalid(
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(ApiError::invalid(
             "the request body must be a JSON object",
             None,
-        ));
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(model)) => model.clone(),
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "you must provide a model parameter",
-                Some("model"),
-            ));
-        }
-        Some(_) => return Err(ApiError::invalid("'model' must be a string", Some("model"))),
-    };
+        )),
+    }
+}
+
+/// The request's `model`: a string (absent or null is "missing").
+pub(super) fn model_name(fields: &Map<String, Value>) -> Result<String, ApiError> {
+    match fields.get("model") {
+        Some(Value::String(model)) => Ok(model.clone()),
+        None | Some(Value::Null) => Err(ApiError::invalid(
+            "you must provide a model parameter",
+            Some("model"),
+        )),
+        Some(_) => Err(ApiError::invalid("'model' must be a string", Some("model"))),
+    }
+}
+
+/// Read `body` (the raw bytes) as an embeddings request within `limits`.
+pub fn parse(body: &[u8], limits: &Limits) -> Result<EmbeddingRequest, ApiError> {
+    let fields = json_object(body)?;
+    let model = model_name(&fields)?;
     let inputs = inputs(fields.get("input"), limits)?;
     check_dimensions(&fields, limits)?;
     Ok(EmbeddingRequest {
