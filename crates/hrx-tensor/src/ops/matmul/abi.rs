@@ -6,7 +6,9 @@
 //! register-tiled kernels.
 
 use crate::ops::{UnaryOp, operand::quad_aligned};
-use hrx_loom::build::{Body, Bool, Buffer, Builder, Fragment, Index, Num, Value, View, passes};
+use hrx_loom::build::{
+    Body, Bool, Buffer, Builder, Fragment, Index, KernelBuilder, Num, Value, View, passes,
+};
 use hrx_loom::ir::Scalar;
 
 /// Shapes, strides, offsets and lengths (in elements) of `C = A x B (+ bias)`,
@@ -98,6 +100,30 @@ impl MatmulArgs {
             c,
         }
     }
+}
+
+/// The launch of a kernel `name` of output tiles `bm x bn`, for the
+/// matmul workload `m, n, batch`: `ceil(n / bn) x ceil(m / bm) x batch`
+/// workgroups of `threads` work items (column tiles along x), with the
+/// shared arguments declared (`inputs_readonly` as for
+/// [`MatmulArgs::declare`]).
+pub(crate) fn tile_launch(
+    name: &str,
+    (bm, bn): (usize, usize),
+    threads: usize,
+    inputs_readonly: bool,
+) -> (Body, MatmulArgs) {
+    let n64 = |v: usize| v as u64;
+    let mut k = KernelBuilder::new(name);
+    let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
+    let one = k.index(1);
+    let [bm_l, bn_l] = [bm, bn].map(|v| k.index(n64(v)));
+    let gy = k.div_ceil(wm, bm_l);
+    let gx = k.div_ceil(wn, bn_l);
+    let wg = k.index(n64(threads));
+    let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
+    let args = MatmulArgs::declare(&mut k, inputs_readonly);
+    (k, args)
 }
 
 /// The f32 epilogue of the register-tiled kernels (plain and quad):

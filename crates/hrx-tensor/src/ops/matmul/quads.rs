@@ -46,12 +46,12 @@
 //! load. Rows or columns past the matrices read zeros and are not
 //! stored.
 
-use super::abi::{F32Epilogue, MatmulArgs};
+use super::abi::{F32Epilogue, MatmulArgs, tile_launch};
 use crate::ops::{
     UnaryOp,
     registry::{Generator, KernelKey, KernelSource},
 };
-use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View};
+use hrx_loom::build::{Barrier, Builder, Built, Extent, Index, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 /// Rows of C per workgroup.
@@ -311,17 +311,7 @@ fn quads_kernel(shape: QuadShape, act: Option<UnaryOp>) -> Built {
     assert!(DEPTHS.contains(&bk) && COLUMNS.contains(&bn), "{shape:?}");
     let threads = threads(bn);
     let n64 = |v: usize| v as u64;
-    let mut k = KernelBuilder::new("matmul");
-    let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
-    let one = k.index(1);
-    let [bm_l, bn_l, lm, ln] = [BM, bn, BM - 1, bn - 1].map(|v| k.index(n64(v)));
-    let pm = k.add(wm, lm);
-    let gy = k.div(pm, bm_l);
-    let pn = k.add(wn, ln);
-    let gx = k.div(pn, bn_l);
-    let wg = k.index(n64(threads));
-    let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
-    let args = MatmulArgs::declare(&mut k, false);
+    let (mut k, args) = tile_launch("matmul", (BM, bn), threads, false);
     let &MatmulArgs {
         m,
         n,

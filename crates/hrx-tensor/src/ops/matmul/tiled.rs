@@ -13,14 +13,14 @@
 //! neighbouring workgroup-memory words and write neighbouring columns of
 //! C).
 
-use super::abi::{F32Epilogue, MatmulArgs};
+use super::abi::{F32Epilogue, MatmulArgs, tile_launch};
 use crate::DType;
 use crate::ops::{
     UnaryOp,
     registry::{Generator, KernelKey, KernelSource},
 };
 use hrx_core::{DeviceKind, Target};
-use hrx_loom::build::{Builder, Built, Extent, Index, KernelBuilder, Value};
+use hrx_loom::build::{Builder, Built, Extent, Index, Value};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 /// A `bm x bn` tile of C per workgroup, k steps of `bk`, `tm x tn`
@@ -131,18 +131,7 @@ fn tiled_kernel(
     } else {
         Scalar::F32
     };
-    let mut k = KernelBuilder::new("matmul");
-    let [wm, wn, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
-    let one = k.index(1);
-    let [bm_l, bn_l, lm, ln] = [bm, bn, bm - 1, bn - 1].map(|v| k.index(n64(v)));
-    let pm = k.add(wm, lm);
-    let gy = k.div(pm, bm_l);
-    let pn = k.add(wn, ln);
-    let gx = k.div(pn, bn_l);
-    let wg = k.index(n64(tl.threads()));
-    let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
-
-    let args = MatmulArgs::declare(&mut k, false);
+    let (mut k, args) = tile_launch("matmul", (bm, bn), tl.threads(), false);
     let &MatmulArgs {
         m,
         n,

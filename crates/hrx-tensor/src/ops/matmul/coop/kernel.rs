@@ -16,8 +16,8 @@ use super::copies::{Consts, CoopLayout, Env, Operand};
 use super::epilogue::Epilogue;
 use super::{CoopTiles, fragment};
 use crate::ops::UnaryOp;
-use crate::ops::matmul::abi::MatmulArgs;
-use hrx_loom::build::{Barrier, Built, CoopLayout as Major, Extent, KernelBuilder, Mat, Value};
+use crate::ops::matmul::abi::{MatmulArgs, tile_launch};
+use hrx_loom::build::{Barrier, Built, CoopLayout as Major, Extent, Mat, Value};
 use hrx_loom::ir::{Axis, CoopRole, Scalar};
 
 impl CoopTiles {
@@ -34,18 +34,7 @@ impl CoopTiles {
         let (wm, wn) = (self.bm / 16 / self.sgm, self.bn / 16 / self.sgn);
         let crows = self.sgm * self.sgn * 16;
 
-        let mut k = KernelBuilder::new("matmul_coop");
-        let [wm_, wn_, batch] = ["m", "n", "batch"].map(|name| k.workload(name));
-        let one = k.index(1);
-        let [bm_l, bn_l, lm, ln] =
-            [self.bm, self.bn, self.bm - 1, self.bn - 1].map(|v| k.index(n64(v)));
-        let pm = k.add(wm_, lm);
-        let gy = k.div(pm, bm_l);
-        let pn = k.add(wn_, ln);
-        let gx = k.div(pn, bn_l);
-        let wg = k.index(n64(self.threads()));
-        let mut k = k.launch_config([gx, gy, batch], [wg, one, one]);
-
+        let (mut k, args) = tile_launch("matmul_coop", (self.bm, self.bn), self.threads(), false);
         let MatmulArgs {
             m,
             n,
@@ -70,7 +59,7 @@ impl CoopTiles {
             b: bbuf,
             bias,
             c,
-        } = MatmulArgs::declare(&mut k, false);
+        } = args;
         let zero = k.offset(0);
         let views = self.copy_views(&mut k, layout, zero, [a, bbuf], [la, lb]);
         let biasv = k.buffer_view(bias, zero, [lbias.into()], Scalar::F32);
