@@ -8,6 +8,7 @@ mod activations_f16;
 mod attention;
 mod attention_projected;
 mod cache_f16;
+mod kquant;
 mod quant;
 mod quant_fused;
 mod quant_logits;

@@ -5,6 +5,7 @@
 //! matmul result is compared with an f64 reference within a bound
 //! relative to the row's magnitude; gathers are compared exactly.
 
+use super::kquant;
 use half::f16;
 use hrx_runtime::{Graph, Runtime, RuntimeOptions};
 use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, QuantTiling, Tuning};
@@ -43,7 +44,7 @@ impl Gen {
     pub(super) fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
     }
-    fn byte(&mut self) -> u8 {
+    pub(super) fn byte(&mut self) -> u8 {
         (self.next() >> 32) as u8
     }
 }
@@ -67,7 +68,8 @@ pub(super) fn random(rng: &mut Gen, n: usize, lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
-fn f16_bytes(v: f64) -> [u8; 2] {
+/// f16 bytes of `v`, rounded to nearest.
+pub(super) fn f16_bytes(v: f64) -> [u8; 2] {
     f16::from_f64(v).to_le_bytes()
 }
 
@@ -77,7 +79,7 @@ fn f16_at(b: &[u8]) -> f64 {
 
 /// Random GGML bytes of a `rows` x `cols` matrix: f16 scales of either
 /// sign and a spread of magnitudes, random quants.
-fn ggml_bytes(format: QuantFormat, rows: usize, cols: usize, rng: &mut Gen) -> Vec<u8> {
+pub(super) fn ggml_bytes(format: QuantFormat, rows: usize, cols: usize, rng: &mut Gen) -> Vec<u8> {
     let n = rows * cols;
     let mut out = Vec::new();
     match format {
@@ -102,6 +104,11 @@ fn ggml_bytes(format: QuantFormat, rows: usize, cols: usize, rng: &mut Gen) -> V
                 out.extend(f16_bytes(rng.uniform(-0.1, 0.1)));
                 out.extend(f16_bytes(rng.uniform(-0.8, 0.8)));
                 out.extend((0..16).map(|_| rng.byte()));
+            }
+        }
+        QuantFormat::Q4_K | QuantFormat::Q6_K => {
+            for _ in 0..n / 256 {
+                out.extend(kquant::random_block(format, rng));
             }
         }
     }
@@ -134,12 +141,16 @@ fn dequantise(format: QuantFormat, bytes: &[u8]) -> Vec<f64> {
                 out.extend(q.iter().map(|&b| value(b >> 4)));
             }
         }
+        QuantFormat::Q4_K | QuantFormat::Q6_K => {
+            let values = kquant::dequantise(format, bytes);
+            out.extend(values.into_iter().map(f64::from));
+        }
     }
     out
 }
 
 /// The values of packed words, read back by the device layout's rules.
-fn unpack(format: QuantFormat, rows: usize, cols: usize, words: &[u32]) -> Vec<f64> {
+pub(super) fn unpack(format: QuantFormat, rows: usize, cols: usize, words: &[u32]) -> Vec<f64> {
     let rw = format.row_words(cols).unwrap();
     let half = |w: u32, hi: bool| f16::from_bits((if hi { w >> 16 } else { w }) as u16).to_f64();
     let mut out = Vec::new();
@@ -163,13 +174,14 @@ fn unpack(format: QuantFormat, rows: usize, cols: usize, words: &[u32]) -> Vec<f
                     let v = half(block[0], false) * f64::from(nib) + half(block[0], true);
                     f64::from(v as f32)
                 }
+                QuantFormat::Q4_K | QuantFormat::Q6_K => kquant::unpacked(format, row, j),
             });
         }
     }
     out
 }
 
-fn upload_words(words: &[u32]) -> DeviceTensor {
+pub(super) fn upload_words(words: &[u32]) -> DeviceTensor {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let desc = TensorDesc::new(DType::U32, vec![words.len()]).unwrap();
     DeviceTensor::upload(ops().runtime(), desc, &bytes).unwrap()

@@ -459,12 +459,7 @@ mod tests {
     use super::*;
     use hrx_core::Target;
 
-    const FORMATS: [QuantFormat; 4] = [
-        QuantFormat::F32,
-        QuantFormat::F16,
-        QuantFormat::Q8_0,
-        QuantFormat::Q4_1,
-    ];
+    const FORMATS: [QuantFormat; 6] = QuantFormat::ALL;
 
     /// Every format, row tile, load variant and fusion builds kernels the
     /// verifier and naga accept.

@@ -307,12 +307,7 @@ mod tests {
     /// verifier, naga and (where present) spirv-val accept.
     #[test]
     fn every_variant_compiles() {
-        let formats = [
-            QuantFormat::F32,
-            QuantFormat::F16,
-            QuantFormat::Q8_0,
-            QuantFormat::Q4_1,
-        ];
+        let formats = QuantFormat::ALL;
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             let sg = target.subgroup_size_min as usize;

@@ -1,6 +1,7 @@
 //! Quantised weight matrices: stored packed on the device and dequantised
 //! inside the kernels that read them (matmul and row gather), so a model's
-//! weights take their GGUF size in device memory.
+//! weights take their GGUF size in device memory (K-quants a third to a
+//! half more, below).
 //!
 //! A [`QuantMatrix`] is `rows` x `cols` (rows = output features, each row
 //! `cols` contiguous inputs, as GGUF stores linear layers), held in a
@@ -18,11 +19,26 @@
 //!   and f16 `m` (high half), words 1..=4 the 16 bytes of nibbles; value
 //!   `j < 16` is the low nibble of byte `j`, value `j + 16` its high
 //!   nibble; value = `d * nibble + m`.
+//! - `Q4_K`: each sub-block of 32 values unpacked from its 144-byte
+//!   super-block into 6 words: word 0 the f32 scale `d * sc`, word 1 the
+//!   f32 `dmin * m` (the sub-block's 6-bit scale and minimum times the
+//!   super-block's f16 pair, as GGML computes them), words 2..=5 the 16
+//!   bytes of nibbles in Q4_1's order; value = `scale * nibble - min`.
+//!   24 bytes per 32 values: 1.33 times the file's size.
+//! - `Q6_K`: each sub-block of 16 values unpacked from its 210-byte
+//!   super-block into 5 words: word 0 the f32 scale `d * sc`, words 1..=4
+//!   the 16 values `q - 32` as signed bytes in order; value = `scale * q`.
+//!   20 bytes per 16 values: 1.52 times the file's size.
+//!
+//! The K-quant sub-blocks are unpacked on the host once, when the matrix is
+//! packed, so that every kernel reads their scales as it reads Q4_1's
+//! and Q8_0's, with the same arithmetic GGML dequantises with.
 //!
 //! The kernels (`kernels`, `tiled`) read a row in *spans* of 8
-//! consecutive values: a Q8_0 span is two words, a Q4_1 span the block's
-//! word 0 and two nibble words (low nibbles for the block's first 16
-//! values, high for the rest), an F16 span 4 words, an F32 span 8. Which
+//! consecutive values: a Q8_0 or Q6_K span is two words of bytes after
+//! the block's scale, a Q4_1 or Q4_K span the block's scale words and two
+//! nibble words (low nibbles for the block's first 16 values, high for
+//! the rest), an F16 span 4 words, an F32 span 8. Which
 //! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]);
 //! a tiled product of few tiles on a GPU is split along k
 //! (`tiled::TiledPlan`), its partial sums in the graph's scratch.
@@ -33,6 +49,7 @@
 
 pub(super) mod fused;
 pub(super) mod kernels;
+mod kquant;
 pub(super) mod kv;
 pub(super) mod logits;
 pub(super) mod logits_kernel;
@@ -54,6 +71,8 @@ use spans::Elements;
 use tiled::TiledPlan;
 
 /// How a weight matrix is stored on the device.
+// The variants keep GGML's names, which users know the files by.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
     /// f32 values, one per word.
@@ -64,14 +83,32 @@ pub enum QuantFormat {
     Q8_0,
     /// GGML Q4_1: blocks of 32 nibbles, an f16 scale and an f16 minimum.
     Q4_1,
+    /// GGML Q4_K: super-blocks of 256 nibbles in 8 sub-blocks of 32, each
+    /// with a 6-bit scale and minimum of the super-block's f16 pair.
+    Q4_K,
+    /// GGML Q6_K: super-blocks of 256 6-bit values in 16 sub-blocks of
+    /// 16, each with a signed 8-bit scale of the super-block's f16 scale.
+    Q6_K,
 }
 
 impl QuantFormat {
-    /// Values per block (32 for Q8_0/Q4_1, 1 for F32/F16).
+    /// Every format, in the order of the enum.
+    pub const ALL: [QuantFormat; 6] = [
+        QuantFormat::F32,
+        QuantFormat::F16,
+        QuantFormat::Q8_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q4_K,
+        QuantFormat::Q6_K,
+    ];
+
+    /// Values per GGML block (1 for F32/F16, 32 for Q8_0/Q4_1, 256 for
+    /// Q4_K/Q6_K): a row's length must be a multiple.
     pub fn block_len(self) -> usize {
         match self {
             QuantFormat::F32 | QuantFormat::F16 => 1,
             QuantFormat::Q8_0 | QuantFormat::Q4_1 => 32,
+            QuantFormat::Q4_K | QuantFormat::Q6_K => 256,
         }
     }
 
@@ -82,6 +119,8 @@ impl QuantFormat {
             QuantFormat::F16 => 2,
             QuantFormat::Q8_0 => 34,
             QuantFormat::Q4_1 => 20,
+            QuantFormat::Q4_K => 144,
+            QuantFormat::Q6_K => 210,
         }
     }
 
@@ -104,16 +143,19 @@ impl QuantFormat {
     /// u32 words of one packed row (the device row stride).
     pub fn row_words(self, cols: usize) -> Result<usize> {
         let blocks = self.row_blocks(0, cols)?;
-        Ok(match self {
-            QuantFormat::F32 => cols,
-            QuantFormat::F16 => cols.div_ceil(2),
-            QuantFormat::Q8_0 => blocks
-                .checked_mul(9)
-                .ok_or_else(|| self.fail(0, cols, "too many words"))?,
-            QuantFormat::Q4_1 => blocks
-                .checked_mul(5)
-                .ok_or_else(|| self.fail(0, cols, "too many words"))?,
-        })
+        let times = |n: usize, words: usize| {
+            n.checked_mul(words)
+                .ok_or_else(|| self.fail(0, cols, "too many words"))
+        };
+        match self {
+            QuantFormat::F32 => Ok(cols),
+            QuantFormat::F16 => Ok(cols.div_ceil(2)),
+            QuantFormat::Q8_0 => times(blocks, 9),
+            QuantFormat::Q4_1 => times(blocks, 5),
+            // Sub-blocks of 32 values in 6 words, of 16 values in 5.
+            QuantFormat::Q4_K => times(cols / 32, 6),
+            QuantFormat::Q6_K => times(cols / 16, 5),
+        }
     }
 
     /// Repack a row-major matrix of `rows` rows of `cols` values, given in
@@ -157,6 +199,12 @@ impl QuantFormat {
                         out.extend(block[2..].chunks_exact(4).map(le));
                     }
                 }
+                QuantFormat::Q4_K => row
+                    .chunks_exact(144)
+                    .for_each(|b| kquant::pack_q4_k(b, &mut out)),
+                QuantFormat::Q6_K => row
+                    .chunks_exact(210)
+                    .for_each(|b| kquant::pack_q6_k(b, &mut out)),
             }
         }
         Ok(out)

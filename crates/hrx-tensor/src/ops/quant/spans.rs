@@ -44,13 +44,46 @@ pub(crate) fn span_values(
 /// latency passes under other work (a GPU waits for a load only where
 /// its value is first used).
 pub(crate) struct SpanWords {
-    /// Q8_0 and Q4_1: the block's first word (its f16 scale, and minimum).
-    head: Option<Value<Num>>,
+    /// Blocked formats: the block's scale words (Q8_0 and Q4_1: one word
+    /// of f16 halves; Q4_K: the f32 scale and minimum; Q6_K: the f32
+    /// scale).
+    head: Vec<Value<Num>>,
     /// The words holding the span's values, each with whether it lies
     /// inside the row (a partial last span; `None`: inside).
     words: Vec<(Value<Num>, Option<Value<Bool>>)>,
-    /// Q4_1: the nibbles' shift in each byte (0 or 4).
+    /// Nibble formats: the nibbles' shift in each byte (0 or 4).
     shift: Option<Value<Num>>,
+}
+
+/// How a blocked format lays out one device block (the `quant` module's
+/// documentation): its values, its words, the scale words before the
+/// values, and whether the values are nibbles (else signed bytes).
+struct Block {
+    values: u64,
+    words: u64,
+    head_words: u64,
+    nibbles: bool,
+    /// The scale words hold f32 values (else one word of f16 halves).
+    f32_head: bool,
+}
+
+impl Block {
+    fn of(format: QuantFormat) -> Option<Block> {
+        let block = |values, words, head_words, nibbles, f32_head| Block {
+            values,
+            words,
+            head_words,
+            nibbles,
+            f32_head,
+        };
+        match format {
+            QuantFormat::F16 | QuantFormat::F32 => None,
+            QuantFormat::Q8_0 => Some(block(32, 9, 1, false, false)),
+            QuantFormat::Q4_1 => Some(block(32, 5, 1, true, false)),
+            QuantFormat::Q4_K => Some(block(32, 6, 2, true, true)),
+            QuantFormat::Q6_K => Some(block(16, 5, 1, false, true)),
+        }
+    }
 }
 
 /// Load the words of span `s` of the row whose first word is `row`.
@@ -62,65 +95,68 @@ pub(crate) fn span_words(
 ) -> SpanWords {
     let [c1, c2, c4] = [1, 2, 4].map(|v| b.index(v));
     let load = |b: &mut Builder, i: Value<Index>| b.load(w.view, &[i]);
-    match w.format {
-        QuantFormat::Q4_1 | QuantFormat::Q8_0 => {
-            let q4 = w.format == QuantFormat::Q4_1;
-            let block_words = b.index(if q4 { 5 } else { 9 });
-            let blk = b.div(s, c4);
-            let sp = b.rem(s, c4);
-            let bw = b.madd(blk, block_words, row);
-            let head = load(b, bw);
-            // Q4_1: the pair of nibble words (first or second half of the
-            // block's 16 bytes), low or high nibbles. Q8_0: the pair of
-            // byte words.
-            let (pair, shift) = if q4 {
-                let half = b.rem(sp, c2);
-                let hi = b.div(sp, c2);
-                let sh = b.mul(hi, c4);
-                (half, Some(b.index_cast(sh, Scalar::U32)))
+    if let Some(block) = Block::of(w.format) {
+        let spans = b.index(block.values / SPAN as u64);
+        let block_words = b.index(block.words);
+        let blk = b.div(s, spans);
+        let sp = b.rem(s, spans);
+        let bw = b.madd(blk, block_words, row);
+        let head = (0..block.head_words)
+            .map(|i| {
+                let ci = b.index(i);
+                let at = b.add(bw, ci);
+                load(b, at)
+            })
+            .collect();
+        // Nibbles: the pair of nibble words (first or second half of the
+        // block's 16 bytes), low or high nibbles. Bytes: the span's pair
+        // of byte words.
+        let (pair, shift) = if block.nibbles {
+            let half = b.rem(sp, c2);
+            let hi = b.div(sp, c2);
+            let sh = b.mul(hi, c4);
+            (half, Some(b.index_cast(sh, Scalar::U32)))
+        } else {
+            (sp, None)
+        };
+        let head_words = b.index(block.head_words);
+        let w1 = b.add(bw, head_words);
+        let wa = b.madd(pair, c2, w1);
+        let wb = b.add(wa, c1);
+        return SpanWords {
+            head,
+            words: vec![(load(b, wa), None), (load(b, wb), None)],
+            shift,
+        };
+    }
+    // Words of the span, and the row's words to clamp them to.
+    let per = if w.format == QuantFormat::F16 {
+        SPAN / 2
+    } else {
+        SPAN
+    };
+    let cper = b.index(per as u64);
+    let first = b.mul(s, cper);
+    let last = b.sub(w.row_words, c1);
+    let words = (0..per)
+        .map(|i| {
+            let ci = b.index(i as u64);
+            let wi = b.add(first, ci);
+            if w.tail {
+                let ok = b.cmp(IntPredicate::Ult, wi, w.row_words);
+                let wc = b.min(wi, last);
+                let p = b.add(row, wc);
+                (load(b, p), Some(ok))
             } else {
-                (sp, None)
-            };
-            let w1 = b.add(bw, c1);
-            let wa = b.madd(pair, c2, w1);
-            let wb = b.add(wa, c1);
-            SpanWords {
-                head: Some(head),
-                words: vec![(load(b, wa), None), (load(b, wb), None)],
-                shift,
+                let p = b.add(row, wi);
+                (load(b, p), None)
             }
-        }
-        QuantFormat::F16 | QuantFormat::F32 => {
-            // Words of the span, and the row's words to clamp them to.
-            let per = if w.format == QuantFormat::F16 {
-                SPAN / 2
-            } else {
-                SPAN
-            };
-            let cper = b.index(per as u64);
-            let first = b.mul(s, cper);
-            let last = b.sub(w.row_words, c1);
-            let words = (0..per)
-                .map(|i| {
-                    let ci = b.index(i as u64);
-                    let wi = b.add(first, ci);
-                    if w.tail {
-                        let ok = b.cmp(IntPredicate::Ult, wi, w.row_words);
-                        let wc = b.min(wi, last);
-                        let p = b.add(row, wc);
-                        (load(b, p), Some(ok))
-                    } else {
-                        let p = b.add(row, wi);
-                        (load(b, p), None)
-                    }
-                })
-                .collect();
-            SpanWords {
-                head: None,
-                words,
-                shift: None,
-            }
-        }
+        })
+        .collect();
+    SpanWords {
+        head: Vec::new(),
+        words,
+        shift: None,
     }
 }
 
@@ -128,51 +164,61 @@ pub(crate) fn span_words(
 pub(crate) fn decode_span(b: &mut Builder, w: &Weights, span: &SpanWords) -> Vec<Value<Num>> {
     let [c0, c1] = [0, 1].map(|v| b.index(v));
     let mut out = Vec::with_capacity(SPAN);
-    match w.format {
-        QuantFormat::Q4_1 | QuantFormat::Q8_0 => {
-            // Every blocked span has a head (`span_words`).
-            let head = span.head.unwrap_or_else(|| b.int(0, Scalar::U32));
-            let dm = b.unpackf16(head);
-            let d = b.extract(dm, c0);
-            let shift = span.shift.map(|sh| (sh, b.extract(dm, c1)));
-            for &(word, _) in &span.words {
-                if let Some((sh, mn)) = shift {
-                    let t = b.shrui(word, sh);
-                    let mask = b.int(15, Scalar::U32);
-                    for j in 0..4 {
-                        let bits = b.int(8 * j, Scalar::U32);
-                        let n = b.shrui(t, bits);
-                        let nib = b.andi(n, mask);
-                        let f = b.uitofp(nib, Scalar::F32);
-                        out.push(b.fmaf(d, f, mn));
-                    }
-                } else {
-                    let t = b.bitcast(word, Scalar::I32);
-                    let c24 = b.int(24, Scalar::I32);
-                    for j in 0..4 {
-                        let up = b.int(24 - 8 * j, Scalar::I32);
-                        let hi = b.shli(t, up);
-                        let q = b.shrsi(hi, c24);
-                        let f = b.sitofp(q, Scalar::F32);
-                        out.push(b.mulf(d, f));
-                    }
-                }
+    let Some(block) = Block::of(w.format) else {
+        let zu = b.int(0, Scalar::U32);
+        for &(word, inside) in &span.words {
+            let word = match inside {
+                Some(ok) => b.select(ok, word, zu),
+                None => word,
+            };
+            if w.format == QuantFormat::F16 {
+                let pair = b.unpackf16(word);
+                out.push(b.extract(pair, c0));
+                out.push(b.extract(pair, c1));
+            } else {
+                out.push(b.bitcast(word, Scalar::F32));
             }
         }
-        QuantFormat::F16 | QuantFormat::F32 => {
-            let zu = b.int(0, Scalar::U32);
-            for &(word, inside) in &span.words {
-                let word = match inside {
-                    Some(ok) => b.select(ok, word, zu),
-                    None => word,
-                };
-                if w.format == QuantFormat::F16 {
-                    let pair = b.unpackf16(word);
-                    out.push(b.extract(pair, c0));
-                    out.push(b.extract(pair, c1));
+        return out;
+    };
+    // The scale and, for nibbles, the minimum.
+    let (d, min) = if block.f32_head {
+        let d = b.bitcast(span.head[0], Scalar::F32);
+        let min = block.nibbles.then(|| b.bitcast(span.head[1], Scalar::F32));
+        (d, min)
+    } else {
+        let dm = b.unpackf16(span.head[0]);
+        let d = b.extract(dm, c0);
+        let min = block.nibbles.then(|| b.extract(dm, c1));
+        (d, min)
+    };
+    for &(word, _) in &span.words {
+        if let (Some(sh), Some(min)) = (span.shift, min) {
+            let t = b.shrui(word, sh);
+            let mask = b.int(15, Scalar::U32);
+            for j in 0..4 {
+                let bits = b.int(8 * j, Scalar::U32);
+                let n = b.shrui(t, bits);
+                let nib = b.andi(n, mask);
+                let f = b.uitofp(nib, Scalar::F32);
+                // Q4_1 adds its minimum in one rounding; Q4_K subtracts
+                // its own after the product, as GGML does.
+                out.push(if block.f32_head {
+                    let scaled = b.mulf(d, f);
+                    b.subf(scaled, min)
                 } else {
-                    out.push(b.bitcast(word, Scalar::F32));
-                }
+                    b.fmaf(d, f, min)
+                });
+            }
+        } else {
+            let t = b.bitcast(word, Scalar::I32);
+            let c24 = b.int(24, Scalar::I32);
+            for j in 0..4 {
+                let up = b.int(24 - 8 * j, Scalar::I32);
+                let hi = b.shli(t, up);
+                let q = b.shrsi(hi, c24);
+                let f = b.sitofp(q, Scalar::F32);
+                out.push(b.mulf(d, f));
             }
         }
     }

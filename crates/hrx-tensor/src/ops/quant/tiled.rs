@@ -488,12 +488,7 @@ mod tests {
     fn every_variant_compiles() {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
-            for format in [
-                QuantFormat::F32,
-                QuantFormat::F16,
-                QuantFormat::Q8_0,
-                QuantFormat::Q4_1,
-            ] {
+            for format in QuantFormat::ALL {
                 let half = Elements {
                     x: Scalar::F16,
                     out: Scalar::F16,
