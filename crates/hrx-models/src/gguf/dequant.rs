@@ -1,9 +1,10 @@
-//! Host-side decoding of F32, F16, Q8_0 and Q4_1 data to f32: the
+//! Host-side decoding of F32, F16, Q8_0, Q4_1, Q4_K and Q6_K data to f32: the
 //! reference that device kernels with fused dequantisation are tested
 //! against, and the path for loading weights as plain f32.
 //!
 //! The arithmetic is GGML's, in f32 and in the same order (`d * q + m`
-//! for Q4_1, `d * q` for Q8_0, with `d` and `m` widened from f16), so the
+//! for Q4_1, `d * q` for Q8_0, with `d` and `m` widened from f16; for the
+//! K-quants each sub-block's `d * sc` (and `dmin * m`) first), so the
 //! results are bit-identical to GGML's and the `gguf` package's.
 
 use half::f16;
@@ -54,9 +55,54 @@ pub(crate) fn dequantize_into(
                 }
             }
         }
+        TensorType::Q4_K => {
+            for (b, o) in blocks {
+                let (d, dmin) = (half_at(b, 0), half_at(b, 2));
+                let (scales, qs) = (&b[4..16], &b[16..144]);
+                for (j, sub) in o.chunks_exact_mut(32).enumerate() {
+                    let (sc, m) = q4_k_scale_min(scales, j);
+                    let (scale, min) = (d * f32::from(sc), dmin * f32::from(m));
+                    let bytes = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                    for (value, &q) in sub.iter_mut().zip(bytes) {
+                        *value = scale * f32::from((q >> (4 * (j % 2))) & 15) - min;
+                    }
+                }
+            }
+        }
+        TensorType::Q6_K => {
+            for (b, o) in blocks {
+                let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
+                let d = half_at(b, 208);
+                for (i, value) in o.iter_mut().enumerate() {
+                    // Each half of 128 values takes 64 bytes of low bits
+                    // and 32 of high bits, a quarter of 32 values at a
+                    // time.
+                    let (half, quarter, l) = (i / 128, i % 128 / 32, i % 32);
+                    let low = ql[64 * half + 32 * (quarter % 2) + l] >> (4 * (quarter / 2));
+                    let high = qh[32 * half + l] >> (2 * quarter);
+                    let q = ((low & 15) | ((high & 3) << 4)) as i8 - 32;
+                    *value = d * f32::from(scales[i / 16] as i8) * f32::from(q);
+                }
+            }
+        }
         other => return Err(other.name()),
     }
     Ok(())
+}
+
+/// The 6-bit scale and minimum of sub-block `j` of a Q4_K super-block's
+/// 12 packed bytes: sub-blocks 0..4 in the low 6 bits of bytes `j` and
+/// `j + 4`; 4..8 in the nibbles of byte `j + 4` with their top two bits
+/// in the high bits of bytes `j - 4` and `j`.
+fn q4_k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (scales[j] & 63, scales[j + 4] & 63)
+    } else {
+        let packed = scales[j + 4];
+        let scale = (packed & 15) | ((scales[j - 4] >> 6) << 4);
+        let min = (packed >> 4) | ((scales[j] >> 6) << 4);
+        (scale, min)
+    }
 }
 
 /// The little-endian f16 at `b[at..at + 2]`, widened.
@@ -95,9 +141,9 @@ mod tests {
 
     #[test]
     fn other_types_are_named() {
-        let q6k = TensorType::from_id(14).unwrap();
+        let q5k = TensorType::from_id(13).unwrap();
         let mut out = vec![0f32; 256];
-        let error = dequantize_into(q6k, &[0; 210], &mut out).unwrap_err();
-        assert_eq!(error, "Q6_K");
+        let error = dequantize_into(q5k, &[0; 176], &mut out).unwrap_err();
+        assert_eq!(error, "Q5_K");
     }
 }

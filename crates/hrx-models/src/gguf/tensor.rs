@@ -67,6 +67,14 @@ impl TensorType {
     pub const Q4_1: TensorType = Self::known(3);
     /// Blocks of 32: an f16 scale `d`, then 32 `i8` `q`; value `d * q`.
     pub const Q8_0: TensorType = Self::known(8);
+    /// Super-blocks of 256 in 8 sub-blocks of 32: f16 `d` and `dmin`, 12
+    /// bytes of 6-bit sub-block scales `sc` and minimums `m`, 128 bytes
+    /// of 4-bit `q`; value `(d * sc) * q - dmin * m`.
+    pub const Q4_K: TensorType = Self::known(12);
+    /// Super-blocks of 256 in 16 sub-blocks of 16: 6-bit `q` (low 4 bits
+    /// in 128 bytes, high 2 in 64), 16 `i8` sub-block scales `sc`, f16
+    /// `d`; value `(d * sc) * (q - 32)`.
+    pub const Q6_K: TensorType = Self::known(14);
 
     const fn known(id: u32) -> TensorType {
         let mut i = 0;
@@ -117,9 +125,17 @@ impl TensorType {
         self.block_bytes
     }
 
-    /// Whether hrx decodes this type (F32, F16, Q8_0, Q4_1).
+    /// Whether hrx decodes this type (F32, F16, Q8_0, Q4_1, Q4_K, Q6_K).
     pub fn is_readable(self) -> bool {
-        [Self::F32, Self::F16, Self::Q8_0, Self::Q4_1].contains(&self)
+        [
+            Self::F32,
+            Self::F16,
+            Self::Q8_0,
+            Self::Q4_1,
+            Self::Q4_K,
+            Self::Q6_K,
+        ]
+        .contains(&self)
     }
 }
 

@@ -49,8 +49,10 @@ fn format_of(info: &TensorInfo) -> Result<QuantFormat> {
         TensorType::F16 => Ok(QuantFormat::F16),
         TensorType::Q8_0 => Ok(QuantFormat::Q8_0),
         TensorType::Q4_1 => Ok(QuantFormat::Q4_1),
+        TensorType::Q4_K => Ok(QuantFormat::Q4_K),
+        TensorType::Q6_K => Ok(QuantFormat::Q6_K),
         other => Err(Error::Unsupported(format!(
-            "tensor {}: type {} has no device kernels (F32, F16, Q8_0 and Q4_1 do)",
+            "tensor {}: type {} has no device kernels (F32, F16, Q8_0, Q4_1, Q4_K and Q6_K do)",
             info.name(),
             other.name()
         ))),

@@ -8,6 +8,7 @@ use crate::gguf_common::{Writer, array, entry, info, string, use_everything};
 use hrx_models::gguf::{
     Array, GgufError, GgufErrorKind, GgufFile, MAX_ARRAY_DEPTH, TensorType, Value,
 };
+use base64::Engine as _;
 use proptest::prelude::*;
 
 fn kind(result: Result<GgufFile, GgufError>) -> GgufErrorKind {
@@ -274,23 +275,23 @@ fn unknown_and_unsupported_types() {
         }
     );
 
-    // Q6_K parses (its layout is known) but is not decoded.
+    // Q5_K parses (its layout is known) but is not decoded.
     let mut w = Writer::valid();
-    w.infos = vec![info("k", &[256], 14, 0)];
-    w.data = vec![0; 210];
+    w.infos = vec![info("k", &[256], 13, 0)];
+    w.data = vec![0; 176];
     let file = w.parse().unwrap();
     let k = file.tensor("k").unwrap();
-    assert_eq!(k.tensor_type().name(), "Q6_K");
-    assert_eq!(file.tensor_data(k).len(), 210);
+    assert_eq!(k.tensor_type().name(), "Q5_K");
+    assert_eq!(file.tensor_data(k).len(), 176);
     let error = file.dequantize(k).unwrap_err();
     assert_eq!(
         error.kind,
         GgufErrorKind::UnsupportedTensorType {
             tensor: "k".into(),
-            type_name: "Q6_K"
+            type_name: "Q5_K"
         }
     );
-    assert!(error.to_string().contains("Q6_K"));
+    assert!(error.to_string().contains("Q5_K"));
 
     let mut w = Writer::empty();
     w.entries = vec![entry("v", 13, &[0; 8])];
@@ -469,5 +470,37 @@ proptest! {
         let i = at.index(header - 8);
         bytes[i..i + 8].copy_from_slice(&word.to_le_bytes());
         use_everything(bytes);
+    }
+}
+
+/// Q4_K and Q6_K tensors decode to the `gguf` package's values bit for bit
+/// (`tests/reference/kquant/`), whole and by rows.
+#[test]
+fn k_quants_decode_as_the_gguf_package_does() {
+    let reference: serde_json::Value =
+        serde_json::from_str(include_str!("../reference/kquant/kquant.json")).unwrap();
+    for (name, type_id) in [("Q4_K", 12), ("Q6_K", 14)] {
+        let m = &reference[name];
+        let (rows, cols) = (m["rows"].as_u64().unwrap(), m["cols"].as_u64().unwrap());
+        let b64 = |key: &str| {
+            base64::engine::general_purpose::STANDARD
+                .decode(m[key].as_str().unwrap())
+                .unwrap()
+        };
+        let want: Vec<u32> = b64("values")
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let mut w = Writer::empty();
+        w.infos = vec![info("w", &[cols, rows], type_id, 0)];
+        w.data = b64("bytes");
+        let file = w.parse().unwrap();
+        let tensor = file.tensor("w").unwrap();
+        assert_eq!(tensor.tensor_type().name(), name);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(bits(file.dequantize(tensor).unwrap()), want, "{name}");
+        let cols = cols as usize;
+        let rows_2_4 = file.dequantize_rows(tensor, 2..4).unwrap();
+        assert_eq!(bits(rows_2_4), want[2 * cols..4 * cols], "{name} rows");
     }
 }

@@ -1,7 +1,7 @@
 //! K-quant weights (Q4_K, Q6_K): the host reference written here from
 //! GGML's definitions equals the `gguf` package's dequantisation
-//! (`reference/kquant.json`, made by `reference/make_kquant.py`) bit for
-//! bit; packed and gathered on the device, the same bytes give the same
+//! (`kquant.json`, made by `make_kquant.py` in hrx-models'
+//! `tests/reference/kquant/`) bit for bit; packed and gathered on the device, the same bytes give the same
 //! values; and every kernel that reads quantised weights (matrix-vector,
 //! tiled whole and split, gated, the output head) matches the f64
 //! reference on random super-blocks.
@@ -127,7 +127,7 @@ struct Reference {
 
 /// The `gguf` package's matrices, one per K-quant format.
 fn reference() -> Vec<Reference> {
-    let text = include_str!("reference/kquant.json");
+    let text = include_str!("../../../../crates/hrx-models/tests/reference/kquant/kquant.json");
     let json: serde_json::Value = serde_json::from_str(text).expect("kquant.json");
     let b64 = |v: &serde_json::Value| {
         base64::engine::general_purpose::STANDARD

@@ -4,11 +4,13 @@ Writes kquant.json beside this script: for Q4_K and Q6_K, a 6 x 512
 matrix of seeded random GGML super-blocks (every byte random but the f16
 scales, which are drawn as sane magnitudes of either sign) as base64, and
 its values as the `gguf` package dequantises them (little-endian f32,
-base64). Nothing here imports or calls hrx.
+base64). Nothing here imports or calls hrx. Tested with gguf 0.19.0 and
+numpy 2.4.6. The kernels' tests (tests/e2e/decoder_kernels/kquant.rs)
+and the GGUF reader's (tests/models/gguf.rs) read it.
 
     python3 -m venv target/ref-venv
     target/ref-venv/bin/pip install gguf numpy
-    target/ref-venv/bin/python tests/tests/e2e/decoder_kernels/reference/make_kquant.py
+    target/ref-venv/bin/python crates/hrx-models/tests/reference/kquant/make_kquant.py
 """
 
 import base64
