@@ -5,10 +5,10 @@
 //! error at the right offset; random corruption never panics.
 
 use crate::gguf_common::{Writer, array, entry, info, string, use_everything};
+use base64::Engine as _;
 use hrx_models::gguf::{
     Array, GgufError, GgufErrorKind, GgufFile, MAX_ARRAY_DEPTH, TensorType, Value,
 };
-use base64::Engine as _;
 use proptest::prelude::*;
 
 fn kind(result: Result<GgufFile, GgufError>) -> GgufErrorKind {

@@ -1,6 +1,12 @@
-//! A GGUF file with chosen tensors re-encoded as F32 or F16 from their
-//! decoded values, the rest as they were: the same model in other tensor
-//! types, and in mixed ones.
+//! A GGUF file with chosen tensors re-encoded as F32, F16, Q4_K or Q6_K
+//! from their decoded values, the rest as they were: the same model in
+//! other tensor types, and in mixed ones.
+//!
+//! The K-quant encoders are plain and deterministic (each sub-block's
+//! scale from its range, the super-block's from the largest sub-block
+//! scale, values rounded to nearest), not llama.cpp's search for the best
+//! scales: what the tests need is valid super-blocks whose decoded values
+//! an independent reference reads from the same bytes.
 
 use half::f16;
 use hrx_models::gguf::{GgufFile, TensorInfo, TensorType};
@@ -15,9 +21,101 @@ fn encoded(file: &GgufFile, info: &TensorInfo, to: TensorType) -> Vec<u8> {
             .iter()
             .flat_map(|&v| f16::from_f32(v).to_le_bytes())
             .collect()
+    } else if to == TensorType::Q4_K {
+        values.chunks_exact(256).flat_map(q4_k_block).collect()
+    } else if to == TensorType::Q6_K {
+        values.chunks_exact(256).flat_map(q6_k_block).collect()
     } else {
         panic!("re-encoding as {} is not written", to.name())
     }
+}
+
+/// `v` as f16 and back: the value a super-block scale decodes to.
+fn through_f16(v: f32) -> f32 {
+    f16::from_f32(v).to_f32()
+}
+
+/// `v / scale` rounded to the nearest integer in `lo..=hi` (0 for a zero
+/// scale).
+fn quantised(v: f32, scale: f32, (lo, hi): (i32, i32)) -> i32 {
+    if scale == 0.0 {
+        return 0;
+    }
+    ((v / scale).round() as i32).clamp(lo, hi)
+}
+
+/// 256 values as one Q4_K super-block: sub-block `j` of 32 holds
+/// `(d * sc[j]) * q - dmin * m[j]`, with 6-bit `sc`, `m` and 4-bit `q`.
+fn q4_k_block(values: &[f32]) -> Vec<u8> {
+    // Each sub-block's scale and minimum, from its range (0 included).
+    let ranges: Vec<(f32, f32)> = values
+        .chunks_exact(32)
+        .map(|sub| {
+            let lo = sub.iter().fold(0f32, |a, &v| a.min(v));
+            let hi = sub.iter().fold(0f32, |a, &v| a.max(v));
+            ((hi - lo) / 15.0, -lo)
+        })
+        .collect();
+    let largest = |f: fn(&(f32, f32)) -> f32| ranges.iter().map(f).fold(0f32, f32::max);
+    let d = through_f16(largest(|r| r.0) / 63.0);
+    let dmin = through_f16(largest(|r| r.1) / 63.0);
+    let six = |v: f32, unit: f32| quantised(v, unit, (0, 63)) as u8;
+    let sc: Vec<u8> = ranges.iter().map(|r| six(r.0, d)).collect();
+    let m: Vec<u8> = ranges.iter().map(|r| six(r.1, dmin)).collect();
+    let mut scales = [0u8; 12];
+    for j in 0..4 {
+        scales[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        scales[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+        scales[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4);
+    }
+    let q: Vec<u8> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (scale, min) = (d * f32::from(sc[i / 32]), dmin * f32::from(m[i / 32]));
+            quantised(v + min, scale, (0, 15)) as u8
+        })
+        .collect();
+    let mut out = Vec::with_capacity(144);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(f16::from_f32(dmin).to_le_bytes());
+    out.extend(scales);
+    for chunk in q.chunks_exact(64) {
+        out.extend((0..32).map(|l| chunk[l] | (chunk[l + 32] << 4)));
+    }
+    out
+}
+
+/// 256 values as one Q6_K super-block: sub-block `j` of 16 holds
+/// `(d * sc[j]) * (q - 32)`, with signed 8-bit `sc` and 6-bit `q`.
+fn q6_k_block(values: &[f32]) -> Vec<u8> {
+    let amax = |sub: &[f32]| sub.iter().fold(0f32, |a, &v| a.max(v.abs()));
+    let unit: Vec<f32> = values.chunks_exact(16).map(|s| amax(s) / 31.0).collect();
+    let d = through_f16(unit.iter().fold(0f32, |a, &u| a.max(u)) / 127.0);
+    let sc: Vec<i8> = unit
+        .iter()
+        .map(|&u| quantised(u, d, (-128, 127)) as i8)
+        .collect();
+    let q: Vec<u8> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (quantised(v, d * f32::from(sc[i / 16]), (-32, 31)) + 32) as u8)
+        .collect();
+    let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
+    for (i, &value) in q.iter().enumerate() {
+        // Each half of 128 values: 64 bytes of low nibbles (a quarter of
+        // 32 values each in the low or high nibbles of 32 bytes) and 32
+        // bytes of high bit pairs.
+        let (half, quarter, l) = (i / 128, i % 128 / 32, i % 32);
+        ql[64 * half + 32 * (quarter % 2) + l] |= (value & 15) << (4 * (quarter / 2));
+        qh[32 * half + l] |= (value >> 4) << (2 * quarter);
+    }
+    let mut out = Vec::with_capacity(210);
+    out.extend(ql);
+    out.extend(qh);
+    out.extend(sc.iter().map(|&s| s as u8));
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out
 }
 
 /// Where `info`'s record (its name, then the dims, the type and the

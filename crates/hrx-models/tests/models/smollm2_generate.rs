@@ -11,7 +11,7 @@
 
 use crate::gguf_reencode;
 use hrx_inference::ModelContext;
-use hrx_models::gguf::{GgufFile, TensorType};
+use hrx_models::gguf::{GgufFile, LlamaConfig, TensorType};
 use hrx_models::llama::{
     ActivationFormat, CacheFormat, FinishReason, GenerateRequest, GenerationEvent, Generator,
     GeneratorOptions, Sampling,
@@ -29,6 +29,7 @@ const F16_NEAR_TIE: f64 = 0.02;
 
 #[derive(Deserialize)]
 struct Reference {
+    gguf_sha256: String,
     new_tokens: usize,
     prompts: Vec<Prompt>,
 }
@@ -43,11 +44,17 @@ struct Prompt {
 }
 
 fn reference() -> Reference {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/reference/smollm2/reference.json"
+    reference_named("reference.json").expect("reference.json")
+}
+
+/// A reference file of `reference/smollm2/`, if it is there.
+fn reference_named(name: &str) -> Option<Reference> {
+    let path = format!(
+        "{}/tests/reference/smollm2/{name}",
+        env!("CARGO_MANIFEST_DIR")
     );
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(serde_json::from_str(&text).unwrap())
 }
 
 fn generator(options: GeneratorOptions) -> Generator {
@@ -494,4 +501,63 @@ fn requests_are_checked_streamed_stopped_sampled_and_cancelled() {
     });
     assert!(matches!(busy, Some(hrx_core::Error::Busy(_))), "{busy:?}");
     drop(held);
+}
+
+/// SmolLM2 with every feed-forward down projection (1,536 columns: whole
+/// super-blocks; the model's 576-wide rows are not) re-encoded as Q4_K in
+/// even blocks and Q6_K in odd ones, the way Q4_K_M files mix them,
+/// against `reference_kquant.json`: the float64 reference of the
+/// re-encoded file itself (re-encoding moves the weights, so the Q4_1
+/// file's reference does not hold). The device bytes grow by exactly the
+/// unpacked sub-blocks: 24 bytes per 32 values for Q4_K and 20 per 16 for
+/// Q6_K, against Q4_1's 20 per 32.
+#[test]
+fn k_quant_weights_agree_margin_aware() {
+    use sha2::{Digest, Sha256};
+    let original = GgufFile::open(&smollm2_gguf()).unwrap();
+    let blocks = LlamaConfig::from_gguf(&original).unwrap().layers;
+    let types: Vec<(String, TensorType)> = (0..blocks)
+        .map(|b| {
+            let to = if b % 2 == 0 {
+                TensorType::Q4_K
+            } else {
+                TensorType::Q6_K
+            };
+            (format!("blk.{b}.ffn_down.weight"), to)
+        })
+        .collect();
+    let (file, _) = gguf_reencode::reencoded(&original, &types);
+    let sha: String = Sha256::digest(file.bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let reference = reference_named("reference_kquant.json");
+    let Some(reference) = reference.filter(|r| r.gguf_sha256 == sha) else {
+        let path = smollm2_gguf().with_file_name("SmolLM2-135M-Instruct.kquant.gguf");
+        std::fs::write(&path, file.bytes()).unwrap();
+        panic!(
+            "the re-encoded file ({sha}) is not the one reference_kquant.json was made from; it \
+             is written to {}: remake the reference from it (reference/smollm2/README.md)",
+            path.display()
+        );
+    };
+    let context = || ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
+    let before = Generator::load(&context(), &original, options()).unwrap();
+    let generator = Generator::load(&context(), &file, options()).unwrap();
+    let c = generator.config();
+    let values = (c.width * c.ffn_width) as i64;
+    let q4_1 = values / 32 * 20;
+    let grown: i64 = (0..blocks)
+        .map(|b| {
+            if b % 2 == 0 {
+                values / 32 * 24 - q4_1
+            } else {
+                values / 16 * 20 - q4_1
+            }
+        })
+        .sum();
+    let bytes = |g: &Generator| g.stats().device_bytes as i64;
+    assert_eq!(bytes(&generator) - bytes(&before), grown);
+    drop(before);
+    agrees_margin_aware(&generator, &reference, "K-quants", NEAR_TIE);
 }

@@ -3,10 +3,11 @@
 
     python3 -m venv target/ref-venv
     target/ref-venv/bin/pip install gguf numpy tokenizers jinja2
-    target/ref-venv/bin/python crates/hrx-models/tests/reference/smollm2/make_reference.py [GGUF]
+    target/ref-venv/bin/python crates/hrx-models/tests/reference/smollm2/make_reference.py [GGUF [OUT]]
 
 GGUF (default: target/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf under the
-repository root, as `cargo xtask models` fetches it).  Nothing here uses hrx code:
+repository root, as `cargo xtask models` fetches it); OUT (default: reference.json) names the file
+written next to this one.  Nothing here uses hrx code:
 
   * the file is read with the `gguf` package (GGUFReader) and every tensor dequantised with
     its numpy code (gguf.quants.dequantize), then widened to float64;
@@ -21,7 +22,7 @@ repository root, as `cargo xtask models` fetches it).  Nothing here uses hrx cod
     key/value head h // (heads / kv_heads)), SwiGLU, tied embedding when there is no
     output.weight.  Greedy decoding with a KV cache, 32 new tokens, no stopping at EOS.
 
-Writes reference.json next to this file: per prompt its text (or chat messages and the rendered
+Writes OUT next to this file: per prompt its text (or chat messages and the rendered
 text), prompt ids, greedy ids, the top-1 minus top-2 logit margin at each step and the decoded
 continuation; extra tokenizer-only cases (ids and their decoded text); a few dequantised rows of one Q4_1 and one
 Q8_0 tensor.  Checks, stopping with an error if one fails: the tokenizer reproduces the file's
@@ -224,6 +225,7 @@ class Llama:
 
 def main():
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_GGUF
+    out_name = sys.argv[2] if len(sys.argv) > 2 else "reference.json"
     reader = GGUFReader(str(path))
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     tok = build_tokenizer(reader)
@@ -289,10 +291,10 @@ def main():
         "tokenize": tokenize,
         "dequantized_rows": dequant,
     }
-    with open(HERE / "reference.json", "w", encoding="utf-8") as f:
+    with open(HERE / out_name, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
-    print("wrote", HERE / "reference.json")
+    print("wrote", HERE / out_name)
 
 
 if __name__ == "__main__":
