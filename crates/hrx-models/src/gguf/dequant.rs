@@ -1,10 +1,12 @@
-//! Host-side decoding of F32, F16, Q8_0, Q4_1, Q4_K and Q6_K data to f32: the
+//! Host-side decoding of F32, F16 and the GGML block formats Q8_0, Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K to f32: the
 //! reference that device kernels with fused dequantisation are tested
 //! against, and the path for loading weights as plain f32.
 //!
 //! The arithmetic is GGML's, in f32 and in the same order (`d * q + m`
-//! for Q4_1, `d * q` for Q8_0, with `d` and `m` widened from f16; for the
-//! K-quants each sub-block's `d * sc` (and `dmin * m`) first), so the
+//! for Q4_1 and Q5_1, `(q - 8) * d` for Q4_0 and Q5_0 (16), `d * q` for
+//! Q8_0, with `d` and `m` widened from f16; for the K-quants each
+//! sub-block's `d * sc` (and `dmin * m`) first), so the
 //! results are bit-identical to GGML's and the `gguf` package's.
 
 use half::f16;
@@ -55,16 +57,47 @@ pub(crate) fn dequantize_into(
                 }
             }
         }
-        TensorType::Q4_K => {
+        TensorType::Q4_0 => {
+            for (b, o) in blocks {
+                let d = half_at(b, 0);
+                for (i, value) in o.iter_mut().enumerate() {
+                    *value = f32::from(nibble(&b[2..18], i) as i8 - 8) * d;
+                }
+            }
+        }
+        TensorType::Q5_0 | TensorType::Q5_1 => {
+            // Q5_1 has its minimum after the scale.
+            let head = if ty == TensorType::Q5_0 { 2 } else { 4 };
+            for (b, o) in blocks {
+                let d = half_at(b, 0);
+                let (qh, qs) = (&b[head..head + 4], &b[head + 4..]);
+                for (i, value) in o.iter_mut().enumerate() {
+                    let q = nibble(qs, i) | ((qh[i / 8] >> (i % 8)) & 1) << 4;
+                    *value = if head == 2 {
+                        f32::from(q as i8 - 16) * d
+                    } else {
+                        f32::from(q) * d + half_at(b, 2)
+                    };
+                }
+            }
+        }
+        TensorType::Q4_K | TensorType::Q5_K => {
+            // Q5_K has 32 bytes of fifth bits before the nibbles.
+            let fifth = ty == TensorType::Q5_K;
+            let qs_at = if fifth { 48 } else { 16 };
             for (b, o) in blocks {
                 let (d, dmin) = (half_at(b, 0), half_at(b, 2));
-                let (scales, qs) = (&b[4..16], &b[16..144]);
+                let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[qs_at..qs_at + 128]);
                 for (j, sub) in o.chunks_exact_mut(32).enumerate() {
                     let (sc, m) = q4_k_scale_min(scales, j);
                     let (scale, min) = (d * f32::from(sc), dmin * f32::from(m));
                     let bytes = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-                    for (value, &q) in sub.iter_mut().zip(bytes) {
-                        *value = scale * f32::from((q >> (4 * (j % 2))) & 15) - min;
+                    for (l, (value, &q)) in sub.iter_mut().zip(bytes).enumerate() {
+                        let mut q = (q >> (4 * (j % 2))) & 15;
+                        if fifth {
+                            q |= ((qh[l] >> j) & 1) << 4;
+                        }
+                        *value = scale * f32::from(q) - min;
                     }
                 }
             }
@@ -90,7 +123,13 @@ pub(crate) fn dequantize_into(
     Ok(())
 }
 
-/// The 6-bit scale and minimum of sub-block `j` of a Q4_K super-block's
+/// Value `i` of a block of 32 nibbles in 16 bytes: the low nibbles, then
+/// the high ones.
+fn nibble(qs: &[u8], i: usize) -> u8 {
+    if i < 16 { qs[i] & 15 } else { qs[i - 16] >> 4 }
+}
+
+/// The 6-bit scale and minimum of sub-block `j` of a Q4_K or Q5_K super-block's
 /// 12 packed bytes: sub-blocks 0..4 in the low 6 bits of bytes `j` and
 /// `j + 4`; 4..8 in the nibbles of byte `j + 4` with their top two bits
 /// in the high bits of bytes `j - 4` and `j`.
@@ -141,9 +180,9 @@ mod tests {
 
     #[test]
     fn other_types_are_named() {
-        let q5k = TensorType::from_id(13).unwrap();
+        let q3k = TensorType::from_id(11).unwrap();
         let mut out = vec![0f32; 256];
-        let error = dequantize_into(q5k, &[0; 176], &mut out).unwrap_err();
-        assert_eq!(error, "Q5_K");
+        let error = dequantize_into(q3k, &[0; 110], &mut out).unwrap_err();
+        assert_eq!(error, "Q3_K");
     }
 }

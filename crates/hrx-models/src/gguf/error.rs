@@ -204,7 +204,7 @@ impl fmt::Display for GgufErrorKind {
             }
             UnsupportedTensorType { tensor, type_name } => write!(
                 f,
-                "tensor {tensor:?} has type {type_name}; F32, F16, Q8_0, Q4_1, Q4_K and Q6_K are read"
+                "tensor {tensor:?} has type {type_name}; F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are read"
             ),
             BadDimensions { tensor, why } => write!(f, "tensor {tensor:?}: {why}"),
             BadAlignment(a) => write!(

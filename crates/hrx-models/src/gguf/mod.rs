@@ -16,9 +16,10 @@
 //!   After parsing, every tensor is known to be aligned, inside the file
 //!   and disjoint from every other, with dims whose byte size does not
 //!   overflow; keys and tensor names are unique UTF-8.
-//! - **Every GGML type is known, six are decoded.** A file of any type
+//! - **Every GGML type is known, ten are decoded.** A file of any type
 //!   parses and its layout is checked ([`TensorType`] knows every GGML
-//!   type's block layout); decoding is F32, F16, Q8_0, Q4_1, Q4_K and Q6_K
+//!   type's block layout); decoding is F32, F16, Q8_0, Q4_0, Q4_1, Q5_0,
+//!   Q5_1, Q4_K, Q5_K and Q6_K
 //!   ([`GgufFile::dequantize`], bit-identical to GGML's arithmetic), and
 //!   another type is [`GgufErrorKind::UnsupportedTensorType`].
 //! - **Quantised data stays as it is.** [`GgufFile::tensor_data`] is the

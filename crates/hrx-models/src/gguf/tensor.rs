@@ -60,17 +60,29 @@ impl TensorType {
     pub const F32: TensorType = Self::known(0);
     /// 16-bit IEEE float.
     pub const F16: TensorType = Self::known(1);
+    /// Blocks of 32: an f16 scale `d`, then 16 bytes of 4-bit `q` (as
+    /// Q4_1's); value `d * (q - 8)`.
+    pub const Q4_0: TensorType = Self::known(2);
     /// Blocks of 32: an f16 scale `d` and an f16 minimum `m`, then 16
     /// bytes of 4-bit `q` (value `i` in the low nibble of byte `i` for
     /// `i < 16`, in the high nibble of byte `i - 16` after); value
     /// `d * q + m`.
     pub const Q4_1: TensorType = Self::known(3);
+    /// Blocks of 32: an f16 scale `d`, 4 bytes of fifth bits (bit `i` of
+    /// value `i`), then 16 bytes of low nibbles as Q4_1's; value
+    /// `d * (q - 16)`.
+    pub const Q5_0: TensorType = Self::known(6);
+    /// Q5_0 with an f16 minimum `m` after `d`; value `d * q + m`.
+    pub const Q5_1: TensorType = Self::known(7);
     /// Blocks of 32: an f16 scale `d`, then 32 `i8` `q`; value `d * q`.
     pub const Q8_0: TensorType = Self::known(8);
     /// Super-blocks of 256 in 8 sub-blocks of 32: f16 `d` and `dmin`, 12
     /// bytes of 6-bit sub-block scales `sc` and minimums `m`, 128 bytes
     /// of 4-bit `q`; value `(d * sc) * q - dmin * m`.
     pub const Q4_K: TensorType = Self::known(12);
+    /// Q4_K with 32 bytes of fifth bits (bit `j` of byte `l` for value `l`
+    /// of sub-block `j`) before the nibbles.
+    pub const Q5_K: TensorType = Self::known(13);
     /// Super-blocks of 256 in 16 sub-blocks of 16: 6-bit `q` (low 4 bits
     /// in 128 bytes, high 2 in 64), 16 `i8` sub-block scales `sc`, f16
     /// `d`; value `(d * sc) * (q - 32)`.
@@ -125,14 +137,19 @@ impl TensorType {
         self.block_bytes
     }
 
-    /// Whether hrx decodes this type (F32, F16, Q8_0, Q4_1, Q4_K, Q6_K).
+    /// Whether hrx decodes this type (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q4_K, Q5_K, Q6_K).
     pub fn is_readable(self) -> bool {
         [
             Self::F32,
             Self::F16,
             Self::Q8_0,
+            Self::Q4_0,
             Self::Q4_1,
+            Self::Q5_0,
+            Self::Q5_1,
             Self::Q4_K,
+            Self::Q5_K,
             Self::Q6_K,
         ]
         .contains(&self)

@@ -48,11 +48,15 @@ fn format_of(info: &TensorInfo) -> Result<QuantFormat> {
         TensorType::F32 => Ok(QuantFormat::F32),
         TensorType::F16 => Ok(QuantFormat::F16),
         TensorType::Q8_0 => Ok(QuantFormat::Q8_0),
+        TensorType::Q4_0 => Ok(QuantFormat::Q4_0),
         TensorType::Q4_1 => Ok(QuantFormat::Q4_1),
+        TensorType::Q5_0 => Ok(QuantFormat::Q5_0),
+        TensorType::Q5_1 => Ok(QuantFormat::Q5_1),
         TensorType::Q4_K => Ok(QuantFormat::Q4_K),
+        TensorType::Q5_K => Ok(QuantFormat::Q5_K),
         TensorType::Q6_K => Ok(QuantFormat::Q6_K),
         other => Err(Error::Unsupported(format!(
-            "tensor {}: type {} has no device kernels (F32, F16, Q8_0, Q4_1, Q4_K and Q6_K do)",
+            "tensor {}: type {} has no device kernels (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K do)",
             info.name(),
             other.name()
         ))),

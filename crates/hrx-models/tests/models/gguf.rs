@@ -275,23 +275,23 @@ fn unknown_and_unsupported_types() {
         }
     );
 
-    // Q5_K parses (its layout is known) but is not decoded.
+    // Q3_K parses (its layout is known) but is not decoded.
     let mut w = Writer::valid();
-    w.infos = vec![info("k", &[256], 13, 0)];
-    w.data = vec![0; 176];
+    w.infos = vec![info("k", &[256], 11, 0)];
+    w.data = vec![0; 110];
     let file = w.parse().unwrap();
     let k = file.tensor("k").unwrap();
-    assert_eq!(k.tensor_type().name(), "Q5_K");
-    assert_eq!(file.tensor_data(k).len(), 176);
+    assert_eq!(k.tensor_type().name(), "Q3_K");
+    assert_eq!(file.tensor_data(k).len(), 110);
     let error = file.dequantize(k).unwrap_err();
     assert_eq!(
         error.kind,
         GgufErrorKind::UnsupportedTensorType {
             tensor: "k".into(),
-            type_name: "Q5_K"
+            type_name: "Q3_K"
         }
     );
-    assert!(error.to_string().contains("Q5_K"));
+    assert!(error.to_string().contains("Q3_K"));
 
     let mut w = Writer::empty();
     w.entries = vec![entry("v", 13, &[0; 8])];
@@ -473,13 +473,22 @@ proptest! {
     }
 }
 
-/// Q4_K and Q6_K tensors decode to the `gguf` package's values bit for bit
-/// (`tests/reference/kquant/`), whole and by rows.
+/// Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors decode to the `gguf`
+/// package's values bit for bit (`tests/reference/quants/`), whole and by
+/// rows.
 #[test]
-fn k_quants_decode_as_the_gguf_package_does() {
+fn block_formats_decode_as_the_gguf_package_does() {
     let reference: serde_json::Value =
-        serde_json::from_str(include_str!("../reference/kquant/kquant.json")).unwrap();
-    for (name, type_id) in [("Q4_K", 12), ("Q6_K", 14)] {
+        serde_json::from_str(include_str!("../reference/quants/quants.json")).unwrap();
+    let formats = [
+        ("Q4_0", 2),
+        ("Q5_0", 6),
+        ("Q5_1", 7),
+        ("Q4_K", 12),
+        ("Q5_K", 13),
+        ("Q6_K", 14),
+    ];
+    for (name, type_id) in formats {
         let m = &reference[name];
         let (rows, cols) = (m["rows"].as_u64().unwrap(), m["cols"].as_u64().unwrap());
         let b64 = |key: &str| {

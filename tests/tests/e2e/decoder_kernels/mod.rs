@@ -8,7 +8,7 @@ mod activations_f16;
 mod attention;
 mod attention_projected;
 mod cache_f16;
-mod kquant;
+mod ggml_formats;
 mod quant;
 mod quant_fused;
 mod quant_logits;

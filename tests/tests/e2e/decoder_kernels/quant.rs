@@ -5,7 +5,7 @@
 //! matmul result is compared with an f64 reference within a bound
 //! relative to the row's magnitude; gathers are compared exactly.
 
-use super::kquant;
+use super::ggml_formats;
 use half::f16;
 use hrx_runtime::{Graph, Runtime, RuntimeOptions};
 use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat, QuantMatrix, QuantTiling, Tuning};
@@ -106,9 +106,9 @@ pub(super) fn ggml_bytes(format: QuantFormat, rows: usize, cols: usize, rng: &mu
                 out.extend((0..16).map(|_| rng.byte()));
             }
         }
-        QuantFormat::Q4_K | QuantFormat::Q6_K => {
-            for _ in 0..n / 256 {
-                out.extend(kquant::random_block(format, rng));
+        _ => {
+            for _ in 0..n / format.block_len() {
+                out.extend(ggml_formats::random_block(format, rng));
             }
         }
     }
@@ -141,8 +141,8 @@ fn dequantise(format: QuantFormat, bytes: &[u8]) -> Vec<f64> {
                 out.extend(q.iter().map(|&b| value(b >> 4)));
             }
         }
-        QuantFormat::Q4_K | QuantFormat::Q6_K => {
-            let values = kquant::dequantise(format, bytes);
+        _ => {
+            let values = ggml_formats::dequantise(format, bytes);
             out.extend(values.into_iter().map(f64::from));
         }
     }
@@ -174,7 +174,7 @@ pub(super) fn unpack(format: QuantFormat, rows: usize, cols: usize, words: &[u32
                     let v = half(block[0], false) * f64::from(nib) + half(block[0], true);
                     f64::from(v as f32)
                 }
-                QuantFormat::Q4_K | QuantFormat::Q6_K => kquant::unpacked(format, row, j),
+                _ => ggml_formats::unpacked(format, row, j),
             });
         }
     }

@@ -459,7 +459,7 @@ mod tests {
     use super::*;
     use hrx_core::Target;
 
-    const FORMATS: [QuantFormat; 6] = QuantFormat::ALL;
+    const FORMATS: [QuantFormat; 10] = QuantFormat::ALL;
 
     /// Every format, row tile, load variant and fusion builds kernels the
     /// verifier and naga accept.

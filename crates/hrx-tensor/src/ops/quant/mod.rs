@@ -1,44 +1,19 @@
 //! Quantised weight matrices: stored packed on the device and dequantised
 //! inside the kernels that read them (matmul and row gather), so a model's
-//! weights take their GGUF size in device memory (K-quants a third to a
-//! half more, below).
+//! weights take about their GGUF size in device memory (the K-quants a
+//! quarter to a half more: `format`).
 //!
 //! A [`QuantMatrix`] is `rows` x `cols` (rows = output features, each row
 //! `cols` contiguous inputs, as GGUF stores linear layers), held in a
-//! contiguous U32 tensor of `rows * row_words(cols)` words. The device
-//! layout of one row, per [`QuantFormat`]:
-//!
-//! - `F32`: one word per value, its bits;
-//! - `F16`: two values per word, the lower column in the low half; an odd
-//!   `cols` pads the row's last upper half with zero;
-//! - `Q8_0`: 9 words per block of 32 values: word 0 holds the f16 scale
-//!   `d` in its low half (upper half zero), words 1..=8 the 32 signed
-//!   bytes `q` in order, little-endian (value `j` is byte `j % 4` of word
-//!   `1 + j / 4`); value = `d * q`;
-//! - `Q4_1`: GGML's 20-byte block as 5 words: word 0 = f16 `d` (low half)
-//!   and f16 `m` (high half), words 1..=4 the 16 bytes of nibbles; value
-//!   `j < 16` is the low nibble of byte `j`, value `j + 16` its high
-//!   nibble; value = `d * nibble + m`.
-//! - `Q4_K`: each sub-block of 32 values unpacked from its 144-byte
-//!   super-block into 6 words: word 0 the f32 scale `d * sc`, word 1 the
-//!   f32 `dmin * m` (the sub-block's 6-bit scale and minimum times the
-//!   super-block's f16 pair, as GGML computes them), words 2..=5 the 16
-//!   bytes of nibbles in Q4_1's order; value = `scale * nibble - min`.
-//!   24 bytes per 32 values: 1.33 times the file's size.
-//! - `Q6_K`: each sub-block of 16 values unpacked from its 210-byte
-//!   super-block into 5 words: word 0 the f32 scale `d * sc`, words 1..=4
-//!   the 16 values `q - 32` as signed bytes in order; value = `scale * q`.
-//!   20 bytes per 16 values: 1.52 times the file's size.
-//!
-//! The K-quant sub-blocks are unpacked on the host once, when the matrix is
-//! packed, so that every kernel reads their scales as it reads Q4_1's
-//! and Q8_0's, with the same arithmetic GGML dequantises with.
+//! contiguous U32 tensor of `rows * row_words(cols)` words, in the device
+//! layout of its [`QuantFormat`] (`format`: GGML's blocks as they are or
+//! repacked once on the host, `repack`).
 //!
 //! The kernels (`kernels`, `tiled`) read a row in *spans* of 8
-//! consecutive values: a Q8_0 or Q6_K span is two words of bytes after
-//! the block's scale, a Q4_1 or Q4_K span the block's scale words and two
-//! nibble words (low nibbles for the block's first 16 values, high for
-//! the rest), an F16 span 4 words, an F32 span 8. Which
+//! consecutive values (`spans`): a block's scale words, then two words of
+//! bytes, or two nibble words (low nibbles for the block's first 16
+//! values, high for the rest) and the block's word of fifth bits; an F16
+//! span 4 words, an F32 span 8. Which
 //! kernel runs depends on `m`, the rows of x (see [`quant_kernel_for`]);
 //! a tiled product of few tiles on a GPU is split along k
 //! (`tiled::TiledPlan`), its partial sums in the graph's scratch.
@@ -47,12 +22,13 @@
 //! match) is an error naming the operator and shapes before anything is
 //! recorded; a gathered id outside `0..rows` yields a row of zeros.
 
+mod format;
 pub(super) mod fused;
 pub(super) mod kernels;
-mod kquant;
 pub(super) mod kv;
 pub(super) mod logits;
 pub(super) mod logits_kernel;
+mod repack;
 pub(super) mod resident;
 pub(super) mod spans;
 pub(super) mod tiled;
@@ -62,6 +38,7 @@ use crate::ops::{
     operand::{check_inputs, check_output, float_out_dtype, float_output, operand, quad_offset},
 };
 use crate::{DType, DeviceTensor, TensorDesc};
+pub use format::QuantFormat;
 use fused::QuantFusion;
 use hrx_core::{Error, Result};
 use hrx_loom::ScalarValue;
@@ -69,147 +46,6 @@ use hrx_runtime::Graph;
 use kernels::GemvKey;
 use spans::Elements;
 use tiled::TiledPlan;
-
-/// How a weight matrix is stored on the device.
-// The variants keep GGML's names, which users know the files by.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QuantFormat {
-    /// f32 values, one per word.
-    F32,
-    /// f16 values, two per word.
-    F16,
-    /// GGML Q8_0: blocks of 32 signed bytes and an f16 scale.
-    Q8_0,
-    /// GGML Q4_1: blocks of 32 nibbles, an f16 scale and an f16 minimum.
-    Q4_1,
-    /// GGML Q4_K: super-blocks of 256 nibbles in 8 sub-blocks of 32, each
-    /// with a 6-bit scale and minimum of the super-block's f16 pair.
-    Q4_K,
-    /// GGML Q6_K: super-blocks of 256 6-bit values in 16 sub-blocks of
-    /// 16, each with a signed 8-bit scale of the super-block's f16 scale.
-    Q6_K,
-}
-
-impl QuantFormat {
-    /// Every format, in the order of the enum.
-    pub const ALL: [QuantFormat; 6] = [
-        QuantFormat::F32,
-        QuantFormat::F16,
-        QuantFormat::Q8_0,
-        QuantFormat::Q4_1,
-        QuantFormat::Q4_K,
-        QuantFormat::Q6_K,
-    ];
-
-    /// Values per GGML block (1 for F32/F16, 32 for Q8_0/Q4_1, 256 for
-    /// Q4_K/Q6_K): a row's length must be a multiple.
-    pub fn block_len(self) -> usize {
-        match self {
-            QuantFormat::F32 | QuantFormat::F16 => 1,
-            QuantFormat::Q8_0 | QuantFormat::Q4_1 => 32,
-            QuantFormat::Q4_K | QuantFormat::Q6_K => 256,
-        }
-    }
-
-    /// Bytes of one GGML block.
-    fn block_bytes(self) -> usize {
-        match self {
-            QuantFormat::F32 => 4,
-            QuantFormat::F16 => 2,
-            QuantFormat::Q8_0 => 34,
-            QuantFormat::Q4_1 => 20,
-            QuantFormat::Q4_K => 144,
-            QuantFormat::Q6_K => 210,
-        }
-    }
-
-    fn fail(self, rows: usize, cols: usize, why: &str) -> Error {
-        Error::Message(format!("{self:?} matrix of {rows} x {cols}: {why}"))
-    }
-
-    /// Blocks in one row, checked.
-    fn row_blocks(self, rows: usize, cols: usize) -> Result<usize> {
-        if !cols.is_multiple_of(self.block_len()) {
-            return Err(self.fail(
-                rows,
-                cols,
-                &format!("cols must be a multiple of {}", self.block_len()),
-            ));
-        }
-        Ok(cols / self.block_len())
-    }
-
-    /// u32 words of one packed row (the device row stride).
-    pub fn row_words(self, cols: usize) -> Result<usize> {
-        let blocks = self.row_blocks(0, cols)?;
-        let times = |n: usize, words: usize| {
-            n.checked_mul(words)
-                .ok_or_else(|| self.fail(0, cols, "too many words"))
-        };
-        match self {
-            QuantFormat::F32 => Ok(cols),
-            QuantFormat::F16 => Ok(cols.div_ceil(2)),
-            QuantFormat::Q8_0 => times(blocks, 9),
-            QuantFormat::Q4_1 => times(blocks, 5),
-            // Sub-blocks of 32 values in 6 words, of 16 values in 5.
-            QuantFormat::Q4_K => times(cols / 32, 6),
-            QuantFormat::Q6_K => times(cols / 16, 5),
-        }
-    }
-
-    /// Repack a row-major matrix of `rows` rows of `cols` values, given in
-    /// GGML's byte layout (GGUF tensor data), into the device layout the
-    /// module documentation describes. Errors (never panics) when `cols`
-    /// is not a multiple of [`block_len`](Self::block_len), the byte
-    /// length is not exactly `rows * cols / block_len * block_bytes`, or a
-    /// count overflows.
-    pub fn pack(self, rows: usize, cols: usize, ggml: &[u8]) -> Result<Vec<u32>> {
-        let blocks = self.row_blocks(rows, cols)?;
-        let row_words = self.row_words(cols)?;
-        let overflow = || self.fail(rows, cols, "the size overflows");
-        let row_bytes = blocks
-            .checked_mul(self.block_bytes())
-            .ok_or_else(overflow)?;
-        let bytes = rows.checked_mul(row_bytes).ok_or_else(overflow)?;
-        let words = rows.checked_mul(row_words).ok_or_else(overflow)?;
-        if ggml.len() != bytes {
-            return Err(self.fail(
-                rows,
-                cols,
-                &format!("{} bytes given, {bytes} expected", ggml.len()),
-            ));
-        }
-        let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let half = |b: &[u8]| u32::from(u16::from_le_bytes([b[0], b[1]]));
-        let mut out = Vec::with_capacity(words);
-        if row_bytes == 0 {
-            return Ok(out);
-        }
-        for row in ggml.chunks_exact(row_bytes) {
-            match self {
-                QuantFormat::F32 | QuantFormat::Q4_1 => out.extend(row.chunks_exact(4).map(le)),
-                QuantFormat::F16 => out.extend(row.chunks(4).map(|p| {
-                    let hi = if p.len() == 4 { half(&p[2..]) } else { 0 };
-                    half(p) | hi << 16
-                })),
-                QuantFormat::Q8_0 => {
-                    for block in row.chunks_exact(34) {
-                        out.push(half(block));
-                        out.extend(block[2..].chunks_exact(4).map(le));
-                    }
-                }
-                QuantFormat::Q4_K => row
-                    .chunks_exact(144)
-                    .for_each(|b| kquant::pack_q4_k(b, &mut out)),
-                QuantFormat::Q6_K => row
-                    .chunks_exact(210)
-                    .for_each(|b| kquant::pack_q6_k(b, &mut out)),
-            }
-        }
-        Ok(out)
-    }
-}
 
 /// A `rows` x `cols` weight matrix (rows = output features, each row
 /// `cols` contiguous inputs, as GGUF stores them) in a device tensor of

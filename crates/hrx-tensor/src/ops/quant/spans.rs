@@ -44,44 +44,81 @@ pub(crate) fn span_values(
 /// latency passes under other work (a GPU waits for a load only where
 /// its value is first used).
 pub(crate) struct SpanWords {
-    /// Blocked formats: the block's scale words (Q8_0 and Q4_1: one word
-    /// of f16 halves; Q4_K: the f32 scale and minimum; Q6_K: the f32
-    /// scale).
+    /// Blocked formats: the block's scale words (one word of f16 halves,
+    /// or the K-quants' f32 scale and minimum).
     head: Vec<Value<Num>>,
     /// The words holding the span's values, each with whether it lies
     /// inside the row (a partial last span; `None`: inside).
     words: Vec<(Value<Num>, Option<Value<Bool>>)>,
     /// Nibble formats: the nibbles' shift in each byte (0 or 4).
     shift: Option<Value<Num>>,
+    /// 5-bit formats: the block's fifth bits shifted so that bit `t` is
+    /// the span's value `t`'s.
+    fifth: Option<Value<Num>>,
 }
 
-/// How a blocked format lays out one device block (the `quant` module's
-/// documentation): its values, its words, the scale words before the
-/// values, and whether the values are nibbles (else signed bytes).
+/// How a value is made from its scale `d`, its integer `q` and the
+/// block's minimum `m`, as GGML makes it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Combine {
+    /// `d * q`.
+    Scale,
+    /// `d * q + m` in one rounding (Q4_1).
+    Fused,
+    /// `d * q + m`, two roundings (Q5_1).
+    AddMin,
+    /// `d * q - m`, two roundings (the K-quants).
+    SubMin,
+}
+
+/// How a blocked format lays out one device block (`format`'s
+/// documentation): its values and words, the scale words before the
+/// values (f32, else one word of f16 halves), a word of fifth bits, and
+/// whether the values are nibbles (else signed bytes), offset by
+/// `offset`, combined with the scales as `combine` says.
 struct Block {
     values: u64,
     words: u64,
     head_words: u64,
-    nibbles: bool,
-    /// The scale words hold f32 values (else one word of f16 halves).
     f32_head: bool,
+    fifth: bool,
+    nibbles: bool,
+    offset: u32,
+    combine: Combine,
 }
 
 impl Block {
     fn of(format: QuantFormat) -> Option<Block> {
-        let block = |values, words, head_words, nibbles, f32_head| Block {
-            values,
+        let nibbles = |words, head_words, f32_head, fifth, offset, combine| Block {
+            values: 32,
             words,
             head_words,
-            nibbles,
             f32_head,
+            fifth,
+            nibbles: true,
+            offset,
+            combine,
+        };
+        let bytes = |values, words, f32_head| Block {
+            values,
+            words,
+            head_words: 1,
+            f32_head,
+            fifth: false,
+            nibbles: false,
+            offset: 0,
+            combine: Combine::Scale,
         };
         match format {
             QuantFormat::F16 | QuantFormat::F32 => None,
-            QuantFormat::Q8_0 => Some(block(32, 9, 1, false, false)),
-            QuantFormat::Q4_1 => Some(block(32, 5, 1, true, false)),
-            QuantFormat::Q4_K => Some(block(32, 6, 2, true, true)),
-            QuantFormat::Q6_K => Some(block(16, 5, 1, false, true)),
+            QuantFormat::Q8_0 => Some(bytes(32, 9, false)),
+            QuantFormat::Q6_K => Some(bytes(16, 5, true)),
+            QuantFormat::Q4_0 => Some(nibbles(5, 1, false, false, 8, Combine::Scale)),
+            QuantFormat::Q4_1 => Some(nibbles(5, 1, false, false, 0, Combine::Fused)),
+            QuantFormat::Q5_0 => Some(nibbles(6, 1, false, true, 16, Combine::Scale)),
+            QuantFormat::Q5_1 => Some(nibbles(6, 1, false, true, 0, Combine::AddMin)),
+            QuantFormat::Q4_K => Some(nibbles(6, 2, true, false, 0, Combine::SubMin)),
+            QuantFormat::Q5_K => Some(nibbles(7, 2, true, true, 0, Combine::SubMin)),
         }
     }
 }
@@ -108,6 +145,18 @@ pub(crate) fn span_words(
                 load(b, at)
             })
             .collect();
+        let head_words = b.index(block.head_words);
+        let mut w1 = b.add(bw, head_words);
+        // Span `sp` holds values 8 sp .. 8 sp + 8 of the block: its fifth
+        // bits from there.
+        let fifth = block.fifth.then(|| {
+            let bits = load(b, w1);
+            w1 = b.add(w1, c1);
+            let c8 = b.index(8);
+            let first = b.mul(sp, c8);
+            let first = b.index_cast(first, Scalar::U32);
+            b.shrui(bits, first)
+        });
         // Nibbles: the pair of nibble words (first or second half of the
         // block's 16 bytes), low or high nibbles. Bytes: the span's pair
         // of byte words.
@@ -119,14 +168,13 @@ pub(crate) fn span_words(
         } else {
             (sp, None)
         };
-        let head_words = b.index(block.head_words);
-        let w1 = b.add(bw, head_words);
         let wa = b.madd(pair, c2, w1);
         let wb = b.add(wa, c1);
         return SpanWords {
             head,
             words: vec![(load(b, wa), None), (load(b, wb), None)],
             shift,
+            fifth,
         };
     }
     // Words of the span, and the row's words to clamp them to.
@@ -157,6 +205,7 @@ pub(crate) fn span_words(
         head: Vec::new(),
         words,
         shift: None,
+        fifth: None,
     }
 }
 
@@ -181,34 +230,60 @@ pub(crate) fn decode_span(b: &mut Builder, w: &Weights, span: &SpanWords) -> Vec
         }
         return out;
     };
-    // The scale and, for nibbles, the minimum.
+    // The scale and the minimum (read where the format has one).
+    let has_min = block.combine != Combine::Scale;
     let (d, min) = if block.f32_head {
         let d = b.bitcast(span.head[0], Scalar::F32);
-        let min = block.nibbles.then(|| b.bitcast(span.head[1], Scalar::F32));
+        let min = has_min.then(|| b.bitcast(span.head[1], Scalar::F32));
         (d, min)
     } else {
         let dm = b.unpackf16(span.head[0]);
         let d = b.extract(dm, c0);
-        let min = block.nibbles.then(|| b.extract(dm, c1));
+        let min = has_min.then(|| b.extract(dm, c1));
         (d, min)
     };
-    for &(word, _) in &span.words {
-        if let (Some(sh), Some(min)) = (span.shift, min) {
+    let offset = (block.offset > 0).then(|| b.float(f64::from(block.offset), Scalar::F32));
+    let value = |b: &mut Builder, q: Value<Num>| {
+        // Small integers: the offset subtracts exactly.
+        let q = match offset {
+            Some(o) => b.subf(q, o),
+            None => q,
+        };
+        match (block.combine, min) {
+            (Combine::Fused, Some(m)) => b.fmaf(d, q, m),
+            (Combine::AddMin, Some(m)) => {
+                let scaled = b.mulf(d, q);
+                b.addf(scaled, m)
+            }
+            (Combine::SubMin, Some(m)) => {
+                let scaled = b.mulf(d, q);
+                b.subf(scaled, m)
+            }
+            _ => b.mulf(d, q),
+        }
+    };
+    for (w_index, &(word, _)) in span.words.iter().enumerate() {
+        if let Some(sh) = span.shift {
             let t = b.shrui(word, sh);
             let mask = b.int(15, Scalar::U32);
             for j in 0..4 {
                 let bits = b.int(8 * j, Scalar::U32);
                 let n = b.shrui(t, bits);
-                let nib = b.andi(n, mask);
-                let f = b.uitofp(nib, Scalar::F32);
-                // Q4_1 adds its minimum in one rounding; Q4_K subtracts
-                // its own after the product, as GGML does.
-                out.push(if block.f32_head {
-                    let scaled = b.mulf(d, f);
-                    b.subf(scaled, min)
-                } else {
-                    b.fmaf(d, f, min)
-                });
+                let mut q = b.andi(n, mask);
+                if let Some(fifth) = span.fifth {
+                    // Bit `t` of the shifted fifth bits is value `t`'s,
+                    // moved to bit 4.
+                    let at = 4 * w_index as i64 + j;
+                    let from = b.int(at, Scalar::U32);
+                    let bit = b.shrui(fifth, from);
+                    let one = b.int(1, Scalar::U32);
+                    let bit = b.andi(bit, one);
+                    let four = b.int(4, Scalar::U32);
+                    let high = b.shli(bit, four);
+                    q = b.ori(q, high);
+                }
+                let f = b.uitofp(q, Scalar::F32);
+                out.push(value(b, f));
             }
         } else {
             let t = b.bitcast(word, Scalar::I32);
@@ -218,7 +293,7 @@ pub(crate) fn decode_span(b: &mut Builder, w: &Weights, span: &SpanWords) -> Vec
                 let hi = b.shli(t, up);
                 let q = b.shrsi(hi, c24);
                 let f = b.sitofp(q, Scalar::F32);
-                out.push(b.mulf(d, f));
+                out.push(value(b, f));
             }
         }
     }

@@ -1,10 +1,11 @@
-//! K-quant weights (Q4_K, Q6_K): the host reference written here from
-//! GGML's definitions equals the `gguf` package's dequantisation
-//! (`kquant.json`, made by `make_kquant.py` in hrx-models'
-//! `tests/reference/kquant/`) bit for bit; packed and gathered on the device, the same bytes give the same
-//! values; and every kernel that reads quantised weights (matrix-vector,
-//! tiled whole and split, gated, the output head) matches the f64
-//! reference on random super-blocks.
+//! The GGML formats beyond Q8_0 and Q4_1 (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K,
+//! Q6_K): the host reference written here from GGML's definitions equals
+//! the `gguf` package's dequantisation (`quants.json`, made by
+//! `make_quants.py` in hrx-models' `tests/reference/quants/`) bit for bit;
+//! packed and gathered on the device, the same bytes give the same values;
+//! and every kernel that reads quantised weights (matrix-vector, tiled
+//! whole and split, gated, the output head) matches the f64 reference on
+//! random blocks.
 
 use super::quant::{
     Gen, check_product, f16_bytes, f32s, i32s, matrix, ops, unpack, upload_words, x_tensor,
@@ -14,39 +15,107 @@ use half::f16;
 use hrx_tensor::ops::{QuantFormat, QuantMatrix, QuantTiling, RowNorm, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
-const K_FORMATS: [QuantFormat; 2] = [QuantFormat::Q4_K, QuantFormat::Q6_K];
+const FORMATS: [QuantFormat; 6] = [
+    QuantFormat::Q4_0,
+    QuantFormat::Q5_0,
+    QuantFormat::Q5_1,
+    QuantFormat::Q4_K,
+    QuantFormat::Q5_K,
+    QuantFormat::Q6_K,
+];
+
+/// The K-quants: rows of whole super-blocks of 256.
+const K_FORMATS: [QuantFormat; 3] = [QuantFormat::Q4_K, QuantFormat::Q5_K, QuantFormat::Q6_K];
 
 fn half_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
-/// A random super-block: f16 scales of either sign and sane magnitude,
-/// every other byte random.
+/// A random block: f16 scales of either sign and sane magnitude, every
+/// other byte random.
 pub(super) fn random_block(format: QuantFormat, rng: &mut Gen) -> Vec<u8> {
     let mut out = Vec::new();
+    let mut scale = |out: &mut Vec<u8>, size: f64| out.extend(f16_bytes(rng.uniform(-size, size)));
     match format {
+        QuantFormat::Q4_0 => scale(&mut out, 0.1),
+        QuantFormat::Q5_0 => scale(&mut out, 0.05),
+        QuantFormat::Q5_1 => {
+            scale(&mut out, 0.05);
+            scale(&mut out, 0.8);
+        }
         QuantFormat::Q4_K => {
-            out.extend(f16_bytes(rng.uniform(-0.01, 0.01)));
-            out.extend(f16_bytes(rng.uniform(-0.02, 0.02)));
-            out.extend((0..12 + 128).map(|_| rng.byte()));
+            scale(&mut out, 0.01);
+            scale(&mut out, 0.02);
         }
-        QuantFormat::Q6_K => {
-            out.extend((0..128 + 64 + 16).map(|_| rng.byte()));
-            out.extend(f16_bytes(rng.uniform(-0.002, 0.002)));
+        QuantFormat::Q5_K => {
+            scale(&mut out, 0.005);
+            scale(&mut out, 0.02);
         }
-        other => panic!("{other:?} is not a K-quant"),
+        QuantFormat::Q6_K => {}
+        other => panic!("{other:?} is not written here"),
+    }
+    let rest = match format {
+        QuantFormat::Q4_0 => 16,
+        QuantFormat::Q5_0 | QuantFormat::Q5_1 => 20,
+        QuantFormat::Q4_K => 140,
+        QuantFormat::Q5_K => 172,
+        _ => 208,
+    };
+    out.extend((0..rest).map(|_| rng.byte()));
+    if format == QuantFormat::Q6_K {
+        out.extend(f16_bytes(rng.uniform(-0.002, 0.002)));
     }
     out
 }
 
-/// GGML's dequantisation of whole super-blocks, in f32 as it computes:
-/// Q4_K `(d * sc) * q - (dmin * m)`, Q6_K `(d * sc) * q`.
+/// The fifth bit of value `i` of a block with the 32 bits `qh`.
+fn fifth(qh: &[u8], i: usize) -> u8 {
+    (qh[i / 8] >> (i % 8)) & 1
+}
+
+/// GGML's dequantisation of whole blocks, in f32 as it computes: Q4_0
+/// `(q - 8) * d`, Q5_0 `(q - 16) * d`, Q5_1 `q * d + m`, Q4_K and Q5_K
+/// `(d * sc) * q - (dmin * m)`, Q6_K `(d * sc) * (q - 32)`.
 pub(super) fn dequantise(format: QuantFormat, bytes: &[u8]) -> Vec<f32> {
     let mut out = Vec::new();
+    // Value `i` of a block of 32 nibbles: low nibbles, then high ones.
+    let nibble = |qs: &[u8], i: usize| if i < 16 { qs[i] & 15 } else { qs[i - 16] >> 4 };
     match format {
-        QuantFormat::Q4_K => {
-            for b in bytes.chunks_exact(144) {
-                let (d, dmin, scales, qs) = (half_at(b, 0), half_at(b, 2), &b[4..16], &b[16..]);
+        QuantFormat::Q4_0 => {
+            for b in bytes.chunks_exact(18) {
+                let d = half_at(b, 0);
+                out.extend((0..32).map(|i| d * f32::from(nibble(&b[2..], i) as i8 - 8)));
+            }
+        }
+        QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
+            let (size, with_min) = if format == QuantFormat::Q5_0 {
+                (22, false)
+            } else {
+                (24, true)
+            };
+            for b in bytes.chunks_exact(size) {
+                let d = half_at(b, 0);
+                let head = if with_min { 4 } else { 2 };
+                let (qh, qs) = (&b[head..head + 4], &b[head + 4..]);
+                for i in 0..32 {
+                    let q = nibble(qs, i) | (fifth(qh, i) << 4);
+                    out.push(if with_min {
+                        d * f32::from(q) + half_at(b, 2)
+                    } else {
+                        d * f32::from(q as i8 - 16)
+                    });
+                }
+            }
+        }
+        QuantFormat::Q4_K | QuantFormat::Q5_K => {
+            let (size, qs_at) = if format == QuantFormat::Q4_K {
+                (144, 16)
+            } else {
+                (176, 48)
+            };
+            for b in bytes.chunks_exact(size) {
+                let (d, dmin, scales, qs) = (half_at(b, 0), half_at(b, 2), &b[4..16], &b[qs_at..]);
+                let qh = &b[16..48];
                 for j in 0..8 {
                     // Sub-blocks 0..4: low 6 bits of bytes j and j + 4;
                     // 4..8: nibbles of byte j + 4, top bits from j - 4 and j.
@@ -60,9 +129,12 @@ pub(super) fn dequantise(format: QuantFormat, bytes: &[u8]) -> Vec<f32> {
                     };
                     let (scale, min) = (d * f32::from(sc), dmin * f32::from(m));
                     let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-                    for &q in chunk {
-                        let nibble = (q >> (4 * (j % 2))) & 15;
-                        out.push(scale * f32::from(nibble) - min);
+                    for (l, &q) in chunk.iter().enumerate() {
+                        let mut q = (q >> (4 * (j % 2))) & 15;
+                        if format == QuantFormat::Q5_K {
+                            q |= ((qh[l] >> j) & 1) << 4;
+                        }
+                        out.push(scale * f32::from(q) - min);
                     }
                 }
             }
@@ -96,22 +168,47 @@ pub(super) fn dequantise(format: QuantFormat, bytes: &[u8]) -> Vec<f32> {
 }
 
 /// Value `j` of a packed row, read by the device layout's rules (the
-/// `quant` module's documentation).
+/// `quant` module's `format` documentation).
 pub(super) fn unpacked(format: QuantFormat, row: &[u32], j: usize) -> f64 {
     let byte = |words: &[u32], i: usize| (words[i / 4] >> (8 * (i % 4))) as u8;
+    let half = |w: u32, hi: bool| f16::from_bits((if hi { w >> 16 } else { w }) as u16).to_f32();
+    // Value `i` of 32 nibbles in 4 words: low nibbles, then high ones.
+    let nibble = |words: &[u32], i: usize| {
+        let b = byte(words, i % 16);
+        if i < 16 { b & 15 } else { b >> 4 }
+    };
+    let fifth = |bits: u32, i: usize| ((bits >> i) & 1) as u8;
     let value = match format {
-        QuantFormat::Q4_K => {
+        QuantFormat::Q4_0 => {
+            let block = &row[j / 32 * 5..];
+            assert_eq!(block[0] >> 16, 0, "Q4_0 scale word's upper half");
+            half(block[0], false) * f32::from(nibble(&block[1..5], j % 32) as i8 - 8)
+        }
+        QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
             let block = &row[j / 32 * 6..];
+            let q = nibble(&block[2..6], j % 32) | (fifth(block[1], j % 32) << 4);
+            if format == QuantFormat::Q5_0 {
+                assert_eq!(block[0] >> 16, 0, "Q5_0 scale word's upper half");
+                half(block[0], false) * f32::from(q as i8 - 16)
+            } else {
+                half(block[0], false) * f32::from(q) + half(block[0], true)
+            }
+        }
+        QuantFormat::Q4_K | QuantFormat::Q5_K => {
+            let words = if format == QuantFormat::Q4_K { 6 } else { 7 };
+            let block = &row[j / 32 * words..];
             let (scale, min) = (f32::from_bits(block[0]), f32::from_bits(block[1]));
-            let b = byte(&block[2..6], j % 16);
-            let nibble = if j % 32 < 16 { b & 15 } else { b >> 4 };
-            scale * f32::from(nibble) - min
+            let mut q = nibble(&block[words - 4..words], j % 32);
+            if format == QuantFormat::Q5_K {
+                q |= fifth(block[2], j % 32) << 4;
+            }
+            scale * f32::from(q) - min
         }
         QuantFormat::Q6_K => {
             let block = &row[j / 16 * 5..];
             f32::from_bits(block[0]) * f32::from(byte(&block[1..5], j % 16) as i8)
         }
-        other => panic!("{other:?} is not a K-quant"),
+        other => panic!("{other:?} is not written here"),
     };
     f64::from(value)
 }
@@ -125,16 +222,16 @@ struct Reference {
     values: Vec<f32>,
 }
 
-/// The `gguf` package's matrices, one per K-quant format.
+/// The `gguf` package's matrices, one per format.
 fn reference() -> Vec<Reference> {
-    let text = include_str!("../../../../crates/hrx-models/tests/reference/kquant/kquant.json");
-    let json: serde_json::Value = serde_json::from_str(text).expect("kquant.json");
+    let text = include_str!("../../../../crates/hrx-models/tests/reference/quants/quants.json");
+    let json: serde_json::Value = serde_json::from_str(text).expect("quants.json");
     let b64 = |v: &serde_json::Value| {
         base64::engine::general_purpose::STANDARD
             .decode(v.as_str().expect("a base64 string"))
             .expect("base64")
     };
-    K_FORMATS
+    FORMATS
         .into_iter()
         .map(|format| {
             let m = &json[format!("{format:?}")];
@@ -197,31 +294,39 @@ fn the_gguf_packages_values_come_back_from_host_pack_and_device() {
 }
 
 #[test]
-fn rows_not_whole_super_blocks_and_wrong_lengths_are_refused() {
+fn rows_not_whole_blocks_and_wrong_lengths_are_refused() {
     let mut rng = Gen::new(31);
-    for format in K_FORMATS {
+    for format in FORMATS {
+        let len = format.block_len();
         let block = random_block(format, &mut rng);
-        for cols in [32, 255, 257, 576] {
+        let partial = if len == 256 {
+            [32, 255, 257, 576]
+        } else {
+            [16, 31, 33, 48]
+        };
+        for cols in partial {
             let error = format.pack(1, cols, &block).unwrap_err();
-            assert!(
-                error.to_string().contains("multiple of 256"),
-                "{format:?}: {error}"
-            );
+            let want = format!("multiple of {len}");
+            assert!(error.to_string().contains(&want), "{format:?}: {error}");
             assert!(format.row_words(cols).is_err());
         }
-        assert!(format.pack(1, 256, &block[1..]).is_err());
-        assert!(format.pack(2, 256, &block).is_err());
-        assert!(format.pack(usize::MAX, 256, &block).is_err());
+        assert!(format.pack(1, len, &block[1..]).is_err());
+        assert!(format.pack(2, len, &block).is_err());
+        assert!(format.pack(usize::MAX, len, &block).is_err());
     }
 }
 
 #[test]
-fn every_kernel_matches_the_reference_on_k_quant_weights() -> Result<()> {
+fn every_kernel_matches_the_reference_on_every_format() -> Result<()> {
     let mut rng = Gen::new(32);
-    for format in K_FORMATS {
+    for format in FORMATS {
         // The matrix-vector kernel (m <= 16) and the tiled one, x aligned
-        // and not.
-        for (rows, cols) in [(7, 256), (192, 512), (40, 1536)] {
+        // and not; rows of 96 where the blocks are of 32.
+        let mut shapes = vec![(7, 256), (192, 512), (40, 1536)];
+        if !K_FORMATS.contains(&format) {
+            shapes.push((17, 96));
+        }
+        for (rows, cols) in shapes {
             let (w, wv) = matrix(format, rows, cols, &mut rng);
             for (i, m) in [1, 3, 17, 70].into_iter().enumerate() {
                 let x: Vec<f64> = (0..m * cols)
@@ -324,13 +429,13 @@ fn every_kernel_matches_the_reference_on_k_quant_weights() -> Result<()> {
     Ok(())
 }
 
-/// A K-quant matrix is what its words say it is: the wrong word count
-/// for its shape is refused.
+/// A matrix is what its words say it is: the wrong word count for its
+/// shape is refused.
 #[test]
-fn a_k_quant_matrix_needs_its_word_count() {
+fn a_matrix_needs_its_word_count() {
     let words =
         DeviceTensor::from_values(ops().runtime(), DType::U32, vec![10], &[0.0; 10]).unwrap();
-    for format in K_FORMATS {
+    for format in FORMATS {
         let error = QuantMatrix::new(format, 1, 256, words.clone()).unwrap_err();
         assert!(
             error.to_string().contains("u32 tensor of"),
