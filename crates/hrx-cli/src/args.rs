@@ -162,8 +162,8 @@ pub struct EmbedArgs {
 /// `hrx generate --model FILE.gguf ...`
 #[derive(Clone, Debug, PartialEq, Args)]
 pub struct GenerateArgs {
-    /// The model: a llama-family GGUF file (F32, F16, Q8_0, Q4_1, Q4_K or
-    /// Q6_K tensors).
+    /// The model: a llama-family GGUF file (F32, F16, Q8_0, Q4_0, Q4_1,
+    /// Q5_0, Q5_1, Q4_K, Q5_K or Q6_K tensors).
     #[arg(long, value_name = "FILE.gguf")]
     pub model: PathBuf,
     /// The prompts, JSON Lines: `{"prompt": "..."}` or `{"messages":

@@ -20,7 +20,8 @@
 //!   data) with every count, length, dim and offset checked against the
 //!   file before anything is allocated; a tensor's data is a slice of the
 //!   file in its own quantised blocks, for upload as it is, and F32, F16,
-//!   Q8_0, Q4_1, Q4_K and Q6_K decode to f32 on the host as the reference for device
+//!   and the GGML block formats from Q4_0 to Q6_K decode to f32 on the
+//!   host as the reference for device
 //!   kernels. [`gguf::LlamaConfig`] takes every constant from the
 //!   metadata, so any llama-family file of those types works.
 //! - **The tokenizer and chat template come from the file too.**

@@ -3,9 +3,10 @@
 //! Design choices and contracts:
 //!
 //! - **Weights stay as the file has them.** Matrices are uploaded in
-//!   their own format (Q4_1, Q8_0, Q4_K, Q6_K, F16 or F32), packed once
-//!   into the kernels' word layout (the K-quants' sub-block scales
-//!   unpacked to f32); every matrix product dequantises as it reads.
+//!   their own format (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+//!   Q5_K or Q6_K), packed once into the kernels' word layout (the
+//!   K-quants' sub-block scales unpacked to f32); every matrix product
+//!   dequantises as it reads.
 //!   Norm weights are f32. Every constant comes from the metadata
 //!   ([`LlamaConfig`]), so other llama-family files work too.
 //! - **One graph, data for positions.** A step is a prepared graph over a

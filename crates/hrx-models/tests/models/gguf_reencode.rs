@@ -1,12 +1,12 @@
-//! A GGUF file with chosen tensors re-encoded as F32, F16, Q4_K or Q6_K
-//! from their decoded values, the rest as they were: the same model in
-//! other tensor types, and in mixed ones.
+//! A GGUF file with chosen tensors re-encoded as F32, F16, Q4_0, Q5_0,
+//! Q5_1, Q4_K, Q5_K or Q6_K from their decoded values, the rest as they
+//! were: the same model in other tensor types, and in mixed ones.
 //!
-//! The K-quant encoders are plain and deterministic (each sub-block's
-//! scale from its range, the super-block's from the largest sub-block
-//! scale, values rounded to nearest), not llama.cpp's search for the best
-//! scales: what the tests need is valid super-blocks whose decoded values
-//! an independent reference reads from the same bytes.
+//! The block encoders are plain and deterministic (each block's scale
+//! from its range, a super-block's from its largest sub-block scale,
+//! values rounded to nearest), not llama.cpp's search for the best
+//! scales: what the tests need is valid blocks whose decoded values an
+//! independent reference reads from the same bytes.
 
 use half::f16;
 use hrx_models::gguf::{GgufFile, TensorInfo, TensorType};
@@ -21,8 +21,20 @@ fn encoded(file: &GgufFile, info: &TensorInfo, to: TensorType) -> Vec<u8> {
             .iter()
             .flat_map(|&v| f16::from_f32(v).to_le_bytes())
             .collect()
-    } else if to == TensorType::Q4_K {
-        values.chunks_exact(256).flat_map(q4_k_block).collect()
+    } else if to == TensorType::Q4_0 {
+        values.chunks_exact(32).flat_map(q4_0_block).collect()
+    } else if to == TensorType::Q5_0 || to == TensorType::Q5_1 {
+        let with_min = to == TensorType::Q5_1;
+        values
+            .chunks_exact(32)
+            .flat_map(|b| q5_block(b, with_min))
+            .collect()
+    } else if to == TensorType::Q4_K || to == TensorType::Q5_K {
+        let fifth = to == TensorType::Q5_K;
+        values
+            .chunks_exact(256)
+            .flat_map(|b| k_block(b, fifth))
+            .collect()
     } else if to == TensorType::Q6_K {
         values.chunks_exact(256).flat_map(q6_k_block).collect()
     } else {
@@ -44,16 +56,74 @@ fn quantised(v: f32, scale: f32, (lo, hi): (i32, i32)) -> i32 {
     ((v / scale).round() as i32).clamp(lo, hi)
 }
 
-/// 256 values as one Q4_K super-block: sub-block `j` of 32 holds
-/// `(d * sc[j]) * q - dmin * m[j]`, with 6-bit `sc`, `m` and 4-bit `q`.
-fn q4_k_block(values: &[f32]) -> Vec<u8> {
+/// The largest magnitude of `values`.
+fn amax(values: &[f32]) -> f32 {
+    values.iter().fold(0f32, |a, &v| a.max(v.abs()))
+}
+
+/// 32 nibbles as 16 bytes: value `i < 16` in the low nibble of byte `i`,
+/// value `i + 16` in its high nibble.
+fn nibbles(q: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    (0..16).map(|i| (q[i] & 15) | ((q[i + 16] & 15) << 4))
+}
+
+/// 32 values as one Q4_0 block: `d * (q - 8)`.
+fn q4_0_block(values: &[f32]) -> Vec<u8> {
+    let d = through_f16(amax(values) / 7.0);
+    let q: Vec<u8> = values
+        .iter()
+        .map(|&v| (quantised(v, d, (-8, 7)) + 8) as u8)
+        .collect();
+    let mut out = f16::from_f32(d).to_le_bytes().to_vec();
+    out.extend(nibbles(&q));
+    out
+}
+
+/// 32 values as one Q5_0 block (`d * (q - 16)`) or Q5_1 block
+/// (`d * q + m`): the scale (and minimum), 32 fifth bits, the nibbles.
+fn q5_block(values: &[f32], with_min: bool) -> Vec<u8> {
+    let (d, m, q): (f32, f32, Vec<u8>) = if with_min {
+        let lo = values.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+        let hi = values.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+        let (d, m) = (through_f16((hi - lo) / 31.0), through_f16(lo));
+        let q = values
+            .iter()
+            .map(|&v| quantised(v - m, d, (0, 31)) as u8)
+            .collect();
+        (d, m, q)
+    } else {
+        let d = through_f16(amax(values) / 15.0);
+        let q = values
+            .iter()
+            .map(|&v| (quantised(v, d, (-16, 15)) + 16) as u8)
+            .collect();
+        (d, 0.0, q)
+    };
+    let mut out = f16::from_f32(d).to_le_bytes().to_vec();
+    if with_min {
+        out.extend(f16::from_f32(m).to_le_bytes());
+    }
+    let fifth = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |bits, (i, &q)| bits | (u32::from(q >> 4) << i));
+    out.extend(fifth.to_le_bytes());
+    out.extend(nibbles(&q));
+    out
+}
+
+/// 256 values as one Q4_K super-block (`fifth`: Q5_K): sub-block `j` of
+/// 32 holds `(d * sc[j]) * q - dmin * m[j]`, with 6-bit `sc`, `m` and
+/// 4-bit (5-bit) `q`.
+fn k_block(values: &[f32], fifth: bool) -> Vec<u8> {
+    let top = if fifth { 31 } else { 15 };
     // Each sub-block's scale and minimum, from its range (0 included).
     let ranges: Vec<(f32, f32)> = values
         .chunks_exact(32)
         .map(|sub| {
             let lo = sub.iter().fold(0f32, |a, &v| a.min(v));
             let hi = sub.iter().fold(0f32, |a, &v| a.max(v));
-            ((hi - lo) / 15.0, -lo)
+            ((hi - lo) / top as f32, -lo)
         })
         .collect();
     let largest = |f: fn(&(f32, f32)) -> f32| ranges.iter().map(f).fold(0f32, f32::max);
@@ -73,15 +143,19 @@ fn q4_k_block(values: &[f32]) -> Vec<u8> {
         .enumerate()
         .map(|(i, &v)| {
             let (scale, min) = (d * f32::from(sc[i / 32]), dmin * f32::from(m[i / 32]));
-            quantised(v + min, scale, (0, 15)) as u8
+            quantised(v + min, scale, (0, top)) as u8
         })
         .collect();
-    let mut out = Vec::with_capacity(144);
+    let mut out = Vec::with_capacity(176);
     out.extend(f16::from_f32(d).to_le_bytes());
     out.extend(f16::from_f32(dmin).to_le_bytes());
     out.extend(scales);
+    if fifth {
+        // Bit `j` of byte `l`: the fifth bit of value `l` of sub-block `j`.
+        out.extend((0..32).map(|l| (0..8).fold(0u8, |b, j| b | ((q[32 * j + l] >> 4) << j))));
+    }
     for chunk in q.chunks_exact(64) {
-        out.extend((0..32).map(|l| chunk[l] | (chunk[l + 32] << 4)));
+        out.extend((0..32).map(|l| (chunk[l] & 15) | ((chunk[l + 32] & 15) << 4)));
     }
     out
 }

@@ -17,7 +17,7 @@ use hrx_models::llama::{
     GeneratorOptions, Sampling,
 };
 use hrx_runtime::RuntimeOptions;
-use hrx_tensor::ops::QUANT_GATED_MAX_ROWS;
+use hrx_tensor::ops::{QUANT_GATED_MAX_ROWS, QuantFormat};
 use hrx_test_support::models::smollm2_gguf;
 use serde::Deserialize;
 
@@ -503,40 +503,63 @@ fn requests_are_checked_streamed_stopped_sampled_and_cancelled() {
     drop(held);
 }
 
-/// SmolLM2 with every feed-forward down projection (1,536 columns: whole
-/// super-blocks; the model's 576-wide rows are not) re-encoded as Q4_K in
-/// even blocks and Q6_K in odd ones, the way Q4_K_M files mix them,
-/// against `reference_kquant.json`: the float64 reference of the
-/// re-encoded file itself (re-encoding moves the weights, so the Q4_1
-/// file's reference does not hold). The device bytes grow by exactly the
-/// unpacked sub-blocks: 24 bytes per 32 values for Q4_K and 20 per 16 for
-/// Q6_K, against Q4_1's 20 per 32.
+/// The re-encoding of `block_formats_agree_margin_aware`: per block, the
+/// attention's matrices (576 columns: whole blocks of 32) and the
+/// feed-forward down projection (1,536 columns: whole super-blocks),
+/// cycling through the formats a Q4_K_M or Q5_K_M file mixes; the gate
+/// and up projections stay Q4_1.
+fn block_formats(b: usize) -> [(&'static str, TensorType); 5] {
+    let (attention, output, down) = match b % 3 {
+        0 => (TensorType::Q5_0, TensorType::Q5_0, TensorType::Q4_K),
+        1 => (TensorType::Q5_1, TensorType::Q4_0, TensorType::Q5_K),
+        _ => (TensorType::Q4_1, TensorType::Q4_1, TensorType::Q6_K),
+    };
+    [
+        ("attn_q", attention),
+        ("attn_k", attention),
+        ("attn_v", attention),
+        ("attn_output", output),
+        ("ffn_down", down),
+    ]
+}
+
+/// The device format of a re-encoded tensor type.
+fn device_format(t: TensorType) -> QuantFormat {
+    QuantFormat::ALL
+        .into_iter()
+        .find(|f| format!("{f:?}") == t.name())
+        .unwrap_or_else(|| panic!("{} has no device format", t.name()))
+}
+
+/// SmolLM2 re-encoded in the block formats of [`block_formats`] against
+/// `reference_quants.json`: the float64 reference of the re-encoded file
+/// itself (re-encoding moves the weights, so the Q4_1 file's reference
+/// does not hold). The device bytes change by exactly the re-encoded
+/// matrices' words.
 #[test]
-fn k_quant_weights_agree_margin_aware() {
+fn block_formats_agree_margin_aware() {
     use sha2::{Digest, Sha256};
     let original = GgufFile::open(&smollm2_gguf()).unwrap();
     let blocks = LlamaConfig::from_gguf(&original).unwrap().layers;
     let types: Vec<(String, TensorType)> = (0..blocks)
-        .map(|b| {
-            let to = if b % 2 == 0 {
-                TensorType::Q4_K
-            } else {
-                TensorType::Q6_K
-            };
-            (format!("blk.{b}.ffn_down.weight"), to)
+        .flat_map(|b| {
+            block_formats(b)
+                .into_iter()
+                .map(move |(name, to)| (format!("blk.{b}.{name}.weight"), to))
         })
+        .filter(|(_, to)| *to != TensorType::Q4_1)
         .collect();
     let (file, _) = gguf_reencode::reencoded(&original, &types);
     let sha: String = Sha256::digest(file.bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let reference = reference_named("reference_kquant.json");
+    let reference = reference_named("reference_quants.json");
     let Some(reference) = reference.filter(|r| r.gguf_sha256 == sha) else {
-        let path = smollm2_gguf().with_file_name("SmolLM2-135M-Instruct.kquant.gguf");
+        let path = smollm2_gguf().with_file_name("SmolLM2-135M-Instruct.quants.gguf");
         std::fs::write(&path, file.bytes()).unwrap();
         panic!(
-            "the re-encoded file ({sha}) is not the one reference_kquant.json was made from; it \
+            "the re-encoded file ({sha}) is not the one reference_quants.json was made from; it \
              is written to {}: remake the reference from it (reference/smollm2/README.md)",
             path.display()
         );
@@ -544,20 +567,17 @@ fn k_quant_weights_agree_margin_aware() {
     let context = || ModelContext::new(RuntimeOptions::from_env().unwrap()).unwrap();
     let before = Generator::load(&context(), &original, options()).unwrap();
     let generator = Generator::load(&context(), &file, options()).unwrap();
-    let c = generator.config();
-    let values = (c.width * c.ffn_width) as i64;
-    let q4_1 = values / 32 * 20;
-    let grown: i64 = (0..blocks)
-        .map(|b| {
-            if b % 2 == 0 {
-                values / 32 * 24 - q4_1
-            } else {
-                values / 16 * 20 - q4_1
-            }
+    let grown: i64 = types
+        .iter()
+        .map(|(name, to)| {
+            let info = original.tensor(name).unwrap();
+            let (rows, cols) = (info.shape()[0], info.shape()[1]);
+            let words = |f: QuantFormat| (rows * f.row_words(cols).unwrap() * 4) as i64;
+            words(device_format(*to)) - words(QuantFormat::Q4_1)
         })
         .sum();
     let bytes = |g: &Generator| g.stats().device_bytes as i64;
     assert_eq!(bytes(&generator) - bytes(&before), grown);
     drop(before);
-    agrees_margin_aware(&generator, &reference, "K-quants", NEAR_TIE);
+    agrees_margin_aware(&generator, &reference, "block formats", NEAR_TIE);
 }
