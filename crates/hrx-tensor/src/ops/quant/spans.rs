@@ -2,7 +2,7 @@
 //! `tiled`), on the [`hrx_loom::build`] builder.
 //!
 //! A *span* is 8 consecutive values of one weight row (layouts in
-//! `quant`): [`span_values`] loads and dequantises one, [`x_span`] loads
+//! `format`): [`span_values`] loads and dequantises one, [`x_span`] loads
 //! the matching 8 values of a row of x (two 16-byte loads where x's
 //! binding and rows align, else element loads). A row of an unblocked
 //! format whose length is not a multiple of 8 has a partial last span:
