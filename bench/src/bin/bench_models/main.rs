@@ -29,8 +29,9 @@
 //! 8, and BN columns a workgroup, 128 or 64) or off it
 //! (`Tuning::with_f32_quads`), `--coop-tiles BM,BN,BK,SGM,SGN` forces the
 //! tensor-core matmuls of more than 64 rows onto that tiling where it fits
-//! (`Tuning::coop_tiles`), and `--precision f32 | f16` measures one
-//! precision only.
+//! (`Tuning::coop_tiles`), `--encoder-tiles on | off` forces the encoder
+//! attention's tiled kernel on or off (`Tuning::with_encoder_tiles`), and
+//! `--precision f32 | f16` measures one precision only.
 
 mod profile;
 
@@ -63,6 +64,7 @@ struct Settings {
     measure: Duration,
     attention: AttentionPath,
     f32_quads: Option<String>,
+    encoder_tiles: Option<String>,
     coop_tiles: Option<String>,
     precision: Option<Precision>,
 }
@@ -93,6 +95,7 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
         },
         measure: Duration::from_millis(ms as u64),
         f32_quads: value("--f32-quads"),
+        encoder_tiles: value("--encoder-tiles"),
         coop_tiles: value("--coop-tiles"),
         precision: match value("--precision").as_deref() {
             None => None,
@@ -278,6 +281,10 @@ fn main() -> std::result::Result<(), String> {
     let tuning = Tuning::parse(s.coop_tiles.as_deref(), None).map_err(|e| e.to_string())?;
     let tuning = match &s.f32_quads {
         Some(text) => tuning.with_f32_quads(text).map_err(|e| e.to_string())?,
+        None => tuning,
+    };
+    let tuning = match &s.encoder_tiles {
+        Some(text) => tuning.with_encoder_tiles(text).map_err(|e| e.to_string())?,
         None => tuning,
     };
     let context = context.with_tuning(tuning);

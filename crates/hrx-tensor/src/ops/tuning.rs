@@ -36,6 +36,12 @@ pub struct Tuning {
     /// A k step or width that is neither, or whose tiles the device's
     /// workgroup memory does not hold, leaves the built-in ones.
     pub f32_quad_columns: Option<usize>,
+    /// The encoder attention's tiled kernel (scores in workgroup memory;
+    /// see `attention::encoder_tiled`): `Some(true)` wherever it fits, on
+    /// any device; `Some(false)` never (the online-softmax kernel
+    /// instead); `None` the built-in choice (GPUs, f32 or f16 projections
+    /// off tensor cores, sequences of more than 32 tokens that fit).
+    pub encoder_tiles: Option<bool>,
 }
 
 impl Tuning {
@@ -50,6 +56,25 @@ impl Tuning {
             f32_quads: None,
             f32_quad_depth: None,
             f32_quad_columns: None,
+            encoder_tiles: None,
+        })
+    }
+
+    /// This tuning with the encoder attention's tiled kernel given as
+    /// text: `on` or `off`.
+    pub fn with_encoder_tiles(self, text: &str) -> Result<Tuning> {
+        let on = match text {
+            "on" => true,
+            "off" => false,
+            _ => {
+                return Err(Error::Message(format!(
+                    "encoder tiles `{text}`: expected on or off"
+                )));
+            }
+        };
+        Ok(Tuning {
+            encoder_tiles: Some(on),
+            ..self
         })
     }
 

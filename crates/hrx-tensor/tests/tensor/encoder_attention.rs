@@ -27,7 +27,9 @@
 use crate::common::matmul::{f16_round, f32_round};
 use crate::common::*;
 use hrx_core::Error;
-use hrx_tensor::{DType, DeviceTensor, TensorDesc};
+use hrx_runtime::Operation;
+use hrx_tensor::ops::Tuning;
+use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 const MASKED: f64 = -10_000.0;
@@ -143,19 +145,28 @@ impl Case {
     /// `input` projections to `out_dtype` contexts; f16 projections with
     /// the tensor-core tolerance.
     fn check_with(&self, input: DType, out_dtype: DType, seed: u64) {
-        let rt = ops().runtime().clone();
+        self.check_on(&ops(), input, out_dtype, seed);
+    }
+
+    /// [`Case::check_with`] on `ops`; the entry point of the kernel that
+    /// ran.
+    fn check_on(&self, ops: &Ops, input: DType, out_dtype: DType, seed: u64) -> String {
+        let rt = ops.runtime().clone();
         let tensor_cores = input == DType::F16;
         let (qkv_v, bias_v) = self.inputs(input, seed);
         let (b, s, w) = (self.batch, self.seq, self.width());
         let qkv = DeviceTensor::from_values(&rt, input, vec![b, s, 3 * w], &qkv_v).unwrap();
         let bias = DeviceTensor::from_values(&rt, DType::F32, vec![b, s], &bias_v).unwrap();
-        let mut out = ops()
+        let mut out = ops
             .output(TensorDesc::new(out_dtype, vec![b, s, w]).unwrap())
             .unwrap();
         let mut graph = rt.graph();
-        ops()
-            .record_encoder_attention(&mut graph, &qkv, &bias, self.heads, self.scale as f32, &out)
+        ops.record_encoder_attention(&mut graph, &qkv, &bias, self.heads, self.scale as f32, &out)
             .unwrap();
+        let entry = match graph.operations().next() {
+            Some(Operation::Dispatch { kernel, .. }) => kernel.contract().entry_point.clone(),
+            other => panic!("expected one dispatch, recorded {other:?}"),
+        };
         let deps = [&qkv, &bias, &out].map(|t| t.completion().clone());
         out.set_producer(graph.prepare().unwrap().submit_after(&deps).unwrap());
         let got = out.to_values().unwrap();
@@ -172,6 +183,7 @@ impl Case {
                 i % w
             );
         }
+        entry
     }
 }
 
@@ -204,6 +216,47 @@ fn check_cases(
             scale,
         };
         case.check_with(input, out, first_seed + i as u64);
+    }
+}
+
+/// The tiled kernel (a block's scores in workgroup memory), forced on
+/// wherever it fits: heads of 4, 32 and 64, a partial block of queries,
+/// keys padded past the sequence, every sequence length up to what a
+/// CPU device's 32 KiB of workgroup memory holds for heads of 32, f16
+/// outputs and projections.
+#[test]
+fn the_tiled_kernel_matches_the_reference() {
+    let tiled = ops().with_tuning(Tuning {
+        encoder_tiles: Some(true),
+        ..ops().tuning()
+    });
+    let cases = [
+        (3, 5, 2, 4, 0.5),
+        (2, 37, 3, 32, 0.25),
+        (2, 64, 2, 32, 1.0),
+        (1, 20, 1, 64, 0.125),
+        (2, 96, 1, 32, 0.5),
+    ];
+    let mut runs = vec![(DType::F32, DType::F32)];
+    if has_f16() {
+        runs.extend([(DType::F32, DType::F16), (DType::F16, DType::F32)]);
+    }
+    for (r, &(input, out)) in runs.iter().enumerate() {
+        for (i, &(batch, seq, heads, head, scale)) in cases.iter().enumerate() {
+            let case = Case {
+                batch,
+                seq,
+                heads,
+                head,
+                scale,
+            };
+            let seed = 70 + (r * cases.len() + i) as u64;
+            let entry = case.check_on(&tiled, input, out, seed);
+            assert_eq!(
+                entry, "encoder_attention_tiled",
+                "[{batch}, {seq}, {heads} x {head}] {input} -> {out} ran another kernel"
+            );
+        }
     }
 }
 

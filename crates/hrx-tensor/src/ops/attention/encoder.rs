@@ -13,6 +13,7 @@
 
 use super::encoder_coop::{self, CoopAttention};
 use super::encoder_kernel;
+use super::encoder_tiled::{self, TiledAttention};
 use crate::ops::{
     Ops,
     operand::{check_inputs, disjoint, float_output, operand, quad_offset},
@@ -38,6 +39,10 @@ const CPU_BLOCK: usize = 16;
 /// value read from workgroup memory then feeds both, and the two queries'
 /// registers (2 x 2 x head values) still fit.
 const TWO_QUERIES_MAX_HEAD: usize = 32;
+/// Sequences up to this many tokens keep the online-softmax kernel on a
+/// GPU by default: their few keys leave most of the tiled kernel's score
+/// tiles idle.
+const TILED_MIN_SEQ: usize = 32;
 
 impl Ops {
     /// Record an encoder's multi-head self-attention:
@@ -156,6 +161,20 @@ impl Ops {
         // read from 16-byte boundaries: eight halves).
         let coop = CoopAttention::for_input(&target, input, head, seq)
             .filter(|_| kq.offset.is_multiple_of(8));
+        // Off tensor cores, the tiled kernel where its scores fit.
+        let tiled = TiledAttention::new(
+            head,
+            seq,
+            input,
+            narrow,
+            target.workgroup_memory_bytes as usize,
+        )
+        .filter(|_| coop.is_none())
+        .filter(|_| {
+            self.tuning()
+                .encoder_tiles
+                .unwrap_or(target.kind != DeviceKind::Cpu && seq > TILED_MIN_SEQ)
+        });
         let block = match target.kind {
             DeviceKind::Cpu => CPU_BLOCK,
             _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
@@ -167,9 +186,10 @@ impl Ops {
         let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
         let block = wg * per_item;
-        let blocks = match coop {
-            Some(shape) => seq / (16 * shape.subgroups),
-            None => seq.div_ceil(block),
+        let blocks = match (coop, tiled) {
+            (Some(shape), _) => seq / (16 * shape.subgroups),
+            (None, Some(_)) => seq.div_ceil(encoder_tiled::QUERIES),
+            (None, None) => seq.div_ceil(block),
         };
         let fits = |n: usize, axis: usize| n as u64 <= u64::from(target.max_workgroup_count[axis]);
         if !(fits(blocks, 0) && fits(heads, 1) && fits(batch, 2)) {
@@ -177,8 +197,8 @@ impl Ops {
         }
         disjoint(operation, ("out", &ko), ("qkv", &kq))?;
         disjoint(operation, ("out", &ko), ("the bias", &kb))?;
-        let kernel = self.registry.kernel(match coop {
-            Some(shape) => KernelKey {
+        let kernel = self.registry.kernel(match (coop, tiled) {
+            (Some(shape), _) => KernelKey {
                 source: KernelSource::Built(Generator::new(
                     format!("encoder_attention_coop {shape:?} {narrow:?}"),
                     move || encoder_coop::encoder_attention_coop(shape, narrow),
@@ -186,7 +206,15 @@ impl Ops {
                 symbol: "encoder_attention_coop",
                 config: Vec::new(),
             },
-            None => KernelKey {
+            (None, Some(shape)) => KernelKey {
+                source: KernelSource::Built(Generator::new(
+                    format!("encoder_attention_tiled {shape:?}"),
+                    move || encoder_tiled::encoder_attention_tiled(shape),
+                )),
+                symbol: "encoder_attention_tiled",
+                config: Vec::new(),
+            },
+            (None, None) => KernelKey {
                 source: KernelSource::Built(Generator::new(
                     format!("encoder_attention {head} {wg} {per_item} {input:?} {narrow:?}"),
                     move || encoder_kernel::encoder_attention(head, wg, per_item, input, narrow),

@@ -35,6 +35,7 @@
 pub(super) mod encoder;
 pub(super) mod encoder_coop;
 pub(super) mod encoder_kernel;
+pub(super) mod encoder_tiled;
 pub(super) mod kernels;
 
 use crate::ops::{
