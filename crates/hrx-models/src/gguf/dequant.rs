@@ -10,6 +10,7 @@
 //! results are bit-identical to GGML's and the `gguf` package's.
 
 use half::f16;
+use hrx_tensor::ops::QuantFormat;
 
 use super::tensor::TensorType;
 
@@ -89,7 +90,7 @@ pub(crate) fn dequantize_into(
                 let (d, dmin) = (half_at(b, 0), half_at(b, 2));
                 let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[qs_at..qs_at + 128]);
                 for (j, sub) in o.chunks_exact_mut(32).enumerate() {
-                    let (sc, m) = q4_k_scale_min(scales, j);
+                    let (sc, m) = QuantFormat::k_scale_min(scales, j);
                     let (scale, min) = (d * f32::from(sc), dmin * f32::from(m));
                     let bytes = &qs[32 * (j / 2)..32 * (j / 2) + 32];
                     for (l, (value, &q)) in sub.iter_mut().zip(bytes).enumerate() {
@@ -127,21 +128,6 @@ pub(crate) fn dequantize_into(
 /// the high ones.
 fn nibble(qs: &[u8], i: usize) -> u8 {
     if i < 16 { qs[i] & 15 } else { qs[i - 16] >> 4 }
-}
-
-/// The 6-bit scale and minimum of sub-block `j` of a Q4_K or Q5_K super-block's
-/// 12 packed bytes: sub-blocks 0..4 in the low 6 bits of bytes `j` and
-/// `j + 4`; 4..8 in the nibbles of byte `j + 4` with their top two bits
-/// in the high bits of bytes `j - 4` and `j`.
-fn q4_k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        let packed = scales[j + 4];
-        let scale = (packed & 15) | ((scales[j - 4] >> 6) << 4);
-        let min = (packed >> 4) | ((scales[j] >> 6) << 4);
-        (scale, min)
-    }
 }
 
 /// The little-endian f16 at `b[at..at + 2]`, widened.

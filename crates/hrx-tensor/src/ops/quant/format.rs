@@ -74,6 +74,25 @@ pub enum QuantFormat {
 }
 
 impl QuantFormat {
+    /// The 6-bit scale and minimum of sub-block `j` of a Q4_K or Q5_K
+    /// super-block's 12 packed bytes: sub-blocks 0..4 in the low 6 bits of
+    /// bytes `j` and `j + 4`; 4..8 in the nibbles of byte `j + 4` with their
+    /// top two bits in the high bits of bytes `j - 4` and `j` (GGML's
+    /// layout; the host dequantisation and the device repacking share it).
+    ///
+    /// # Panics
+    /// Where `scales` holds fewer than 12 bytes or `j >= 8`.
+    pub fn k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
+        if j < 4 {
+            (scales[j] & 63, scales[j + 4] & 63)
+        } else {
+            let packed = scales[j + 4];
+            let scale = (packed & 15) | ((scales[j - 4] >> 6) << 4);
+            let min = (packed >> 4) | ((scales[j] >> 6) << 4);
+            (scale, min)
+        }
+    }
+
     /// Every format, in the order of the enum.
     pub const ALL: [QuantFormat; 10] = [
         QuantFormat::F32,

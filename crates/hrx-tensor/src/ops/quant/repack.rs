@@ -3,6 +3,7 @@
 //! K-quants' sub-block scales and minimums computed once in f32 exactly
 //! as GGML's dequantisation computes them.
 
+use super::QuantFormat;
 use half::f16;
 
 /// Little-endian words of `bytes` (a multiple of 4 long).
@@ -49,25 +50,10 @@ pub(super) fn pack_q5_0(block: &[u8], out: &mut Vec<u32>) {
     out.extend(words(&block[2..22]));
 }
 
-/// The 6-bit scale and minimum of sub-block `j` of a Q4_K or Q5_K
-/// super-block's 12 packed bytes: sub-blocks 0..4 in the low 6 bits of
-/// bytes `j` and `j + 4`; 4..8 in the nibbles of byte `j + 4` with their
-/// top two bits in the high bits of bytes `j - 4` and `j`.
-fn scale_min(scales: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        let packed = scales[j + 4];
-        let scale = (packed & 15) | ((scales[j - 4] >> 6) << 4);
-        let min = (packed >> 4) | ((scales[j] >> 6) << 4);
-        (scale, min)
-    }
-}
-
 /// Sub-block `j`'s f32 scale and minimum words, as GGML computes them.
 fn scale_min_words(block: &[u8], j: usize, out: &mut Vec<u32>) {
     let (d, dmin) = (half_at(block, 0), half_at(block, 2));
-    let (sc, m) = scale_min(&block[4..16], j);
+    let (sc, m) = QuantFormat::k_scale_min(&block[4..16], j);
     out.push((d * f32::from(sc)).to_bits());
     out.push((dmin * f32::from(m)).to_bits());
 }
