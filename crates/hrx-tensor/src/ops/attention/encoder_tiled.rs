@@ -5,8 +5,10 @@
 //!
 //! Stages, separated by workgroup barriers:
 //! 1. **Stage**: the block's queries (pre-scaled) and the keys are copied
-//!    transposed, dimension-major (`qt[d][q]`, `kt[d][j]`), the values as
-//!    rows (`v[j][d]`), and each key's bias (the lowest float for the
+//!    transposed, dimension-major (`qt[d][q]`, `kt[d][j]`: consecutive
+//!    work items take consecutive rows, so the transposing stores fall in
+//!    consecutive banks), the values as rows (`v[j][d]`, consecutive work
+//!    items reading consecutive quads of a row), and each key's bias (the lowest float for the
 //!    padding past the sequence, whose rows repeat the last key's, so
 //!    they weigh exactly 0).
 //! 2. **Scores**: work item `t` computes a tile of 4 queries by 8 keys,
@@ -236,7 +238,6 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
     k.for_each(t, key_items, threads, |b, item| {
         let (quad, j) = (b.div(item, keys_c), b.rem(item, keys_c));
         let kv = load(b, j, 1, quad);
-        let vv = load(b, j, 2, quad);
         let d0 = b.mul(quad, c4);
         for i in 0..4 {
             let lane = b.index(i);
@@ -244,6 +245,14 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
             let x = b.extract(kv, lane);
             b.store(x, kt, &[d, j]);
         }
+    });
+    // Values a row's quads at a time: consecutive work items read
+    // consecutive quads of a row and store them side by side.
+    let quads_c = c(&mut k, quads);
+    k.for_each(t, key_items, threads, |b, item| {
+        let (j, quad) = (b.div(item, quads_c), b.rem(item, quads_c));
+        let vv = load(b, j, 2, quad);
+        let d0 = b.mul(quad, c4);
         b.vector_store(vv, values, &[j, d0]);
     });
     k.for_each(t, keys_c, threads, |b, j| {
@@ -339,7 +348,6 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
 
     // 4. Values: a 2 x 4 tile a work item, queries `g` and `g + QUERIES /
     // 2` of output quad `quad`.
-    let quads_c = c(&mut k, quads);
     let out_tiles = c(&mut k, QUERIES / 2 * quads);
     let half_q = c(&mut k, QUERIES / 2);
     let onef = k.float(1.0, F32);
