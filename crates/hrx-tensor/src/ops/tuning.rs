@@ -39,8 +39,8 @@ pub struct Tuning {
     /// The encoder attention's tiled kernel (scores in workgroup memory;
     /// see `attention::encoder_tiled`): `Some(true)` wherever it fits, on
     /// any device; `Some(false)` never (the online-softmax kernel
-    /// instead); `None` the built-in choice (GPUs, f32 or f16 projections
-    /// off tensor cores, sequences of more than 32 tokens that fit).
+    /// instead); `None` the built-in choice, which is the online-softmax
+    /// kernel.
     pub encoder_tiles: Option<bool>,
 }
 
