@@ -316,6 +316,13 @@ mod tests {
         assert_eq!(quads("off").unwrap(), (Some(false), None));
         assert_eq!(quads("on").unwrap(), (Some(true), None));
         assert_eq!(quads("on:8").unwrap(), (Some(true), Some(8)));
+        let tiles = |text: &str| Tuning::default().with_encoder_tiles(text);
+        assert_eq!(tiles("on").unwrap().encoder_tiles, Some(true));
+        assert_eq!(tiles("off").unwrap().encoder_tiles, Some(false));
+        for bad in ["", "yes", "on:1"] {
+            let e = tiles(bad).unwrap_err().to_string();
+            assert!(e.contains("encoder tiles"), "{bad}: {e}");
+        }
         let columns = Tuning::default().with_f32_quads("on:16:64").unwrap();
         assert_eq!(columns.f32_quad_columns, Some(64));
         for bad in [
