@@ -8,7 +8,8 @@
 //! scores and probabilities of `[batch, heads, seq, seq]` written and read
 //! back. Here the stacked query-key-value projection goes in, the
 //! per-position contexts come out, and the scores never leave registers
-//! (or, with f16 projections on tensor cores, `encoder_coop.rs`,
+//! (or, with f16 projections on tensor cores, `encoder_coop.rs`, and
+//! where a tuning asks for the tiled kernel, `encoder_tiled.rs`,
 //! workgroup memory).
 
 use super::encoder_coop::{self, CoopAttention};

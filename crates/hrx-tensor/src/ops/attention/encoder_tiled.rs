@@ -8,9 +8,9 @@
 //!    transposed, dimension-major (`qt[d][q]`, `kt[d][j]`: consecutive
 //!    work items take consecutive rows, so the transposing stores fall in
 //!    consecutive banks), the values as rows (`v[j][d]`, consecutive work
-//!    items reading consecutive quads of a row), and each key's bias (the lowest float for the
-//!    padding past the sequence, whose rows repeat the last key's, so
-//!    they weigh exactly 0).
+//!    items reading consecutive quads of a row), and each key's bias (the
+//!    lowest float for the padding past the sequence, whose rows repeat
+//!    the last key's, so they weigh exactly 0).
 //! 2. **Scores**: work item `t` computes a tile of 4 queries by 8 keys,
 //!    `s = q . k + bias`, as eight four-key accumulators: per dimension one
 //!    4-wide read of the queries and two of the keys feed 32 multiply-adds.
