@@ -252,19 +252,60 @@ pub(crate) fn encoder_attention(
         let inv = k.splat(inv, 4);
         let valid = k.cmp(IntPredicate::Ult, query, seq);
         k.if_(valid, |b| {
-            let orow = b.add(first_row, query);
-            let base = b.madd(orow, width, qo);
-            let col = b.add(base, head_col);
+            let head = OutputHead {
+                first_row,
+                width,
+                offset: qo,
+                column: head_col,
+                view: out_v,
+                dtype: out,
+            };
             for c in 0..quads {
                 let off = b.index(4 * c as u64);
-                let at_o = b.add(col, off);
-                let o = b.mulf(state[p * carried + 2 + c], inv);
-                let o = if out == F32 { o } else { b.truncf(o, out) };
-                b.vector_store(o, out_v, &[at_o]);
+                head.store(b, query, off, state[p * carried + 2 + c], inv);
             }
         });
     }
     Built::kernel(k.finish())
+}
+
+/// Where a head's output rows go: row `first_row + query` of `width`
+/// elements from element `offset`, the head's columns from `column`.
+/// Both encoder attention kernels end by storing through it.
+#[derive(Clone, Copy)]
+pub(super) struct OutputHead {
+    pub first_row: Value<Index>,
+    pub width: Value<Index>,
+    pub offset: Value<Index>,
+    pub column: Value<Index>,
+    pub view: Value<View>,
+    /// The output's element type: f32, or f16 to narrow to.
+    pub dtype: Scalar,
+}
+
+impl OutputHead {
+    /// Stores the f32 quad `acc` times `inv` (a splat: one over the
+    /// softmax sum) at the query's values `dim..dim + 4`.
+    pub fn store(
+        &self,
+        b: &mut Builder,
+        query: Value<Index>,
+        dim: Value<Index>,
+        acc: Value<Num>,
+        inv: Value<Num>,
+    ) {
+        let row = b.add(self.first_row, query);
+        let base = b.madd(row, self.width, self.offset);
+        let col = b.add(base, self.column);
+        let at = b.add(col, dim);
+        let o = b.mulf(acc, inv);
+        let o = if self.dtype == F32 {
+            o
+        } else {
+            b.truncf(o, self.dtype)
+        };
+        b.vector_store(o, self.view, &[at]);
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! value tiles are padded by a quad so that the subgroups' reads of
 //! different rows fall in different banks.
 
+use super::encoder_kernel::OutputHead;
 use hrx_loom::build::{
     Barrier, Body, Buffer, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
 };
@@ -384,13 +385,15 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
                 });
                 let inv = b.divf(onef, sum);
                 let inv = b.splat(inv, 4);
-                let o = b.mulf(acc[r], inv);
-                let o = if out == F32 { o } else { b.truncf(o, out) };
-                let orow = b.add(first_row, query);
-                let base = b.madd(orow, width, qo);
-                let col = b.add(base, head_col);
-                let at = b.add(col, d0);
-                b.vector_store(o, out_v, &[at]);
+                let head = OutputHead {
+                    first_row,
+                    width,
+                    offset: qo,
+                    column: head_col,
+                    view: out_v,
+                    dtype: out,
+                };
+                head.store(b, query, d0, acc[r], inv);
             });
         }
     });
