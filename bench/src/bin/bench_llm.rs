@@ -27,7 +27,9 @@
 //!
 //! `--quant-tiling TILE,SPLITS` forces that tile (32 or 64) and those k
 //! splits (1: none) on every tiled quantised matmul, for comparing with
-//! the built-in choice.
+//! the built-in choice. `--attention-workgroup N` forces workgroups of
+//! `N` work items (a power of two, 32 to 1024) on the cached attention
+//! (`Tuning::with_attention_workgroup`).
 //!
 //! `--kv-cache f16` runs the generator with f16 key/value caches, and
 //! `--activations f16` with f16 activations (f32 otherwise).
@@ -61,6 +63,7 @@ struct Settings {
     quick: bool,
     profile: Option<(usize, usize)>,
     quant_tiling: Option<String>,
+    attention_workgroup: Option<String>,
     write_shapes: Option<(PathBuf, PathBuf)>,
     cache: CacheFormat,
     activations: ActivationFormat,
@@ -80,6 +83,8 @@ fn settings() -> Settings {
         torch: value("--torch").or_else(|| std::env::var_os("HRX_BENCH_TORCH").map(PathBuf::from)),
         quick: args.iter().any(|a| a == "--quick"),
         quant_tiling: value("--quant-tiling").map(|v| v.to_string_lossy().into_owned()),
+        attention_workgroup: value("--attention-workgroup")
+            .map(|v| v.to_string_lossy().into_owned()),
         write_shapes: args
             .iter()
             .position(|a| a == "--write-shapes")
@@ -386,17 +391,21 @@ fn main() -> std::result::Result<(), String> {
         return write_shapes(file, out);
     }
     let e = |e: Error| e.to_string();
+    let mut tuning = Tuning {
+        quant_tiling: s
+            .quant_tiling
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(e)?,
+        ..Tuning::default()
+    };
+    if let Some(text) = &s.attention_workgroup {
+        tuning = tuning.with_attention_workgroup(text).map_err(e)?;
+    }
     let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?)
         .map_err(e)?
-        .with_tuning(Tuning {
-            quant_tiling: s
-                .quant_tiling
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(e)?,
-            ..Tuning::default()
-        });
+        .with_tuning(tuning);
     let target = context.runtime().gpu().map_err(e)?.target().clone();
     let cpu = target.kind == DeviceKind::Cpu;
     let file = match (&s.shapes, &s.model) {

@@ -42,6 +42,12 @@ pub struct Tuning {
     /// instead); `None` the built-in choice, which is the online-softmax
     /// kernel.
     pub encoder_tiles: Option<bool>,
+    /// Work items a workgroup of the cached attention (a power of two
+    /// from 32 to 1024), on any device; `None` the built-in choice (by
+    /// the number of workgroups). A size over the device's workgroup
+    /// leaves the built-in one; one whose workgroup memory does not fit
+    /// is halved until it does, as the built-in one is.
+    pub attention_workgroup: Option<usize>,
 }
 
 impl Tuning {
@@ -57,6 +63,25 @@ impl Tuning {
             f32_quad_depth: None,
             f32_quad_columns: None,
             encoder_tiles: None,
+            attention_workgroup: None,
+        })
+    }
+
+    /// This tuning with the cached attention's workgroup given as text:
+    /// a power of two from 32 to 1024.
+    pub fn with_attention_workgroup(self, text: &str) -> Result<Tuning> {
+        let size = text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| n.is_power_of_two() && (32..=1024).contains(n))
+            .ok_or_else(|| {
+                Error::Message(format!(
+                    "attention workgroup `{text}`: expected a power of two from 32 to 1024"
+                ))
+            })?;
+        Ok(Tuning {
+            attention_workgroup: Some(size),
+            ..self
         })
     }
 
@@ -322,6 +347,13 @@ mod tests {
         for bad in ["", "yes", "on:1"] {
             let e = tiles(bad).unwrap_err().to_string();
             assert!(e.contains("encoder tiles"), "{bad}: {e}");
+        }
+        let workgroup = |text: &str| Tuning::default().with_attention_workgroup(text);
+        assert_eq!(workgroup("256").unwrap().attention_workgroup, Some(256));
+        assert_eq!(workgroup("32").unwrap().attention_workgroup, Some(32));
+        for bad in ["", "16", "96", "2048", "-64", "x"] {
+            let e = workgroup(bad).unwrap_err().to_string();
+            assert!(e.contains("attention workgroup"), "{bad}: {e}");
         }
         let columns = Tuning::default().with_f32_quads("on:16:64").unwrap();
         assert_eq!(columns.f32_quad_columns, Some(64));

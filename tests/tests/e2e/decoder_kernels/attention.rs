@@ -7,8 +7,8 @@
 //! cache store and the rotary attention bit for bit against the operators
 //! they replace, and the errors of bad operands.
 
-use hrx_runtime::{Edge, Graph, Hazard, Runtime, RuntimeOptions};
-use hrx_tensor::ops::Rotary;
+use hrx_runtime::{Edge, Graph, Hazard, Operation, Runtime, RuntimeOptions};
+use hrx_tensor::ops::{Rotary, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Ops, Result, TensorDesc};
 
 /// The operator library on a runtime opened as the environment says
@@ -240,7 +240,7 @@ impl Attention<'_> {
 /// A decode-like step in one graph: each row's new K/V stored at its slot
 /// and position, then attention over the caches (rows from different
 /// slots at different positions, inactive ones among them), into an
-/// output filled with poison first.
+/// output filled with poison first. The attention's workgroup size.
 fn decode_case(
     ops: &Ops,
     seed: u64,
@@ -248,7 +248,7 @@ fn decode_case(
     (slots, cap): (usize, usize),
     rows: &[(i32, i32)],
     scale: f64,
-) -> Result<()> {
+) -> Result<u32> {
     let mut rng = Gen::new(seed);
     let csize = slots * kvh * cap * hd;
     let mut kc = rng.values(csize, -1.0, 1.0);
@@ -272,6 +272,10 @@ fn decode_case(
     ops.record_kv_store(&mut graph, &knt, &st, &pt, &kt)?;
     ops.record_kv_store(&mut graph, &vnt, &st, &pt, &vt)?;
     ops.record_cached_attention(&mut graph, &qt, &kt, &vt, &st, &pt, scale as f32, &out)?;
+    let workgroup = match graph.operations().last() {
+        Some(Operation::Dispatch { kernel, .. }) => kernel.contract().workgroup_size[0],
+        other => panic!("expected the attention's dispatch last, recorded {other:?}"),
+    };
     run(graph, &[&kt, &vt, &qt, &knt, &vnt, &st, &pt, &out])?;
     for (r, &(s, p)) in rows.iter().enumerate() {
         if (0..slots as i32).contains(&s) && (0..cap as i32).contains(&p) {
@@ -303,7 +307,7 @@ fn decode_case(
         &want,
         |i| 2e-5 * (1.0 + want[i].abs()),
     );
-    Ok(())
+    Ok(workgroup)
 }
 
 #[test]
@@ -324,6 +328,24 @@ fn cached_attention_decode_matches_reference() -> Result<()> {
         0.5,
     )?;
     decode_case(&ops, 35, [2, 2, 256], (2, 20), &[(1, 19), (0, 7)], 0.06)?;
+    Ok(())
+}
+
+/// Workgroups of a forced size (`Tuning::attention_workgroup`, here larger
+/// than the built-in one of a CPU device, so more subgroups merge their
+/// states) give the same rows.
+#[test]
+fn cached_attention_with_a_forced_workgroup_matches_reference() -> Result<()> {
+    let ops = ops();
+    let rows = [(2, 37), (0, 0), (3, 12), (-1, 5), (1, 69), (1, 31), (2, 1)];
+    for (i, size) in [32, 64, 256].into_iter().enumerate() {
+        let tuned = ops.clone().with_tuning(Tuning {
+            attention_workgroup: Some(size),
+            ..ops.tuning()
+        });
+        let ran = decode_case(&tuned, 36 + i as u64, [9, 3, 64], (4, 70), &rows, 0.125)?;
+        assert_eq!(ran, size as u32, "the forced workgroup of {size}");
+    }
     Ok(())
 }
 

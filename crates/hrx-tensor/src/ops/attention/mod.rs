@@ -378,7 +378,7 @@ impl Ops {
             1
         };
         let workgroups = rows * heads / shared;
-        let base = if cpu {
+        let built_in = if cpu {
             CPU_ATTENTION_WG
         } else {
             GPU_ATTENTION_WG
@@ -388,6 +388,11 @@ impl Ops {
         };
         let most =
             (target.max_workgroup_invocations as usize).min(target.max_workgroup_size[0] as usize);
+        let base = self
+            .tuning()
+            .attention_workgroup
+            .filter(|&wg| wg <= most)
+            .unwrap_or(built_in);
         let sg_min = (target.subgroup_size_min as usize).max(1);
         let sg_max = (target.subgroup_size_max as usize).max(sg_min);
         // A power of two, so every subgroup is whole.
