@@ -30,7 +30,9 @@
 //! (`Tuning::with_f32_quads`), `--coop-tiles BM,BN,BK,SGM,SGN` forces the
 //! tensor-core matmuls of more than 64 rows onto that tiling where it fits
 //! (`Tuning::coop_tiles`), `--encoder-tiles on | off` forces the encoder
-//! attention's tiled kernel on or off (`Tuning::with_encoder_tiles`), and
+//! attention's tiled kernel on or off (`Tuning::with_encoder_tiles`),
+//! `--encoder-block KEYS,PER_ITEM` forces the online-softmax kernel's
+//! block (`Tuning::encoder_block`), and
 //! `--precision f32 | f16` measures one precision only.
 
 mod profile;
@@ -65,6 +67,7 @@ struct Settings {
     attention: AttentionPath,
     f32_quads: Option<String>,
     encoder_tiles: Option<String>,
+    encoder_block: Option<String>,
     coop_tiles: Option<String>,
     precision: Option<Precision>,
 }
@@ -96,6 +99,7 @@ fn settings(cpu: bool) -> std::result::Result<Settings, String> {
         measure: Duration::from_millis(ms as u64),
         f32_quads: value("--f32-quads"),
         encoder_tiles: value("--encoder-tiles"),
+        encoder_block: value("--encoder-block"),
         coop_tiles: value("--coop-tiles"),
         precision: match value("--precision").as_deref() {
             None => None,
@@ -286,6 +290,15 @@ fn main() -> std::result::Result<(), String> {
     let tuning = match &s.encoder_tiles {
         Some(text) => tuning.with_encoder_tiles(text).map_err(|e| e.to_string())?,
         None => tuning,
+    };
+    let tuning = Tuning {
+        encoder_block: s
+            .encoder_block
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e: hrx_core::Error| e.to_string())?,
+        ..tuning
     };
     let context = context.with_tuning(tuning);
     let args: Vec<String> = std::env::args().collect();

@@ -72,7 +72,7 @@ pub use reduce::Reduction;
 pub use reduce::top_k::TOP_K_MAX;
 pub use rows::embedding_norm::EmbeddingNorm;
 pub use token::rope::Rotary;
-pub use tuning::{CoopTiling, QuantTiling, SplitKShape, Tuning};
+pub use tuning::{CoopTiling, EncoderBlock, QuantTiling, SplitKShape, Tuning};
 
 use crate::{DeviceTensor, TensorDesc};
 use hrx_core::Result;

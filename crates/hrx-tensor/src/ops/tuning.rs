@@ -48,6 +48,11 @@ pub struct Tuning {
     /// leaves the built-in one; one whose workgroup memory does not fit
     /// is halved until it does, as the built-in one is.
     pub attention_workgroup: Option<usize>,
+    /// The encoder attention's online-softmax kernel's block (keys staged
+    /// at once, and queries a work item); `None` the built-in one (by
+    /// the head size). A block whose workgroup or workgroup memory does
+    /// not fit the device leaves the built-in one.
+    pub encoder_block: Option<EncoderBlock>,
 }
 
 impl Tuning {
@@ -64,6 +69,7 @@ impl Tuning {
             f32_quad_columns: None,
             encoder_tiles: None,
             attention_workgroup: None,
+            encoder_block: None,
         })
     }
 
@@ -151,6 +157,53 @@ fn numbers<const N: usize>(what: &str, form: &str, text: &str) -> Result<[usize;
         .map(|d| d.trim().parse().map_err(|_| bad()))
         .collect::<Result<_>>()?;
     values.try_into().map_err(|_| bad())
+}
+
+/// A block of the encoder attention's online-softmax kernel: `keys` keys
+/// (and queries) a workgroup stages and runs at once, `per_item` queries
+/// a work item (each key read from workgroup memory feeds all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EncoderBlock {
+    keys: usize,
+    per_item: usize,
+}
+
+impl EncoderBlock {
+    /// The block, checked: `per_item` 1 or 2, `keys` from 16 to 1024 and
+    /// a multiple of `4 * per_item` (whole groups of four keys a work
+    /// item).
+    pub fn new(keys: usize, per_item: usize) -> Result<EncoderBlock> {
+        let ok = matches!(per_item, 1 | 2)
+            && (16..=1024).contains(&keys)
+            && keys.is_multiple_of(4 * per_item);
+        if !ok {
+            return Err(Error::Message(format!(
+                "encoder block {keys},{per_item}: needs 1 or 2 queries a work item and 16 to \
+                 1024 keys, a multiple of 4 times that"
+            )));
+        }
+        Ok(EncoderBlock { keys, per_item })
+    }
+
+    /// Keys (and queries) a block.
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// Queries a work item.
+    pub fn per_item(&self) -> usize {
+        self.per_item
+    }
+}
+
+impl FromStr for EncoderBlock {
+    type Err = Error;
+
+    /// `keys,per_item`.
+    fn from_str(text: &str) -> Result<EncoderBlock> {
+        let [keys, per_item] = numbers("encoder block", "keys,per_item", text)?;
+        EncoderBlock::new(keys, per_item)
+    }
 }
 
 /// A tiling of the cooperative-matrix matmul kernel: `bm x bn` output
@@ -354,6 +407,12 @@ mod tests {
         for bad in ["", "16", "96", "2048", "-64", "x"] {
             let e = workgroup(bad).unwrap_err().to_string();
             assert!(e.contains("attention workgroup"), "{bad}: {e}");
+        }
+        let block: EncoderBlock = "64,2".parse().unwrap();
+        assert_eq!((block.keys(), block.per_item()), (64, 2));
+        for bad in ["64,3", "8,1", "2048,1", "36,2", "64", "x,1"] {
+            let e = bad.parse::<EncoderBlock>().unwrap_err().to_string();
+            assert!(e.contains("encoder block"), "{bad}: {e}");
         }
         let columns = Tuning::default().with_f32_quads("on:16:64").unwrap();
         assert_eq!(columns.f32_quad_columns, Some(64));

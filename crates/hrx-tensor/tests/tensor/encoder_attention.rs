@@ -28,7 +28,7 @@ use crate::common::matmul::{f16_round, f32_round};
 use crate::common::*;
 use hrx_core::Error;
 use hrx_runtime::Operation;
-use hrx_tensor::ops::Tuning;
+use hrx_tensor::ops::{EncoderBlock, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Ops, TensorDesc};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
@@ -148,9 +148,9 @@ impl Case {
         self.check_on(&ops(), input, out_dtype, seed);
     }
 
-    /// [`Case::check_with`] on `ops`; the entry point of the kernel that
-    /// ran.
-    fn check_on(&self, ops: &Ops, input: DType, out_dtype: DType, seed: u64) -> String {
+    /// [`Case::check_with`] on `ops`; the entry point and the workgroup
+    /// size of the kernel that ran.
+    fn check_on(&self, ops: &Ops, input: DType, out_dtype: DType, seed: u64) -> (String, u32) {
         let rt = ops.runtime().clone();
         let tensor_cores = input == DType::F16;
         let (qkv_v, bias_v) = self.inputs(input, seed);
@@ -163,8 +163,11 @@ impl Case {
         let mut graph = rt.graph();
         ops.record_encoder_attention(&mut graph, &qkv, &bias, self.heads, self.scale as f32, &out)
             .unwrap();
-        let entry = match graph.operations().next() {
-            Some(Operation::Dispatch { kernel, .. }) => kernel.contract().entry_point.clone(),
+        let ran = match graph.operations().next() {
+            Some(Operation::Dispatch { kernel, .. }) => {
+                let contract = kernel.contract();
+                (contract.entry_point.clone(), contract.workgroup_size[0])
+            }
             other => panic!("expected one dispatch, recorded {other:?}"),
         };
         let deps = [&qkv, &bias, &out].map(|t| t.completion().clone());
@@ -183,7 +186,7 @@ impl Case {
                 i % w
             );
         }
-        entry
+        ran
     }
 }
 
@@ -210,14 +213,15 @@ fn check_cases(
     check_cases_on(&ops(), cases, input, out, first_seed);
 }
 
-/// [`check_cases`] on `ops`; the entry point of the kernel each case ran.
+/// [`check_cases`] on `ops`; the entry point and workgroup size of the
+/// kernel each case ran.
 fn check_cases_on(
     ops: &Ops,
     cases: &[(usize, usize, usize, usize, f64)],
     input: DType,
     out: DType,
     first_seed: u64,
-) -> Vec<String> {
+) -> Vec<(String, u32)> {
     cases
         .iter()
         .enumerate()
@@ -258,12 +262,42 @@ fn the_tiled_kernel_matches_the_reference() {
     }
     for (r, &(input, out)) in runs.iter().enumerate() {
         let first_seed = 70 + (r * cases.len()) as u64;
-        let entries = check_cases_on(&tiled, &cases, input, out, first_seed);
-        for (entry, case) in entries.iter().zip(&cases) {
+        let ran = check_cases_on(&tiled, &cases, input, out, first_seed);
+        for ((entry, _), case) in ran.iter().zip(&cases) {
             assert_eq!(
                 entry, "encoder_attention_tiled",
                 "{case:?} {input} -> {out} ran another kernel"
             );
+        }
+    }
+}
+
+/// The online-softmax kernel with blocks a tuning forces (one and two
+/// queries a work item, blocks shorter than the sequence, so keys are
+/// staged several times, and longer), each fitting a CPU device's 32 KiB
+/// of workgroup memory with heads of 64.
+#[test]
+fn forced_blocks_match_the_reference() {
+    let cases = [
+        (2, 37, 3, 32, 0.25),
+        (1, 70, 2, 64, 0.125),
+        (3, 5, 2, 4, 0.5),
+    ];
+    for (i, (keys, per_item)) in [(16, 1), (32, 2), (32, 1), (48, 2)].into_iter().enumerate() {
+        let block = EncoderBlock::new(keys, per_item).unwrap();
+        let tuned = ops().with_tuning(Tuning {
+            encoder_block: Some(block),
+            encoder_tiles: Some(false),
+            ..ops().tuning()
+        });
+        let first_seed = 90 + (i * cases.len()) as u64;
+        for ((entry, wg), case) in
+            check_cases_on(&tuned, &cases, DType::F32, DType::F32, first_seed)
+                .iter()
+                .zip(&cases)
+        {
+            assert_eq!(entry, "encoder_attention", "{case:?}");
+            assert_eq!(*wg as usize, keys / per_item, "{case:?} with {block:?}");
         }
     }
 }

@@ -180,6 +180,16 @@ impl Ops {
         // Whole groups of four keys (Vulkan guarantees 128 invocations).
         let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
+        // A tuning's block where its workgroup and its keys, values and
+        // biases in workgroup memory fit.
+        let (wg, per_item) = self
+            .tuning()
+            .encoder_block
+            .filter(|b| {
+                let bytes = 4 * b.keys() * (2 * head + 1);
+                b.keys() / b.per_item() <= most && bytes <= target.workgroup_memory_bytes as usize
+            })
+            .map_or((wg, per_item), |b| (b.keys() / b.per_item(), b.per_item()));
         let block = wg * per_item;
         let blocks = match (coop, tiled) {
             (Some(shape), _) => seq / (16 * shape.subgroups),
