@@ -39,8 +39,9 @@ pub struct Tuning {
     /// The encoder attention's tiled kernel (scores in workgroup memory;
     /// see `attention::encoder_tiled`): `Some(true)` wherever it fits, on
     /// any device; `Some(false)` never (the online-softmax kernel
-    /// instead); `None` the built-in choice, which is the online-softmax
-    /// kernel.
+    /// instead); `None` the built-in choice: on a GPU where the tiled
+    /// kernel takes little workgroup memory or the online-softmax
+    /// kernel's grid is small, elsewhere never.
     pub encoder_tiles: Option<bool>,
     /// Work items a workgroup of the cached attention (a power of two
     /// from 32 to 1024), on any device; `None` the built-in choice (by

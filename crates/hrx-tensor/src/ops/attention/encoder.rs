@@ -9,8 +9,8 @@
 //! back. Here the stacked query-key-value projection goes in, the
 //! per-position contexts come out, and the scores never leave registers
 //! (or, with f16 projections on tensor cores, `encoder_coop.rs`, and
-//! where a tuning asks for the tiled kernel, `encoder_tiled.rs`,
-//! workgroup memory).
+//! with short sequences or small batches on a GPU, the tiled kernel of
+//! `encoder_tiled.rs`, workgroup memory).
 
 use super::encoder_coop::{self, CoopAttention};
 use super::encoder_kernel;
@@ -36,6 +36,19 @@ pub const ENCODER_ATTENTION_MAX_HEAD: usize = 128;
 const GPU_BLOCK_BYTES: usize = 32 << 10;
 const GPU_BLOCK: (usize, usize) = (32, 128);
 const CPU_BLOCK: usize = 16;
+/// On a GPU the tiled kernel runs wherever it takes at most this much
+/// workgroup memory: MiniLM's heads of 32 up to 64 keys, where an H100
+/// ran its attention 1.3 to 2.5 times as fast as the online-softmax
+/// kernel at every batch from 1 to 1024 (the kernels' device time,
+/// 2026-12-06) ...
+const TILED_ALWAYS_BYTES: usize = 24 << 10;
+/// ... and, taking more, wherever the online-softmax kernel would launch
+/// fewer workgroups than this: it then leaves multiprocessors idle while
+/// the tiled kernel splits each head's queries four ways. With 128 keys
+/// the tiled kernel ran 2.7 times as fast at one sequence (12
+/// workgroups), 1.1 at 24 (288), the same at 32 (384) and 0.85 at 64
+/// (768).
+const TILED_BELOW_WORKGROUPS: usize = 384;
 /// Heads up to which a work item takes two queries: each key and
 /// value read from workgroup memory then feeds both, and the two queries'
 /// registers (2 x 2 x head values) still fit.
@@ -158,18 +171,6 @@ impl Ops {
         // read from 16-byte boundaries: eight halves).
         let coop = CoopAttention::for_input(&target, input, head, seq)
             .filter(|_| kq.offset.is_multiple_of(8));
-        // Off tensor cores, the tiled kernel where its scores fit and a
-        // tuning asks for it (not yet the built-in choice: it has not been
-        // timed against the online-softmax kernel on a GPU).
-        let tiled = TiledAttention::new(
-            head,
-            seq,
-            input,
-            narrow,
-            target.workgroup_memory_bytes as usize,
-        )
-        .filter(|_| coop.is_none())
-        .filter(|_| self.tuning().encoder_tiles.unwrap_or(false));
         let block = match target.kind {
             DeviceKind::Cpu => CPU_BLOCK,
             _ => (GPU_BLOCK_BYTES / (8 * head)).clamp(GPU_BLOCK.0, GPU_BLOCK.1),
@@ -191,6 +192,24 @@ impl Ops {
             })
             .map_or((wg, per_item), |b| (b.keys() / b.per_item(), b.per_item()));
         let block = wg * per_item;
+        // Off tensor cores, the tiled kernel where its scores fit: on a GPU
+        // where it is small or the online-softmax kernel's grid is (see
+        // the constants), elsewhere where a tuning asks for it.
+        let online_workgroups = seq.div_ceil(block) * heads * batch;
+        let tiled = TiledAttention::new(
+            head,
+            seq,
+            input,
+            narrow,
+            target.workgroup_memory_bytes as usize,
+        )
+        .filter(|_| coop.is_none())
+        .filter(|shape| {
+            let gpu = target.kind != DeviceKind::Cpu;
+            let small = shape.workgroup_bytes() <= TILED_ALWAYS_BYTES;
+            let built_in = gpu && (small || online_workgroups < TILED_BELOW_WORKGROUPS);
+            self.tuning().encoder_tiles.unwrap_or(built_in)
+        });
         let blocks = match (coop, tiled) {
             (Some(shape), _) => seq / (16 * shape.subgroups),
             (None, Some(_)) => seq.div_ceil(encoder_tiled::QUERIES),

@@ -84,6 +84,11 @@ impl TiledAttention {
             .filter(|s| s.layout().bytes() <= memory_bytes)
     }
 
+    /// Workgroup memory the kernel takes.
+    pub(crate) fn workgroup_bytes(&self) -> usize {
+        self.layout().bytes()
+    }
+
     /// Where each tile lies in workgroup memory, in f32 words.
     fn layout(&self) -> Layout {
         let (dh, keys) = (self.head, self.keys);
