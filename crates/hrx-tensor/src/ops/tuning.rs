@@ -38,7 +38,7 @@ pub struct Tuning {
     pub f32_quad_columns: Option<usize>,
     /// The encoder attention's tiled kernel (scores in workgroup memory;
     /// see `attention::encoder_tiled`): `Some(true)` wherever it fits, on
-    /// any device; `Some(false)` never (the online-softmax kernel
+    /// any device, tensor-core shapes included; `Some(false)` never (the online-softmax kernel
     /// instead); `None` the built-in choice: on a GPU where the tiled
     /// kernel takes little workgroup memory or the online-softmax
     /// kernel's grid is small, elsewhere never.

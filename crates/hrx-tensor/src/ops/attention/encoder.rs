@@ -192,9 +192,10 @@ impl Ops {
             })
             .map_or((wg, per_item), |b| (b.keys() / b.per_item(), b.per_item()));
         let block = wg * per_item;
-        // Off tensor cores, the tiled kernel where its scores fit: on a GPU
+        // The tiled kernel where its scores fit: off tensor cores on a GPU
         // where it is small or the online-softmax kernel's grid is (see
-        // the constants), elsewhere where a tuning asks for it.
+        // the constants); where a tuning asks for it, on any device and
+        // before tensor cores.
         let online_workgroups = seq.div_ceil(block) * heads * batch;
         let tiled = TiledAttention::new(
             head,
@@ -203,13 +204,14 @@ impl Ops {
             narrow,
             target.workgroup_memory_bytes as usize,
         )
-        .filter(|_| coop.is_none())
         .filter(|shape| {
             let gpu = target.kind != DeviceKind::Cpu;
             let small = shape.workgroup_bytes() <= TILED_ALWAYS_BYTES;
-            let built_in = gpu && (small || online_workgroups < TILED_BELOW_WORKGROUPS);
+            let built_in =
+                coop.is_none() && gpu && (small || online_workgroups < TILED_BELOW_WORKGROUPS);
             self.tuning().encoder_tiles.unwrap_or(built_in)
         });
+        let coop = coop.filter(|_| tiled.is_none());
         let blocks = match (coop, tiled) {
             (Some(shape), _) => seq / (16 * shape.subgroups),
             (None, Some(_)) => seq.div_ceil(encoder_tiled::QUERIES),
