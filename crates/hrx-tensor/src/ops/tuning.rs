@@ -1,13 +1,14 @@
-//! Typed tuning of the matmul kernels: shapes a tuning run (or a test)
-//! forces instead of the built-in choices, given to
+//! Typed tuning of the matmul and attention kernels: shapes a tuning run
+//! (or a test) forces instead of the built-in choices, given to
 //! [`Ops::with_tuning`](crate::ops::Ops::with_tuning).
 //!
 //! The library never reads the environment; a benchmark that takes the
-//! shapes from variables parses them with [`Tuning::parse`] and reports a
+//! shapes from its arguments or variables parses them with
+//! [`Tuning::parse`], `FromStr` or the `with_*` methods and reports a
 //! malformed or invalid value as an error. A forced shape that is valid
-//! but does not apply to a particular matmul (its workgroup or workgroup
+//! but does not apply to a particular kernel (its workgroup or workgroup
 //! memory does not fit the device, its row groups do not divide that
-//! matmul's rows) leaves that matmul on the built-in choice.
+//! matmul's rows) leaves that kernel on the built-in choice.
 
 use hrx_core::{Error, Result};
 use std::str::FromStr;
@@ -38,10 +39,10 @@ pub struct Tuning {
     pub f32_quad_columns: Option<usize>,
     /// The encoder attention's tiled kernel (scores in workgroup memory;
     /// see `attention::encoder_tiled`): `Some(true)` wherever it fits, on
-    /// any device, tensor-core shapes included; `Some(false)` never (the online-softmax kernel
-    /// instead); `None` the built-in choice: on a GPU where the tiled
-    /// kernel takes little workgroup memory or the online-softmax
-    /// kernel's grid is small, elsewhere never.
+    /// any device, tensor-core shapes included; `Some(false)` never (the
+    /// online-softmax kernel instead); `None` the built-in choice: off
+    /// tensor cores on a GPU, where the tiled kernel takes little
+    /// workgroup memory or the online-softmax kernel's grid is small.
     pub encoder_tiles: Option<bool>,
     /// Work items a workgroup of the cached attention (a power of two
     /// from 32 to 1024), on any device; `None` the built-in choice (by
