@@ -54,6 +54,14 @@ const TILED_BELOW_WORKGROUPS: usize = 384;
 /// registers (2 x 2 x head values) still fit.
 const TWO_QUERIES_MAX_HEAD: usize = 32;
 
+/// Whether the tiled kernel of `shape` is the built-in choice: on a GPU,
+/// off tensor cores, where it is small or the online-softmax kernel would
+/// launch few workgroups (`online_workgroups`).
+fn tiled_built_in(gpu: bool, coop: bool, shape: &TiledAttention, online_workgroups: usize) -> bool {
+    let small = shape.workgroup_bytes() <= TILED_ALWAYS_BYTES;
+    gpu && !coop && (small || online_workgroups < TILED_BELOW_WORKGROUPS)
+}
+
 impl Ops {
     /// Record an encoder's multi-head self-attention:
     /// `out[b, i, h, :] = sum_j softmax_j(scale q[b, i, h] . k[b, j, h] +
@@ -206,9 +214,7 @@ impl Ops {
         )
         .filter(|shape| {
             let gpu = target.kind != DeviceKind::Cpu;
-            let small = shape.workgroup_bytes() <= TILED_ALWAYS_BYTES;
-            let built_in =
-                coop.is_none() && gpu && (small || online_workgroups < TILED_BELOW_WORKGROUPS);
+            let built_in = tiled_built_in(gpu, coop.is_some(), shape, online_workgroups);
             self.tuning().encoder_tiles.unwrap_or(built_in)
         });
         let coop = coop.filter(|_| tiled.is_none());
@@ -271,5 +277,35 @@ impl Ops {
             &scalars,
             &[blocks as u64, heads as u64, batch as u64],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hrx_core::Target;
+    use hrx_loom::ir::Scalar;
+
+    /// MiniLM's shapes on an H200's workgroup memory: the tiled kernel up
+    /// to 64 tokens at any batch, at 128 tokens below 32 sentences (12
+    /// heads, one online-softmax block each), never with tensor cores or
+    /// on a CPU device.
+    #[test]
+    fn the_tiled_kernel_is_built_in_where_it_was_measured_faster() {
+        let memory = Target::hopper().workgroup_memory_bytes as usize;
+        let shape = |seq| TiledAttention::new(32, seq, Scalar::F32, Scalar::F32, memory).unwrap();
+        let online = |batch: usize| 12 * batch;
+        for seq in [16, 32, 64] {
+            assert!(
+                tiled_built_in(true, false, &shape(seq), online(1024)),
+                "{seq}"
+            );
+        }
+        assert!(tiled_built_in(true, false, &shape(128), online(1)));
+        assert!(tiled_built_in(true, false, &shape(128), online(31)));
+        assert!(!tiled_built_in(true, false, &shape(128), online(32)));
+        assert!(!tiled_built_in(true, false, &shape(128), online(1024)));
+        assert!(!tiled_built_in(true, true, &shape(64), online(1)));
+        assert!(!tiled_built_in(false, false, &shape(64), online(1)));
     }
 }

@@ -246,23 +246,23 @@ pub(crate) fn encoder_attention(
             next
         })
     });
+    let output = OutputHead {
+        first_row,
+        width,
+        offset: qo,
+        column: head_col,
+        view: out_v,
+        dtype: out,
+    };
     let onef = k.float(1.0, F32);
     for (p, &query) in queries.iter().enumerate() {
         let inv = k.divf(onef, state[p * carried + 1]);
         let inv = k.splat(inv, 4);
         let valid = k.cmp(IntPredicate::Ult, query, seq);
         k.if_(valid, |b| {
-            let head = OutputHead {
-                first_row,
-                width,
-                offset: qo,
-                column: head_col,
-                view: out_v,
-                dtype: out,
-            };
             for c in 0..quads {
                 let off = b.index(4 * c as u64);
-                head.store(b, query, off, state[p * carried + 2 + c], inv);
+                output.store(b, query, off, state[p * carried + 2 + c], inv);
             }
         });
     }

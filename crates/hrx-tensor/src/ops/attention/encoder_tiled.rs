@@ -356,6 +356,14 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
     // 2` of output quad `quad`.
     let out_tiles = c(&mut k, QUERIES / 2 * quads);
     let half_q = c(&mut k, QUERIES / 2);
+    let output = OutputHead {
+        first_row,
+        width,
+        offset: qo,
+        column: head_col,
+        view: out_v,
+        dtype: out,
+    };
     let onef = k.float(1.0, F32);
     k.for_each(t, out_tiles, threads, |b, tile| {
         let (g, quad) = (b.div(tile, quads_c), b.rem(tile, quads_c));
@@ -390,15 +398,7 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
                 });
                 let inv = b.divf(onef, sum);
                 let inv = b.splat(inv, 4);
-                let head = OutputHead {
-                    first_row,
-                    width,
-                    offset: qo,
-                    column: head_col,
-                    view: out_v,
-                    dtype: out,
-                };
-                head.store(b, query, d0, acc[r], inv);
+                output.store(b, query, d0, acc[r], inv);
             });
         }
     });
