@@ -24,8 +24,10 @@
 //!   contract, not checked).
 //! - **Completions.** Every submission signals the next value of the
 //!   domain's timeline semaphore. A [`Completion`] observes one submission:
-//!   it can be waited on (spin, then block), polled, cancelled, or awaited
-//!   as a future (woken by a watcher thread, never by busy polling).
+//!   it can be waited on (spin, then block; `wait_spinning` sets how long
+//!   it spins, for loops of short dependent submissions), polled,
+//!   cancelled, or awaited as a future (woken by a watcher thread, never
+//!   by busy polling).
 //!   Ordering after dependencies happens on the device; submitting never
 //!   waits on the host. Failure propagates to dependent work; failure takes
 //!   precedence over cancellation; a lost device fails everything pending

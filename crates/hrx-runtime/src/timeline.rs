@@ -25,7 +25,7 @@ use std::{
 };
 
 /// How long `wait` spins on the counter before blocking in the driver.
-const SPIN: Duration = Duration::from_micros(20);
+pub(crate) const SPIN: Duration = Duration::from_micros(20);
 /// Longest single blocking wait, so that loss and shutdown are noticed.
 const SLICE: Duration = Duration::from_millis(50);
 /// How many finished completion states are kept for reuse. The pool is
@@ -199,7 +199,19 @@ impl Timeline {
     /// Block until `value` is reached, the device is lost, or `deadline`.
     /// Returns whether the value was reached (or the device lost).
     pub(crate) fn wait_for(&self, value: u64, deadline: Option<Instant>) -> bool {
-        let spin_until = Instant::now() + SPIN;
+        self.wait_spinning(value, deadline, SPIN)
+    }
+
+    /// [`wait_for`](Self::wait_for), polling the counter for up to `spin`
+    /// (and not past `deadline`) before blocking in the driver.
+    pub(crate) fn wait_spinning(
+        &self,
+        value: u64,
+        deadline: Option<Instant>,
+        spin: Duration,
+    ) -> bool {
+        let spin_until = Instant::now() + spin;
+        let spin_until = deadline.map_or(spin_until, |d| d.min(spin_until));
         loop {
             self.poll();
             if self.completed() >= value || self.lost.get().is_some() {

@@ -130,6 +130,34 @@ fn wait_timeout_reports_pending_work_then_success() {
 }
 
 #[test]
+fn a_spinning_wait_ends_when_the_work_does_not_when_the_spin_does() {
+    let runtime = Runtime::from_env().unwrap();
+    let buffer = runtime
+        .allocate(4096, MemoryPlacement::HostVisible)
+        .unwrap();
+    let graph = fill_graph(&runtime, &buffer, 7);
+    // Polled for far longer than the work takes: it returns at the end
+    // of the work, not of the spin.
+    let gate = Gate::new(&runtime);
+    let done = graph.submit_after(&[gate.submit().unwrap()]).unwrap();
+    let opened = Instant::now();
+    gate.open_soon();
+    done.wait_spinning(Duration::from_secs(600)).unwrap();
+    assert!(opened.elapsed() < Duration::from_secs(60));
+    assert!(words(&buffer).iter().all(|&w| w == 7));
+    // Polled for less than the work takes: it sleeps for the rest.
+    let gate = Gate::new(&runtime);
+    let held = gate.submit().unwrap();
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        gate.open();
+    });
+    held.wait_spinning(Duration::from_millis(1)).unwrap();
+    assert!(held.is_complete());
+    opener.join().unwrap();
+}
+
+#[test]
 fn cancelling_queued_work_fails_it_and_its_dependents_after_draining() {
     let runtime = Runtime::from_env().unwrap();
     let buffer = runtime
