@@ -20,6 +20,7 @@ use std::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         mpsc::{Receiver, TryRecvError},
     },
+    time::Duration,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -55,6 +56,9 @@ pub(crate) struct Steps {
     pub graphs: Vec<StepGraph>,
     pub slots: usize,
     pub eos: Option<u32>,
+    /// How long a step's completion is polled before sleeping (`None`:
+    /// the runtime's default wait).
+    pub spin: Option<Duration>,
 }
 
 impl Steps {
@@ -346,7 +350,10 @@ pub(crate) fn run(
                     None
                 };
                 let done = candidates.unwrap_or(done);
-                done.wait()?;
+                match steps.spin {
+                    Some(spin) => done.wait_spinning(spin)?,
+                    None => done.wait()?,
+                }
                 Ok(done)
             })
             .and_then(|done| Ok((graph.read_next(picks.len())?, done)));
