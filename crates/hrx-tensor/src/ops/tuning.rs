@@ -55,6 +55,15 @@ pub struct Tuning {
     /// the head size). A block whose workgroup or workgroup memory does
     /// not fit the device leaves the built-in one.
     pub encoder_block: Option<EncoderBlock>,
+    /// The projected cached attention's staging of its projection
+    /// weights (loaded before the attention, read from workgroup memory;
+    /// see `attention::kernels`): `Some(false)` never; `None` (or
+    /// `Some(true)`) wherever they are few enough.
+    pub stage_projection: Option<bool>,
+    /// Workgroups each group of heads of the projected cached attention
+    /// takes (each attends the heads and projects its share of the output
+    /// columns; 1 to the projection's width); `None` the built-in choice.
+    pub attention_splits: Option<usize>,
 }
 
 impl Tuning {
@@ -72,6 +81,8 @@ impl Tuning {
             encoder_tiles: None,
             attention_workgroup: None,
             encoder_block: None,
+            stage_projection: None,
+            attention_splits: None,
         })
     }
 
@@ -89,6 +100,42 @@ impl Tuning {
             })?;
         Ok(Tuning {
             attention_workgroup: Some(size),
+            ..self
+        })
+    }
+
+    /// This tuning with the projected attention's splits given as text:
+    /// a count from 1 to 1024.
+    pub fn with_attention_splits(self, text: &str) -> Result<Tuning> {
+        let splits = text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1024).contains(n))
+            .ok_or_else(|| {
+                Error::Message(format!(
+                    "attention splits `{text}`: expected a count from 1 to 1024"
+                ))
+            })?;
+        Ok(Tuning {
+            attention_splits: Some(splits),
+            ..self
+        })
+    }
+
+    /// This tuning with the projected attention's staged weights given as
+    /// text: `on` (where they are few enough, as built in) or `off`.
+    pub fn with_stage_projection(self, text: &str) -> Result<Tuning> {
+        let on = match text {
+            "on" => true,
+            "off" => false,
+            _ => {
+                return Err(Error::Message(format!(
+                    "stage projection `{text}`: expected on or off"
+                )));
+            }
+        };
+        Ok(Tuning {
+            stage_projection: Some(on),
             ..self
         })
     }
@@ -409,6 +456,20 @@ mod tests {
         for bad in ["", "16", "96", "2048", "-64", "x"] {
             let e = workgroup(bad).unwrap_err().to_string();
             assert!(e.contains("attention workgroup"), "{bad}: {e}");
+        }
+        let splits = |text: &str| Tuning::default().with_attention_splits(text);
+        assert_eq!(splits("4").unwrap().attention_splits, Some(4));
+        assert_eq!(splits("1").unwrap().attention_splits, Some(1));
+        for bad in ["", "0", "1025", "-2", "x"] {
+            let e = splits(bad).unwrap_err().to_string();
+            assert!(e.contains("attention splits"), "{bad}: {e}");
+        }
+        let stage = |text: &str| Tuning::default().with_stage_projection(text);
+        assert_eq!(stage("on").unwrap().stage_projection, Some(true));
+        assert_eq!(stage("off").unwrap().stage_projection, Some(false));
+        for bad in ["", "yes", "off:1"] {
+            let e = stage(bad).unwrap_err().to_string();
+            assert!(e.contains("stage projection"), "{bad}: {e}");
         }
         let block: EncoderBlock = "64,2".parse().unwrap();
         assert_eq!((block.keys(), block.per_item()), (64, 2));

@@ -6,8 +6,8 @@
 //! than the heads, replays, and the refusals.
 
 use super::quant::{Gen, f32s, i32s, matrix, ops, random, refused};
-use hrx_runtime::Graph;
-use hrx_tensor::ops::{AttentionOutput, QuantFormat, QuantMatrix, Rotary};
+use hrx_runtime::{Graph, Operation};
+use hrx_tensor::ops::{AttentionOutput, Ops, QuantFormat, QuantMatrix, Rotary, Tuning};
 use hrx_tensor::{DType, DeviceTensor, Result, TensorDesc};
 
 /// A token row: its slot and position.
@@ -77,10 +77,15 @@ fn attended(case: &Case) -> Result<Vec<f64>> {
     out.to_values()
 }
 
-/// The projected form's attended rows and projection, from two replays
-/// of one prepared graph (which must agree).
-fn projected(case: &Case, w: &QuantMatrix, residual: &DeviceTensor) -> Result<[Vec<f64>; 2]> {
-    let ops = ops();
+/// The projected form's attended rows and projection on `ops`, from two
+/// replays of one prepared graph (which must agree), with the SPIR-V of
+/// the kernel that ran.
+fn projected_by(
+    ops: &Ops,
+    case: &Case,
+    w: &QuantMatrix,
+    residual: &DeviceTensor,
+) -> Result<([Vec<f64>; 2], Vec<u32>)> {
     let mut out = ops.output(case.q.desc().clone())?;
     let mut h = ops.output(TensorDesc::new(DType::F32, vec![case.rows, w.rows()])?)?;
     let projection = AttentionOutput {
@@ -91,6 +96,10 @@ fn projected(case: &Case, w: &QuantMatrix, residual: &DeviceTensor) -> Result<[V
     let mut graph = ops.runtime().graph();
     let (q, inputs) = (&case.q, case.inputs());
     ops.record_rotary_attention_projected(&mut graph, q, ROTARY, inputs, SCALE, &out, projection)?;
+    let spirv = match graph.operations().last() {
+        Some(Operation::Dispatch { kernel, .. }) => kernel.spirv().to_vec(),
+        _ => panic!("the projected attention recorded no dispatch"),
+    };
     let graph = graph.prepare()?;
     let deps = case.completions(&[w.words(), residual]);
     let mut seen: Option<[Vec<f64>; 2]> = None;
@@ -104,14 +113,52 @@ fn projected(case: &Case, w: &QuantMatrix, residual: &DeviceTensor) -> Result<[V
         }
         seen = Some(run);
     }
-    Ok(seen.expect("two replays"))
+    Ok((seen.expect("two replays"), spirv))
+}
+
+/// Decode rows of several slots, inactive ones among them.
+const DECODE: [Row; 5] = [(2, 9), (0, 0), (-1, 3), (1, 39), (2, -4)];
+
+/// A prefill: 17 rows of one sequence.
+fn prefill() -> Vec<Row> {
+    (0..17).map(|p| (1, p + 3)).collect()
+}
+
+/// A case over `rows` with a projection of `width` columns by `format`:
+/// the operands, the weight's values and the residual's.
+struct Projected {
+    case: Case,
+    weight: QuantMatrix,
+    values: Vec<f64>,
+    residual: Vec<f64>,
+    residual_t: DeviceTensor,
+}
+
+impl Projected {
+    fn new(rows: &[Row], format: QuantFormat, width: usize, rng: &mut Gen) -> Projected {
+        let case = Case::new(rows, rng);
+        let (weight, values) = matrix(format, width, HEADS * HD, rng);
+        let residual = random(rng, case.rows * width, -4.0, 4.0);
+        let residual_t = f32s(&residual, vec![case.rows, width]);
+        Projected {
+            case,
+            weight,
+            values,
+            residual,
+            residual_t,
+        }
+    }
+
+    /// [`projected_by`] on `ops` for this case.
+    fn run(&self, ops: &Ops) -> Result<([Vec<f64>; 2], Vec<u32>)> {
+        projected_by(ops, &self.case, &self.weight, &self.residual_t)
+    }
 }
 
 #[test]
 fn projected_attention_matches_attention_then_projection() -> Result<()> {
     let mut rng = Gen::new(41);
-    let decode = vec![(2, 9), (0, 0), (-1, 3), (1, 39), (2, -4)];
-    let prefill: Vec<(i32, i32)> = (0..17).map(|p| (1, p + 3)).collect();
+    let (decode, prefill) = (DECODE, prefill());
     let cases: [(&[Row], QuantFormat, usize); 4] = [
         (&[(2, 9)], QuantFormat::Q4_1, HEADS * HD),
         (&decode, QuantFormat::Q4_1, HEADS * HD),
@@ -120,30 +167,93 @@ fn projected_attention_matches_attention_then_projection() -> Result<()> {
     ];
     for (rows, format, width) in cases {
         let what = format!("{} rows, {format:?} [{width}, {}]", rows.len(), HEADS * HD);
-        let case = Case::new(rows, &mut rng);
-        let (w, wv) = matrix(format, width, HEADS * HD, &mut rng);
-        let residual = random(&mut rng, case.rows * width, -4.0, 4.0);
-        let residual_t = f32s(&residual, vec![case.rows, width]);
-        let [out, h] = projected(&case, &w, &residual_t)?;
-        let bits = |v: &[f64]| v.iter().map(|&x| (x as f32).to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&out), bits(&attended(&case)?), "{what}: attended rows");
-        assert!(out.iter().any(|&v| v != 0.0), "{what}: nothing attended");
-        let columns = HEADS * HD;
-        for r in 0..case.rows {
-            let a = &out[r * columns..(r + 1) * columns];
-            for o in 0..width {
-                let wr = &wv[o * columns..(o + 1) * columns];
-                let dot: f64 = a.iter().zip(wr).map(|(x, y)| x * y).sum();
-                let mag: f64 = a.iter().zip(wr).map(|(x, y)| (x * y).abs()).sum();
-                let res = residual[r * width + o];
-                let want = res + dot;
-                let bound = 1e-4 * (mag + res.abs()) + 1e-30;
-                let got = h[r * width + o];
-                assert!(
-                    (got - want).abs() <= bound,
-                    "{what}: h[{r}, {o}] = {got}, want {want}"
-                );
-            }
+        let p = Projected::new(rows, format, width, &mut rng);
+        let ([out, h], _) = p.run(&ops())?;
+        assert_eq!(
+            bits(&out),
+            bits(&attended(&p.case)?),
+            "{what}: attended rows"
+        );
+        check_projection(&what, &out, &h, (&p.values, &p.residual), width);
+    }
+    Ok(())
+}
+
+fn bits(v: &[f64]) -> Vec<u32> {
+    v.iter().map(|&x| (x as f32).to_bits()).collect()
+}
+
+/// `h` against the f64 projection of the attended rows `out` by the
+/// weight's values `wv` (`[width, heads * hd]`) plus the residual.
+fn check_projection(
+    what: &str,
+    out: &[f64],
+    h: &[f64],
+    (wv, residual): (&[f64], &[f64]),
+    width: usize,
+) {
+    assert!(out.iter().any(|&v| v != 0.0), "{what}: nothing attended");
+    let columns = HEADS * HD;
+    for r in 0..out.len() / columns {
+        let a = &out[r * columns..(r + 1) * columns];
+        for o in 0..width {
+            let wr = &wv[o * columns..(o + 1) * columns];
+            let dot: f64 = a.iter().zip(wr).map(|(x, y)| x * y).sum();
+            let mag: f64 = a.iter().zip(wr).map(|(x, y)| (x * y).abs()).sum();
+            let res = residual[r * width + o];
+            let want = res + dot;
+            let bound = 1e-4 * (mag + res.abs()) + 1e-30;
+            let got = h[r * width + o];
+            assert!(
+                (got - want).abs() <= bound,
+                "{what}: h[{r}, {o}] = {got}, want {want}"
+            );
+        }
+    }
+}
+
+/// Workgroups of 256 work items stage a narrow projection's weights
+/// (and each column's residual) in workgroup memory under the attention
+/// (`Tuning::stage_projection`), and split a group of heads' projection
+/// over several workgroups (`Tuning::attention_splits`): each variant is
+/// another kernel, gives the bits of the plain one, and the reference's
+/// projection.
+#[test]
+fn staged_and_split_projections_give_the_plain_bits() -> Result<()> {
+    let mut rng = Gen::new(47);
+    let (decode, prefill) = (DECODE, prefill());
+    let cases: [(&[Row], QuantFormat, usize); 3] = [
+        (&[(2, 9)], QuantFormat::Q4_1, 32),
+        (&decode, QuantFormat::Q4_1, 40),
+        (&prefill, QuantFormat::Q8_0, 24),
+    ];
+    let base = ops();
+    let tuned = |stage: bool, splits: usize| {
+        base.clone().with_tuning(Tuning {
+            attention_workgroup: Some(256),
+            stage_projection: Some(stage),
+            attention_splits: Some(splits),
+            ..base.tuning()
+        })
+    };
+    for (rows, format, width) in cases {
+        let what = format!("{} rows, {format:?} [{width}, {}]", rows.len(), HEADS * HD);
+        let p = Projected::new(rows, format, width, &mut rng);
+        let ([out, h], plain) = p.run(&tuned(false, 1))?;
+        check_projection(&what, &out, &h, (&p.values, &p.residual), width);
+        let mut kernels = vec![plain];
+        // Three splits leave the last a shorter share (and with 40
+        // columns, a share that is not a multiple of the others).
+        for (stage, splits) in [(true, 1), (false, 3), (true, 3), (true, 7)] {
+            let variant = format!("{what}, staged {stage}, {splits} splits");
+            let ([o, hv], kernel) = p.run(&tuned(stage, splits))?;
+            assert!(
+                !kernels.contains(&kernel),
+                "{variant}: the same kernel as another variant"
+            );
+            kernels.push(kernel);
+            assert_eq!(bits(&o), bits(&out), "{variant}: attended rows");
+            assert_eq!(bits(&hv), bits(&h), "{variant}: projection");
         }
     }
     Ok(())

@@ -62,6 +62,23 @@
 //! offsets and lengths of the weight, the residual and the output; the
 //! scratch and the per-row counters are bound whole, sized by the grid.
 //!
+//! Where the projection's columns of the workgroup's heads are few
+//! (`AttentionShape::staged`: a few words a work item), every work item
+//! loads its share of those weight words, and its output column's
+//! residual, before the attention begins, and stores the words into
+//! workgroup memory only after it: the loads' latency (device memory, the
+//! weights being read once a step) passes under the attention instead of
+//! following it, and the projection reads its weights from workgroup
+//! memory.
+//!
+//! With `AttentionShape::splits` above 1, each group of heads takes that
+//! many workgroups (grid x: groups times splits): each attends the
+//! group's heads (the first split stores the attended rows) and projects
+//! its share of the output columns into the group's plane; the planes
+//! are counted per row and split, and the last group to finish a split
+//! adds that split's columns. A few rows' projection then runs on more of
+//! the GPU than one workgroup per group of heads.
+//!
 //! Caches of f16 (`AttentionShape::cache`) are read as f16 and widened
 //! to f32 as each key vector or value is loaded; everything after the
 //! load is the f32 kernel's.
@@ -97,6 +114,14 @@ pub(crate) struct AttentionShape {
     /// The output projection fused in, by a matrix of this format
     /// (arguments after the attention's; see the module documentation).
     pub(crate) project: Option<QuantFormat>,
+    /// The output columns a workgroup projects, where its weight columns
+    /// of the workgroup's heads are loaded at the start and kept in
+    /// workgroup memory for the projection ([`stages`]).
+    pub(crate) staged: Option<usize>,
+    /// Workgroups per group of heads (1 without a projection): each
+    /// attends the same heads and projects its share of the output
+    /// columns, so a few heads' projection spreads over more of the GPU.
+    pub(crate) splits: usize,
     /// The caches' element type (f32 or f16, widened to f32 on load).
     pub(crate) cache: Scalar,
     /// q's element type (f32, or f16 widened on load).
@@ -146,6 +171,48 @@ impl LaneSplit {
     /// The lane that holds the score of the chunk's `j`-th position.
     fn lane_of(&self, j: usize) -> usize {
         (j % self.rows) * self.lanes + j / self.rows
+    }
+}
+
+/// The most weight words a workgroup stages for its projection.
+const STAGED_WORDS_MAX: usize = 6144;
+/// The most staged words a work item loads (and holds through the
+/// attention).
+const STAGED_PER_ITEM_MAX: usize = 8;
+
+/// Words of one projection row's columns over a workgroup's `values`
+/// head values, where each head starts on a block of the format.
+fn head_row_words(format: QuantFormat, hd: usize, values: usize) -> Option<usize> {
+    if !hd.is_multiple_of(format.block_len()) {
+        return None;
+    }
+    format.row_words(values).ok()
+}
+
+/// Whether a workgroup's projection onto `columns` output columns by
+/// `format` is staged (`AttentionShape::staged`) for workgroups of `wg`
+/// work items taking `heads` heads of `hd` values: its words fit the
+/// workgroup memory budget, a work item loads a few, and one work item
+/// holds each output column's residual.
+pub(crate) fn stages(
+    format: QuantFormat,
+    (hd, heads): (usize, usize),
+    columns: usize,
+    wg: usize,
+) -> bool {
+    head_row_words(format, hd, hd * heads).is_some_and(|words| {
+        let total = columns * words;
+        total <= STAGED_WORDS_MAX && total.div_ceil(wg) <= STAGED_PER_ITEM_MAX && columns <= wg
+    })
+}
+
+/// Bytes of workgroup memory the staged projection of `shape` takes.
+pub(crate) fn staged_bytes(shape: &AttentionShape) -> usize {
+    match (shape.project, shape.staged) {
+        (Some(format), Some(columns)) => {
+            4 * columns * head_row_words(format, shape.hd, shape.hd * shape.heads).unwrap_or(0)
+        }
+        _ => 0,
     }
 }
 
@@ -291,7 +358,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let one = kb.index(1);
     let wgc = kb.index(wg as u64);
     let hqc = kb.index(hq as u64);
-    let gx = kb.div(heads_n, hqc);
+    let head_groups = kb.div(heads_n, hqc);
+    let splits_b = kb.index(shape.splits as u64);
+    let gx = kb.mul(head_groups, splits_b);
     let mut k = kb.launch_config([gx, rows_n, one], [wgc, one, one]);
     let [heads, group, kvh, slots, cap] =
         ["heads", "group", "kvh", "slots", "cap"].map(|x| k.arg_index(x));
@@ -331,10 +400,13 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let projection = projection_args.map(|(format, [width, rw, ow, lw, or, lr, oh, lh])| {
         // The scratch and the counters are bound whole, sized by the grid
         // (push constants are too few for their lengths): a plane of
-        // `width` per workgroup, a counter per row.
+        // `width` per group of heads, a counter per row and split.
         let per_row = k.workgroup_count(Axis::X);
         let rows = k.workgroup_count(Axis::Y);
-        let planes = k.mul(per_row, rows);
+        let splits = k.index(shape.splits as u64);
+        let head_groups = k.div(per_row, splits);
+        let planes = k.mul(head_groups, rows);
+        let tiles = k.mul(rows, splits);
         let lsc = k.mul(planes, width);
         let [wb, rb] = ["wo", "res"].map(|x| k.arg_buffer(x, true));
         let [hb, sb, cb] = ["h", "scratch", "cnt"].map(|x| k.arg_buffer(x, false));
@@ -350,7 +422,7 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             residual: (k.buffer_view(rb, zero, [lr.into()], F32), or),
             out: (k.buffer_view(hb, zero, [lh.into()], F32), oh),
             scratch: k.buffer_view(sb, zero, [lsc.into()], F32),
-            counters: k.buffer_view(cb, zero, [rows.into()], Scalar::U32),
+            counters: k.buffer_view(cb, zero, [tiles.into()], Scalar::U32),
         }
     });
     let qv = k.buffer_view(q, zero, [lq.into()], shape.q);
@@ -367,7 +439,11 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
 
     let [c0, c1, wgs, hdc, last_d] = [0, 1, wg, hd, hd - 1].map(|v| k.index(v as u64));
     let t = k.workitem_id(Axis::X);
-    let hg = k.workgroup_id(Axis::X);
+    // The group of heads, and which split of its projection.
+    let wid = k.workgroup_id(Axis::X);
+    let splits = k.index(shape.splits as u64);
+    let hg = k.div(wid, splits);
+    let part = k.rem(wid, splits);
     let hq_b = k.index(hq as u64);
     let h0 = k.mul(hg, hq_b);
     let r = k.workgroup_id(Axis::Y);
@@ -400,6 +476,35 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
     let n = k.to_index(n_b);
     let head_row = k.madd(seqi, kvh, g);
     let kvrow = k.mul(head_row, cap);
+
+    // This split's output columns.
+    let columns = projection.as_ref().map(|p| {
+        let per = k.div_ceil(p.width, splits);
+        let first = k.mul(part, per);
+        let start = k.min(first, p.width);
+        let room = k.sub(p.width, start);
+        Columns {
+            start,
+            count: k.min(per, room),
+            part,
+            splits,
+        }
+    });
+    // The staged projection's loads, issued first and used last.
+    let staging = match (&projection, &columns, shape.project, shape.staged) {
+        (Some(p), Some(cols), Some(format), Some(columns)) => {
+            let values = hd * hq;
+            let words = head_row_words(format, hd, values).expect("staged heads start on blocks");
+            Some(stage_loads(
+                &mut k,
+                (p, cols),
+                (words, columns, wg),
+                (t, r, h0),
+                format.row_words(hd).unwrap_or(0),
+            ))
+        }
+        _ => None,
+    };
 
     // q of the workgroup's heads, scaled, into workgroup memory.
     let q0 = k.madd(r, qs0, oq);
@@ -641,7 +746,9 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             let y = b.mulf(o, inv);
             let at = b.add(obase, d);
             let stored = narrow(b, y, shape.out);
-            b.store(stored, outv, &[at]);
+            // Every split attends the heads; the first stores them.
+            let first_split = b.cmp(IntPredicate::Eq, part, c0);
+            b.if_(first_split, |b| b.store(stored, outv, &[at]));
             if projection.is_some() {
                 // q is spent: its memory holds the heads' outputs.
                 let at = b.madd(jc, hdc, d);
@@ -649,8 +756,16 @@ pub(crate) fn cached_attention(shape: AttentionShape) -> Built {
             }
         });
     }
-    if let Some(p) = projection {
-        project(&mut k, &p, (sq, hd * hq), (r, hg, h0, hd), (t, wgs));
+    if let (Some(p), Some(cols)) = (projection, columns) {
+        let staged = staging.map(|st| st.store(&mut k, t));
+        project(
+            &mut k,
+            (&p, &cols),
+            staged,
+            (sq, hd * hq),
+            (r, hg, h0, hd),
+            (t, wgs),
+        );
     }
     Built::kernel(k.finish())
 }
@@ -666,20 +781,31 @@ struct Projection {
     /// element offsets.
     residual: (Value<View>, Value<Index>),
     out: (Value<View>, Value<Index>),
-    /// Partial sums, `[rows, workgroups per row, width]`, and a finishing
-    /// counter per row.
+    /// Partial sums, `[rows, groups of heads, width]`, and a finishing
+    /// counter per row and split.
     scratch: Value<View>,
     counters: Value<View>,
 }
 
+/// The output columns of one split of a projection: `count` from
+/// `start`, split `part` of `splits`.
+struct Columns {
+    start: Value<Index>,
+    count: Value<Index>,
+    part: Value<Index>,
+    splits: Value<Index>,
+}
+
 /// The fused output projection, after the heads' outputs are in `ys`
 /// (`values` of them, the workgroup's heads side by side): this
-/// workgroup's part, `wo[:, h0 * hd ..][.. values] . ys` for every
-/// output column, into its plane of the scratch; the row's last
-/// workgroup to finish adds the planes in order to the residual.
+/// workgroup's part, `wo[:, h0 * hd ..][.. values] . ys` for each of its
+/// split's output columns, into its group of heads' plane of the
+/// scratch; the last of the row's groups to finish a split adds the
+/// planes of its columns in order to the residual.
 fn project(
     k: &mut Builder,
-    p: &Projection,
+    (p, cols): (&Projection, &Columns),
+    staged: Option<Staged>,
     (ys, values): (Value<View>, usize),
     (r, hg, h0, hd): (Value<Index>, Value<Index>, Value<Index>, usize),
     (t, wgs): (Value<Index>, Value<Index>),
@@ -688,19 +814,29 @@ fn project(
     let c0 = k.index(0);
     let c8 = k.index(SPAN as u64);
     let hdc = k.index(hd as u64);
-    let groups = k.workgroup_count(Axis::X);
-    let column0 = k.mul(h0, hdc);
-    let span0 = k.div(column0, c8);
+    let per_row = k.workgroup_count(Axis::X);
+    let groups = k.div(per_row, cols.splits);
+    // Staged: the rows of the split's columns alone, from workgroup
+    // memory, by local column.
+    let (weights, span0, first_word) = match &staged {
+        Some(st) => (st.weights, c0, c0),
+        None => {
+            let column0 = k.mul(h0, hdc);
+            (p.weights, k.div(column0, c8), p.ow)
+        }
+    };
     let row_plane = k.mul(r, groups);
     let plane = k.add(row_plane, hg);
     let plane_at = k.mul(plane, p.width);
-    k.for_each(t, p.width, wgs, |b, o| {
-        let row = b.madd(o, p.weights.row_words, p.ow);
+    k.for_each(t, cols.count, wgs, |b, i| {
+        let o = b.add(cols.start, i);
+        let column = if staged.is_some() { i } else { o };
+        let row = b.madd(column, weights.row_words, first_word);
         let (mut even, mut odd) = (b.float(0.0, F32), b.float(0.0, F32));
         for s in 0..values / SPAN {
             let ds = b.index(s as u64);
             let span = b.add(span0, ds);
-            let ws = span_values(b, &p.weights, row, span);
+            let ws = span_values(b, &weights, row, span);
             for (e, w) in ws.into_iter().enumerate() {
                 let at = b.index((s * SPAN + e) as u64);
                 let y = b.load(ys, &[at]);
@@ -716,22 +852,130 @@ fn project(
         b.store(part, p.scratch, &[at]);
     });
     let lead = k.cmp(IntPredicate::Eq, t, c0);
-    let last = last_split(k, p.counters, r, groups, lead);
+    let tile = k.madd(r, cols.splits, cols.part);
+    let last = last_split(k, p.counters, tile, groups, lead);
     k.if_(last, |b| {
         let first_plane = b.mul(row_plane, p.width);
-        b.for_each(t, p.width, wgs, |b, o| {
+        let finish = |b: &mut Builder, o: Value<Index>, residual: Value<Num>| {
             let within = b.add(first_plane, o);
             let sum = sum_planes(b, p.scratch, groups, p.width, within);
-            let at = b.madd(r, p.width, o);
-            let (rv, or) = p.residual;
-            let rat = b.add(at, or);
-            let residual = b.load(rv, &[rat]);
             let value = b.addf(residual, sum);
+            let at = b.madd(r, p.width, o);
             let (hv, oh) = p.out;
             let hat = b.add(at, oh);
             b.store(value, hv, &[hat]);
-        });
+        };
+        match &staged {
+            // One column a work item, its residual loaded at the start.
+            Some(st) => {
+                let inside = b.cmp(IntPredicate::Ult, t, cols.count);
+                let o = b.add(cols.start, t);
+                b.if_(inside, |b| finish(b, o, st.residual));
+            }
+            None => b.for_each(t, cols.count, wgs, |b, i| {
+                let o = b.add(cols.start, i);
+                let at = b.madd(r, p.width, o);
+                let (rv, or) = p.residual;
+                let rat = b.add(at, or);
+                let residual = b.load(rv, &[rat]);
+                finish(b, o, residual);
+            }),
+        }
     });
+}
+
+/// The staged projection's loads, held in registers through the
+/// attention: this work item's weight words and its column's residual.
+struct StageLoads {
+    words: Vec<Value<Num>>,
+    residual: Value<Num>,
+    view: Value<View>,
+    /// Words staged in all, and each row's words.
+    total: usize,
+    row_words: usize,
+    wg: usize,
+    format: QuantFormat,
+}
+
+/// The staged projection as `project` reads it.
+struct Staged {
+    weights: Weights,
+    residual: Value<Num>,
+}
+
+/// Issues the loads of the staged projection: word `i = t + j * wg` of
+/// the staged rows (`row_words` words of the split's output column
+/// `i / row_words`, from the workgroup's first head's word
+/// `h0 * head_words`) and the residual of the split's column `t` of row
+/// `r`. Indices past the end are clamped (their words are loaded and
+/// never stored or used).
+fn stage_loads(
+    k: &mut Builder,
+    (p, cols): (&Projection, &Columns),
+    (row_words, columns, wg): (usize, usize, usize),
+    (t, r, h0): (Value<Index>, Value<Index>, Value<Index>),
+    head_words: usize,
+) -> StageLoads {
+    let total = columns * row_words;
+    let [last, rw, hw, c1] = [total - 1, row_words, head_words, 1].map(|v| k.index(v as u64));
+    let head_at = k.madd(h0, hw, p.ow);
+    let last_column = k.sub(p.width, c1);
+    let words = (0..total.div_ceil(wg))
+        .map(|j| {
+            let offset = k.index((j * wg) as u64);
+            let i = k.add(t, offset);
+            let i = k.min(i, last);
+            let local = k.div(i, rw);
+            let column = k.add(cols.start, local);
+            let column = k.min(column, last_column);
+            let within = k.rem(i, rw);
+            let row = k.madd(column, p.weights.row_words, head_at);
+            let at = k.add(row, within);
+            k.load(p.weights.view, &[at])
+        })
+        .collect();
+    let column = k.add(cols.start, t);
+    let column = k.min(column, last_column);
+    let (rv, or) = p.residual;
+    let at = k.madd(r, p.width, column);
+    let at = k.add(at, or);
+    let residual = k.load(rv, &[at]);
+    let zero = k.offset(0);
+    let bytes = k.offset(4 * total as u64);
+    let buffer = k.alloca_workgroup(bytes, 16);
+    let view = k.buffer_view(buffer, zero, [Extent::from(total)], Scalar::U32);
+    StageLoads {
+        words,
+        residual,
+        view,
+        total,
+        row_words,
+        wg,
+        format: p.weights.format,
+    }
+}
+
+impl StageLoads {
+    /// Stores the held words into workgroup memory (the projection's
+    /// barrier follows before any is read).
+    fn store(self, k: &mut Builder, t: Value<Index>) -> Staged {
+        let total = k.index(self.total as u64);
+        for (j, &word) in self.words.iter().enumerate() {
+            let offset = k.index((j * self.wg) as u64);
+            let i = k.add(t, offset);
+            let inside = k.cmp(IntPredicate::Ult, i, total);
+            k.if_(inside, |b| b.store(word, self.view, &[i]));
+        }
+        Staged {
+            weights: Weights {
+                format: self.format,
+                view: self.view,
+                row_words: k.index(self.row_words as u64),
+                tail: false,
+            },
+            residual: self.residual,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -753,6 +997,8 @@ mod tests {
                 rotary: false,
                 heads: 1,
                 project: None,
+                staged: None,
+                splits: 1,
                 cache: F32,
                 q: F32,
                 out: F32,
@@ -776,6 +1022,8 @@ mod tests {
             rotary: false,
             heads: 1,
             project: None,
+            staged: None,
+            splits: 1,
             cache: F32,
             q: F32,
             out: F32,
@@ -826,6 +1074,8 @@ mod tests {
                     rotary,
                     heads,
                     project,
+                    staged: None,
+                    splits: 1,
                     cache,
                     q: cache,
                     out: cache,
@@ -843,5 +1093,63 @@ mod tests {
                     });
             }
         }
+    }
+
+    /// The staged projection (`AttentionShape::staged`) builds for the
+    /// shapes the rule gives it: SmolLM2's decode on an H200, and narrow
+    /// projections over shared heads on lavapipe.
+    #[test]
+    fn staged_projections_compile() {
+        let cases = [
+            (
+                hrx_core::Target::hopper(),
+                (1024, 1),
+                QuantFormat::Q4_1,
+                576,
+            ),
+            (
+                hrx_core::Target::hopper(),
+                (1024, 1),
+                QuantFormat::Q8_0,
+                320,
+            ),
+            (hrx_core::Target::hopper(), (512, 3), QuantFormat::F16, 40),
+            (
+                hrx_core::Target::lavapipe(),
+                (256, 3),
+                QuantFormat::Q4_1,
+                32,
+            ),
+        ];
+        for (target, (wg, heads), format, width) in cases {
+            assert!(stages(format, (64, heads), width, wg), "{format:?} {width}");
+            let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
+            let shape = AttentionShape {
+                hd: 64,
+                w: 4,
+                wg,
+                sg_min: target.subgroup_size_min as usize,
+                sg_fixed: true,
+                rotary: true,
+                heads,
+                project: Some(format),
+                staged: Some(width),
+                splits: 1,
+                cache: F32,
+                q: F32,
+                out: F32,
+            };
+            compiler
+                .built(&cached_attention(shape))
+                .and_then(|m| {
+                    m.compile_uncached(&hrx_loom::Specialization::new("cached_attention"))
+                })
+                .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+        }
+        // Too many words a work item, or more columns than work items.
+        assert!(!stages(QuantFormat::Q4_1, (64, 1), 576, 256));
+        assert!(!stages(QuantFormat::Q4_1, (64, 1), 300, 256));
+        // A head that does not start on a block.
+        assert!(!stages(QuantFormat::Q4_1, (16, 1), 64, 256));
     }
 }

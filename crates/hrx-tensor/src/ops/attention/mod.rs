@@ -66,8 +66,39 @@ const MAX_HEAD_DIM: usize = 256;
 /// took 14.8-16.0 us a layer on an H200 with 1024 (2026-12-06,
 /// `Tuning::attention_workgroup`), against 17.9 with 512, 20.2 with 256,
 /// 23.9 with 128 and 34.2 with 64: its output projection then gives each
-/// work item at most one of the 576 columns.
+/// work item at most one of the 576 columns. (The projected attention
+/// of so few workgroups now splits its projection instead:
+/// `SPLIT_MOST_GROUPS`.)
 const GPU_ATTENTION_WG: [(usize, usize); 3] = [(128, 1024), (512, 512), (usize::MAX, 256)];
+
+/// On a GPU, the projected attention of a grid of at most
+/// `SPLIT_MOST_GROUPS` groups of heads (a decode step of up to four
+/// sequences of SmolLM2: 9 groups a sequence) splits each group's output
+/// projection over workgroups of `SPLIT_WG` work items, about
+/// `SPLIT_WORKGROUPS` in all; each attends the group's heads again (a
+/// short chain beside the projection) and projects its share of the
+/// columns. SmolLM2 at position 144 on an H100 (2026-12-06,
+/// `Tuning::attention_splits` and `attention_workgroup`), the attention
+/// a layer and the whole step: one sequence 14.5-14.7 us unsplit with
+/// 1024 work items, 10.9 with 4 splits of 256, 10.3 with 3, 9.9 with 8
+/// (the step 1,034-1,038 against 909-910 us), 11.9 with 2 of 512, 11.2
+/// with 8 of 128; two sequences 14.6 unsplit (step 1,137 us), 13.8 with
+/// 2 splits (1,110), 10.1 with 4 (1,009); four sequences 14.7 unsplit
+/// (1,457), 16.9 unsplit with 256 work items (1,520), 13.9 with 2 splits
+/// (1,424).
+const SPLIT_MOST_GROUPS: usize = 36;
+const SPLIT_WORKGROUPS: usize = 72;
+const SPLIT_WG: usize = 256;
+
+/// The built-in splits of the projected attention's groups of heads, and
+/// the most work items of its workgroups, for `groups` groups of heads
+/// on a device of `kind`.
+fn projection_splits(kind: DeviceKind, groups: usize) -> (usize, usize) {
+    if kind == DeviceKind::Cpu || groups > SPLIT_MOST_GROUPS {
+        return (1, usize::MAX);
+    }
+    (SPLIT_WORKGROUPS.div_ceil(groups.max(1)), SPLIT_WG)
+}
 
 /// The most query heads one attention workgroup takes (those of one kv
 /// head, reading each key and value row once for all): each adds its
@@ -207,6 +238,14 @@ pub struct AttentionOutput<'a> {
     pub residual: &'a DeviceTensor,
     /// f32 `[rows, width]`, contiguous, overlapping no other operand.
     pub out: &'a DeviceTensor,
+}
+
+/// Workgroup memory of the cached attention for workgroups of `wg` work
+/// items taking `heads` heads of `hd` values: q, and each subgroup's
+/// maximum, sum and accumulators per head.
+fn attention_memory(hd: usize, heads: usize, wg: usize, sg_min: usize) -> usize {
+    let subgroups = (wg / sg_min).max(1);
+    4 * heads * (hd + 2 * subgroups + subgroups * hd)
 }
 
 /// A bound projection: its launch scalars (after the attention's), its
@@ -403,10 +442,7 @@ impl Ops {
         // A power of two, so every subgroup is whole.
         let mut wg = base.max(sg_max).min(most);
         wg = 1 << wg.ilog2();
-        let memory = |wg: usize| {
-            let subgroups = (wg / sg_min).max(1);
-            4 * shared * (hd + 2 * subgroups + subgroups * hd)
-        };
+        let memory = |wg: usize| attention_memory(hd, shared, wg, sg_min);
         while wg > sg_max && memory(wg) > target.workgroup_memory_bytes as usize {
             wg /= 2;
         }
@@ -424,6 +460,8 @@ impl Ops {
             rotary: false,
             heads: shared,
             project: None,
+            staged: None,
+            splits: 1,
             cache: Scalar::F32,
             q: Scalar::F32,
             out: Scalar::F32,
@@ -655,6 +693,36 @@ impl Ops {
             })
             .transpose()?;
         shape.project = projection.map(|p| p.weight.format());
+        if let Some(p) = &projected {
+            let per_row = heads / shape.heads;
+            let tuning = self.tuning();
+            let (splits, wg) = projection_splits(target.kind, rows * per_row);
+            // Grid x holds a row's groups of heads times the splits.
+            shape.splits = tuning
+                .attention_splits
+                .unwrap_or(splits)
+                .min(grid[0] as usize / per_row)
+                .clamp(1, p.width);
+            if tuning.attention_workgroup.is_none() {
+                shape.wg = shape.wg.min(wg);
+            }
+        }
+        // The projection's weights staged under the attention where they
+        // are few and the workgroup memory holds them beside its own.
+        shape.staged = shape
+            .project
+            .zip(projected.as_ref())
+            .map(|(format, p)| (format, p.width.div_ceil(shape.splits)))
+            .filter(|&(format, columns)| {
+                kernels::stages(format, (hd, shape.heads), columns, shape.wg)
+            })
+            .map(|(_, columns)| columns)
+            .filter(|_| self.tuning().stage_projection != Some(false));
+        let memory = attention_memory(hd, shape.heads, shape.wg, shape.sg_min)
+            + kernels::staged_bytes(&shape);
+        if memory > target.workgroup_memory_bytes as usize {
+            shape.staged = None;
+        }
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
                 format!("cached_attention {shape:?}"),
@@ -692,7 +760,7 @@ impl Ops {
         let planes = rows * (heads / shape.heads) * p.width;
         views.extend(p.views);
         views.push(graph.scratch(4 * planes)?);
-        views.push(graph.zeroed_scratch(4 * rows)?);
+        views.push(graph.zeroed_scratch(4 * rows * shape.splits)?);
         launch.record(graph, &views)
     }
 
@@ -715,5 +783,25 @@ impl Ops {
                 self.record_cached_attention(g, q, k_cache, v_cache, sequence, position, scale, out)
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decode steps of one, two and four sequences of SmolLM2 (9 groups
+    /// of heads a sequence) split into 8, 4 and 2 workgroups a group of
+    /// 256 work items on a GPU, as measured; larger grids and CPU devices
+    /// keep one workgroup a group.
+    #[test]
+    fn small_projected_grids_split_on_a_gpu() {
+        assert_eq!(projection_splits(DeviceKind::Discrete, 9), (8, 256));
+        assert_eq!(projection_splits(DeviceKind::Discrete, 18), (4, 256));
+        assert_eq!(projection_splits(DeviceKind::Discrete, 36), (2, 256));
+        assert_eq!(projection_splits(DeviceKind::Discrete, 1), (72, 256));
+        assert_eq!(projection_splits(DeviceKind::Discrete, 37).0, 1);
+        assert_eq!(projection_splits(DeviceKind::Discrete, 576).0, 1);
+        assert_eq!(projection_splits(DeviceKind::Cpu, 9).0, 1);
     }
 }

@@ -18,6 +18,7 @@ use hrx_loom::ir::{IntPredicate, Scalar};
 pub(crate) const SPAN: usize = 8;
 
 /// Reads weight rows in spans: the word view and the row stride.
+#[derive(Clone, Copy)]
 pub(crate) struct Weights {
     pub(crate) format: QuantFormat,
     pub(crate) view: Value<View>,
