@@ -33,10 +33,18 @@
 //!
 //! `--kv-cache f16` runs the generator with f16 key/value caches, and
 //! `--activations f16` with f16 activations (f32 otherwise).
+//! `--stage-projection on|off` stages the projected attention's weights
+//! in workgroup memory or not (`Tuning::stage_projection`), and
+//! `--attention-splits N` splits each group of heads' projection over
+//! `N` workgroups (`Tuning::attention_splits`). `--spin-us N` sets
+//! how long the step loop polls a step's completion
+//! (`GeneratorOptions::spin_wait`), and `--new N` the tokens each decode
+//! figure's sequences generate.
 //!
 //! `--profile ROWS POSITION` instead prints the device time of each
 //! kernel of the step graph for that many rows, by kernel and grid, and
-//! the whole step submitted and waited for.
+//! the whole step submitted and waited for (with `Completion::wait`, then
+//! polling through the step).
 
 use hrx_bench::report::{self, Better, Entry, percentile};
 use hrx_core::{Error, Result};
@@ -67,6 +75,14 @@ struct Settings {
     write_shapes: Option<(PathBuf, PathBuf)>,
     cache: CacheFormat,
     activations: ActivationFormat,
+    /// `--spin-us N`: the generator's `spin_wait`.
+    spin: Option<String>,
+    /// `--new N`: tokens a sequence of the decode figures.
+    new: Option<String>,
+    /// `--stage-projection on|off`: `Tuning::stage_projection`.
+    stage_projection: Option<String>,
+    /// `--attention-splits N`: `Tuning::attention_splits`.
+    attention_splits: Option<String>,
 }
 
 fn settings() -> Settings {
@@ -77,6 +93,7 @@ fn settings() -> Settings {
             .and_then(|i| args.get(i + 1))
             .map(PathBuf::from)
     };
+    let text = |flag: &str| value(flag).map(|v| v.to_string_lossy().into_owned());
     Settings {
         model: value("--model"),
         shapes: value("--shapes"),
@@ -106,6 +123,10 @@ fn settings() -> Settings {
             Some("f16") => ActivationFormat::F16,
             _ => ActivationFormat::F32,
         },
+        spin: text("--spin-us"),
+        new: text("--new"),
+        stage_projection: text("--stage-projection"),
+        attention_splits: text("--attention-splits"),
     }
 }
 
@@ -223,9 +244,15 @@ fn rate(times: &[Instant]) -> f64 {
     (times.len() - 1) as f64 / span.as_secs_f64()
 }
 
-/// Tokens/s of one sequence.
+/// Tokens/s of one sequence, after half a second of decoding: a GPU
+/// that was idle runs its first steps at low clocks (a run's first
+/// figure read 500-800 tokens/s after eight tokens of warm-up, against
+/// about 1,090 in the run after it, on an H100).
 fn decode_alone(generator: &Generator, new: usize, make: Make) -> Result<f64> {
-    token_times(generator, make(prompt(16, 0), 8))?;
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(500) {
+        token_times(generator, make(prompt(16, 0), 64))?;
+    }
     Ok(rate(&token_times(generator, make(prompt(16, 1), new))?))
 }
 
@@ -363,6 +390,36 @@ fn profile(
         "the whole step, submitted and waited for: {:.0} us p50",
         percentile(&mut samples, 50.0)
     );
+    let spin = GeneratorOptions::default().spin_wait;
+    let mut samples: Vec<f64> = (0..50)
+        .map(|_| {
+            let start = Instant::now();
+            whole.submit()?.wait_spinning(spin)?;
+            Ok(start.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "the whole step, submitted and polled for: {:.0} us p50",
+        percentile(&mut samples, 50.0)
+    );
+    // Steps queued back to back: the device's time a step with no host
+    // between steps.
+    const QUEUED: u32 = 10;
+    let mut samples: Vec<f64> = (0..10)
+        .map(|_| {
+            let start = Instant::now();
+            let mut last = whole.submit()?;
+            for _ in 1..QUEUED {
+                last = whole.submit()?;
+            }
+            last.wait_spinning(spin)?;
+            Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(QUEUED))
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "{QUEUED} steps queued back to back: {:.0} us a step p50",
+        percentile(&mut samples, 50.0)
+    );
     let mut sorted: Vec<_> = by_kernel.into_iter().collect();
     sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
     println!("| kernel | dispatches | us | us each | share |\n|---|---:|---:|---:|---:|");
@@ -385,6 +442,12 @@ fn write_shapes(file: &Path, out: &Path) -> std::result::Result<(), String> {
     std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))
 }
 
+/// A flag's whole number, or an error naming the flag.
+fn count(flag: &str, text: &str) -> std::result::Result<usize, String> {
+    text.parse()
+        .map_err(|_| format!("{flag} `{text}`: expected a whole number"))
+}
+
 fn main() -> std::result::Result<(), String> {
     let s = settings();
     if let Some((file, out)) = &s.write_shapes {
@@ -402,6 +465,12 @@ fn main() -> std::result::Result<(), String> {
     };
     if let Some(text) = &s.attention_workgroup {
         tuning = tuning.with_attention_workgroup(text).map_err(e)?;
+    }
+    if let Some(text) = &s.stage_projection {
+        tuning = tuning.with_stage_projection(text).map_err(e)?;
+    }
+    if let Some(text) = &s.attention_splits {
+        tuning = tuning.with_attention_splits(text).map_err(e)?;
     }
     let context = ModelContext::new(RuntimeOptions::from_env().map_err(e)?)
         .map_err(e)?
@@ -429,6 +498,10 @@ fn main() -> std::result::Result<(), String> {
         queue: 4 * BATCH,
         cache: s.cache,
         activations: s.activations,
+        spin_wait: match &s.spin {
+            Some(us) => Duration::from_micros(count("--spin-us", us)? as u64),
+            None => GeneratorOptions::default().spin_wait,
+        },
         ..GeneratorOptions::default()
     };
     let loaded = Instant::now();
@@ -437,7 +510,11 @@ fn main() -> std::result::Result<(), String> {
         "bench_llm: loaded in {:.1} s",
         loaded.elapsed().as_secs_f64()
     );
-    let new = if quick { 16 } else { 256 };
+    let new = match &s.new {
+        Some(n) => count("--new", n)?.max(2),
+        None if quick => 16,
+        None => 256,
+    };
     let torch = match &s.torch {
         Some(path) => Some(report::read_torch(path)?),
         None => None,
