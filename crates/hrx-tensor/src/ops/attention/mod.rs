@@ -37,6 +37,7 @@ pub(super) mod encoder_coop;
 pub(super) mod encoder_kernel;
 pub(super) mod encoder_tiled;
 pub(super) mod kernels;
+mod projection;
 
 use crate::ops::{
     Ops, QuantMatrix,
@@ -714,12 +715,12 @@ impl Ops {
             .zip(projected.as_ref())
             .map(|(format, p)| (format, p.width.div_ceil(shape.splits)))
             .filter(|&(format, columns)| {
-                kernels::stages(format, (hd, shape.heads), columns, shape.wg)
+                projection::stages(format, (hd, shape.heads), columns, shape.wg)
             })
             .map(|(_, columns)| columns)
             .filter(|_| self.tuning().stage_projection != Some(false));
         let memory = attention_memory(hd, shape.heads, shape.wg, shape.sg_min)
-            + kernels::staged_bytes(&shape);
+            + projection::staged_bytes(&shape);
         if memory > target.workgroup_memory_bytes as usize {
             shape.staged = None;
         }
