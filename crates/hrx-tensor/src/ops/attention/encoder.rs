@@ -23,7 +23,33 @@ use crate::ops::{
 use crate::{DType, DeviceTensor};
 use hrx_core::{DeviceKind, Error, Result};
 use hrx_loom::ScalarValue;
+use hrx_loom::build::{Body, Buffer, Index, KernelBuilder, Num, Value};
+use hrx_loom::ir::Scalar;
 use hrx_runtime::Graph;
+
+/// A kernel body as [`encoder_launch`] declares it, with its arguments:
+/// the indices `[seq, row, width, qa, la, qb, lb, qo, lo]` (positions per
+/// sentence; elements of a projection row, three widths, and of a width;
+/// the element offset of the queries and the projection's length, the
+/// bias's offset and length, the output's offset and length), the score
+/// scale, and the buffers `[qkv, bias, out]`.
+pub(super) type EncoderLaunch = (Body, [Value<Index>; 9], Value<Num>, [Value<Buffer>; 3]);
+
+/// The launch every encoder attention kernel declares, in the order
+/// [`Ops::record_encoder_attention`] records it: kernel `name` of
+/// workgroups of `work_items`, over a grid of (query blocks, heads,
+/// sentences).
+pub(super) fn encoder_launch(name: &str, work_items: usize) -> EncoderLaunch {
+    let mut k = KernelBuilder::new(name);
+    let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
+    let (one, size) = (k.index(1), k.index(work_items as u64));
+    let mut k = k.launch_config([blocks, heads, batch], [size, one, one]);
+    let indices =
+        ["seq", "row", "width", "qa", "la", "qb", "lb", "qo", "lo"].map(|n| k.arg_index(n));
+    let scale = k.arg_scalar("scale", Scalar::F32);
+    let buffers = ["qkv", "bias", "out"].map(|n| k.arg_buffer(n, false));
+    (k, indices, scale, buffers)
+}
 
 /// The largest head the kernel keeps in registers (a query and its
 /// output accumulator, `head / 4` four-wide vectors each).

@@ -30,12 +30,12 @@
 //! the loops over head tiles are unrolled (the shape is static); the key
 //! tiles are a loop (see step 2).
 
+use super::encoder::encoder_launch;
 use crate::ops::matmul::coop::{coop_subgroup, fragment};
 use crate::ops::operand::quad_aligned;
 use hrx_core::Target;
 use hrx_loom::build::{
-    Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, KernelBuilder, Num, Value,
-    View,
+    Barrier, Body, Builder, Built, CoopLayout as Major, Extent, Index, Num, Value, View,
 };
 use hrx_loom::ir::{Axis, CoopRole, Scalar, ShuffleMode};
 
@@ -155,16 +155,8 @@ pub(crate) fn encoder_attention_coop(shape: CoopAttention, out: Scalar) -> Built
     );
     let lanes = subgroups * LANES;
     let quads = dh / 4;
-    let mut k = KernelBuilder::new("encoder_attention_coop");
-    let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
-    let (one, size) = (k.index(1), k.index(lanes as u64));
-    let mut k = k.launch_config([blocks, heads, batch], [size, one, one]);
-    let [seq_arg, row, width, qa, la, qb, lb, qo, lo] =
-        ["seq", "row", "width", "qa", "la", "qb", "lb", "qo", "lo"].map(|n| k.arg_index(n));
-    let scale = k.arg_scalar("scale", F32);
-    let qkv = k.arg_buffer("qkv", false);
-    let bias = k.arg_buffer("bias", false);
-    let dst = k.arg_buffer("out", false);
+    let (mut k, [seq_arg, row, width, qa, la, qb, lb, qo, lo], scale, [qkv, bias, dst]) =
+        encoder_launch("encoder_attention_coop", lanes);
     let [row, width, qa, qo] = [row, width, qa, qo].map(|x| quad_aligned(&mut k, x));
     let zero = k.offset(0);
     // The projection as rows of `row` halves (queries are read from it as

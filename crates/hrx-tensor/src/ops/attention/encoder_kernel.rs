@@ -15,9 +15,8 @@
 //! Scores, probabilities and sums stay in f32 registers; only the output
 //! is written, narrowed to f16 when it is f16.
 
-use hrx_loom::build::{
-    Barrier, Body, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
-};
+use super::encoder::encoder_launch;
+use hrx_loom::build::{Barrier, Body, Builder, Built, Extent, Index, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 const F32: Scalar = Scalar::F32;
@@ -42,16 +41,8 @@ pub(crate) fn encoder_attention(
     let block = wg * per_item;
     assert!(block.is_multiple_of(GROUP), "blocks of {block}");
     let quads = dh / 4;
-    let mut k = KernelBuilder::new("encoder_attention");
-    let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
-    let (one, size) = (k.index(1), k.index(wg as u64));
-    let mut k = k.launch_config([blocks, heads, batch], [size, one, one]);
-    let [seq, row, width, qa, la, qb, lb, qo, lo] =
-        ["seq", "row", "width", "qa", "la", "qb", "lb", "qo", "lo"].map(|n| k.arg_index(n));
-    let scale = k.arg_scalar("scale", F32);
-    let qkv = k.arg_buffer("qkv", false);
-    let bias = k.arg_buffer("bias", false);
-    let dst = k.arg_buffer("out", false);
+    let (mut k, [seq, row, width, qa, la, qb, lb, qo, lo], scale, [qkv, bias, dst]) =
+        encoder_launch("encoder_attention", wg);
     let zero = k.offset(0);
     let qkv_v = k.buffer_view(qkv, zero, [la.into()], input);
     // Four projection values at `p`, as f32.

@@ -31,10 +31,9 @@
 //! value tiles are padded by a quad so that the subgroups' reads of
 //! different rows fall in different banks.
 
+use super::encoder::encoder_launch;
 use super::encoder_kernel::OutputHead;
-use hrx_loom::build::{
-    Barrier, Body, Buffer, Builder, Built, Extent, Index, KernelBuilder, Num, Value, View,
-};
+use hrx_loom::build::{Barrier, Body, Buffer, Builder, Built, Extent, Index, Num, Value, View};
 use hrx_loom::ir::{Axis, IntPredicate, Scalar};
 
 const F32: Scalar = Scalar::F32;
@@ -164,16 +163,8 @@ pub(crate) fn encoder_attention_tiled(shape: TiledAttention) -> Built {
     );
     let layout = shape.layout();
     let (quads, key_groups, half) = (dh / 4, keys / 8, keys / 2);
-    let mut k = KernelBuilder::new("encoder_attention_tiled");
-    let [blocks, heads, batch] = ["blocks", "heads", "batch"].map(|n| k.workload(n));
-    let (one, size) = (k.index(1), k.index(THREADS as u64));
-    let mut k = k.launch_config([blocks, heads, batch], [size, one, one]);
-    let [seq, row, width, qa, la, qb, lb, qo, lo] =
-        ["seq", "row", "width", "qa", "la", "qb", "lb", "qo", "lo"].map(|n| k.arg_index(n));
-    let scale = k.arg_scalar("scale", F32);
-    let qkv = k.arg_buffer("qkv", false);
-    let bias = k.arg_buffer("bias", false);
-    let dst = k.arg_buffer("out", false);
+    let (mut k, [seq, row, width, qa, la, qb, lb, qo, lo], scale, [qkv, bias, dst]) =
+        encoder_launch("encoder_attention_tiled", THREADS);
     let zero = k.offset(0);
     let qkv_v = k.buffer_view(qkv, zero, [la.into()], input);
     let bias_v = k.buffer_view(bias, zero, [lb.into()], F32);
