@@ -66,6 +66,17 @@ pub struct Tuning {
     pub attention_splits: Option<usize>,
 }
 
+/// `on` or `off` as a switch named `what` in the error.
+fn on_off(what: &str, text: &str) -> Result<bool> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(Error::Message(format!(
+            "{what} `{text}`: expected on or off"
+        ))),
+    }
+}
+
 impl Tuning {
     /// The tuning given as text, each part optional: `coop_tiles` as
     /// `bm,bn,bk,sgm,sgn` ([`CoopTiling`]), `splitk` as
@@ -125,17 +136,8 @@ impl Tuning {
     /// This tuning with the projected attention's staged weights given as
     /// text: `on` (where they are few enough, as built in) or `off`.
     pub fn with_stage_projection(self, text: &str) -> Result<Tuning> {
-        let on = match text {
-            "on" => true,
-            "off" => false,
-            _ => {
-                return Err(Error::Message(format!(
-                    "stage projection `{text}`: expected on or off"
-                )));
-            }
-        };
         Ok(Tuning {
-            stage_projection: Some(on),
+            stage_projection: Some(on_off("stage projection", text)?),
             ..self
         })
     }
@@ -143,17 +145,8 @@ impl Tuning {
     /// This tuning with the encoder attention's tiled kernel given as
     /// text: `on` or `off`.
     pub fn with_encoder_tiles(self, text: &str) -> Result<Tuning> {
-        let on = match text {
-            "on" => true,
-            "off" => false,
-            _ => {
-                return Err(Error::Message(format!(
-                    "encoder tiles `{text}`: expected on or off"
-                )));
-            }
-        };
         Ok(Tuning {
-            encoder_tiles: Some(on),
+            encoder_tiles: Some(on_off("encoder tiles", text)?),
             ..self
         })
     }
