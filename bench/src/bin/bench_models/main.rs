@@ -31,7 +31,7 @@
 //! tensor-core matmuls of more than 64 rows onto that tiling where it fits
 //! (`Tuning::coop_tiles`), `--encoder-tiles on | off` forces the encoder
 //! attention's tiled kernel on or off (`Tuning::with_encoder_tiles`),
-//! `--encoder-block KEYS,PER_ITEM` forces the online-softmax kernel's
+//! `--encoder-block KEYS,PER_ITEM[,SPLIT]` forces the online-softmax kernel's
 //! block (`Tuning::encoder_block`), and
 //! `--precision f32 | f16` measures one precision only.
 

@@ -203,28 +203,38 @@ fn numbers<const N: usize>(what: &str, form: &str, text: &str) -> Result<[usize;
 
 /// A block of the encoder attention's online-softmax kernel: `keys` keys
 /// (and queries) a workgroup stages and runs at once, `per_item` queries
-/// a work item (each key read from workgroup memory feeds all of them).
+/// a work item (each key read from workgroup memory feeds all of them),
+/// and `split` neighbouring lanes sharing a work item's queries, each
+/// holding a `split`-th of their values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EncoderBlock {
     keys: usize,
     per_item: usize,
+    split: usize,
 }
 
 impl EncoderBlock {
-    /// The block, checked: `per_item` 1 or 2, `keys` from 16 to 1024 and
-    /// a multiple of `4 * per_item` (whole groups of four keys a work
-    /// item).
-    pub fn new(keys: usize, per_item: usize) -> Result<EncoderBlock> {
-        let ok = matches!(per_item, 1 | 2)
+    /// The block, checked: `split` 1, 2 or 4; `per_item` 1, 2 or 4 and a
+    /// multiple of `split`; `keys` from 16 to 1024 and a multiple of `4 *
+    /// per_item` (whole groups of four keys a work item).
+    pub fn new(keys: usize, per_item: usize, split: usize) -> Result<EncoderBlock> {
+        let ok = matches!(split, 1 | 2 | 4)
+            && matches!(per_item, 1 | 2 | 4)
+            && per_item.is_multiple_of(split)
             && (16..=1024).contains(&keys)
             && keys.is_multiple_of(4 * per_item);
         if !ok {
             return Err(Error::Message(format!(
-                "encoder block {keys},{per_item}: needs 1 or 2 queries a work item and 16 to \
-                 1024 keys, a multiple of 4 times that"
+                "encoder block {keys},{per_item},{split}: needs 1, 2 or 4 lanes to a query, 1, 2 \
+                 or 4 queries a work item (a multiple of the lanes) and 16 to 1024 keys, a \
+                 multiple of 4 times the queries"
             )));
         }
-        Ok(EncoderBlock { keys, per_item })
+        Ok(EncoderBlock {
+            keys,
+            per_item,
+            split,
+        })
     }
 
     /// Keys (and queries) a block.
@@ -236,15 +246,29 @@ impl EncoderBlock {
     pub fn per_item(&self) -> usize {
         self.per_item
     }
+
+    /// Lanes sharing a work item's queries.
+    pub fn split(&self) -> usize {
+        self.split
+    }
 }
 
 impl FromStr for EncoderBlock {
     type Err = Error;
 
-    /// `keys,per_item`.
+    /// `keys,per_item` or `keys,per_item,split`.
     fn from_str(text: &str) -> Result<EncoderBlock> {
-        let [keys, per_item] = numbers("encoder block", "keys,per_item", text)?;
-        EncoderBlock::new(keys, per_item)
+        match text.split(',').count() {
+            3 => {
+                let [keys, per_item, split] =
+                    numbers("encoder block", "keys,per_item[,split]", text)?;
+                EncoderBlock::new(keys, per_item, split)
+            }
+            _ => {
+                let [keys, per_item] = numbers("encoder block", "keys,per_item[,split]", text)?;
+                EncoderBlock::new(keys, per_item, 1)
+            }
+        }
     }
 }
 
@@ -465,8 +489,12 @@ mod tests {
             assert!(e.contains("stage projection"), "{bad}: {e}");
         }
         let block: EncoderBlock = "64,2".parse().unwrap();
-        assert_eq!((block.keys(), block.per_item()), (64, 2));
-        for bad in ["64,3", "8,1", "2048,1", "36,2", "64", "x,1"] {
+        assert_eq!((block.keys(), block.per_item(), block.split()), (64, 2, 1));
+        let split: EncoderBlock = "128,4,2".parse().unwrap();
+        assert_eq!((split.keys(), split.per_item(), split.split()), (128, 4, 2));
+        for bad in [
+            "64,3", "8,1", "2048,1", "36,2", "64", "x,1", "64,2,3", "64,1,2", "64,2,8", "1,2,3,4",
+        ] {
             let e = bad.parse::<EncoderBlock>().unwrap_err().to_string();
             assert!(e.contains("encoder block"), "{bad}: {e}");
         }

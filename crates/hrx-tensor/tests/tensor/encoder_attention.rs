@@ -284,7 +284,7 @@ fn forced_blocks_match_the_reference() {
         (3, 5, 2, 4, 0.5),
     ];
     for (i, (keys, per_item)) in [(16, 1), (32, 2), (32, 1), (48, 2)].into_iter().enumerate() {
-        let block = EncoderBlock::new(keys, per_item).unwrap();
+        let block = EncoderBlock::new(keys, per_item, 1).unwrap();
         let tuned = ops().with_tuning(Tuning {
             encoder_block: Some(block),
             encoder_tiles: Some(false),
@@ -298,6 +298,43 @@ fn forced_blocks_match_the_reference() {
         {
             assert_eq!(entry, "encoder_attention", "{case:?}");
             assert_eq!(*wg as usize, keys / per_item, "{case:?} with {block:?}");
+        }
+    }
+}
+
+/// Split heads: two or four neighbouring lanes share a work item's
+/// queries, each holding part of their values and summing the dot
+/// products by subgroup shuffles; sequences that end inside a block and
+/// blocks that stage the keys several times.
+#[test]
+fn split_heads_match_the_reference() {
+    let cases = [(2, 37, 3, 32, 0.25), (1, 70, 2, 64, 0.125)];
+    for (i, (keys, per_item, split)) in [(32, 2, 2), (32, 4, 2), (32, 4, 4), (64, 2, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let block = EncoderBlock::new(keys, per_item, split).unwrap();
+        let tuned = ops().with_tuning(Tuning {
+            encoder_block: Some(block),
+            encoder_tiles: Some(false),
+            ..ops().tuning()
+        });
+        let first_seed = 130 + (i * cases.len()) as u64;
+        for ((entry, wg), case) in
+            check_cases_on(&tuned, &cases, DType::F32, DType::F32, first_seed)
+                .iter()
+                .zip(&cases)
+        {
+            assert_eq!(entry, "encoder_attention", "{case:?}");
+            // Heads of 64 with blocks of 64 keys pass the CPU's workgroup
+            // memory: the built-in block runs them instead.
+            if keys * (2 * case.3 + 1) * 4 <= 32 << 10 {
+                assert_eq!(
+                    *wg as usize,
+                    keys / per_item * split,
+                    "{case:?} with {block:?}"
+                );
+            }
         }
     }
 }

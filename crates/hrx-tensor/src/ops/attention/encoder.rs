@@ -13,7 +13,7 @@
 //! `encoder_tiled.rs`, workgroup memory).
 
 use super::encoder_coop::{self, CoopAttention};
-use super::encoder_kernel;
+use super::encoder_kernel::{self, OnlineShape};
 use super::encoder_tiled::{self, TiledAttention};
 use crate::ops::{
     Ops,
@@ -215,17 +215,34 @@ impl Ops {
         // Whole groups of four keys (Vulkan guarantees 128 invocations).
         let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
+        let built_in = OnlineShape {
+            dh: head,
+            wg,
+            per_item,
+            split: 1,
+        };
         // A tuning's block where its workgroup and its keys, values and
-        // biases in workgroup memory fit.
-        let (wg, per_item) = self
+        // biases in workgroup memory fit, and its split divides the head.
+        let online = self
             .tuning()
             .encoder_block
-            .filter(|b| {
-                let bytes = 4 * b.keys() * (2 * head + 1);
-                b.keys() / b.per_item() <= most && bytes <= target.workgroup_memory_bytes as usize
+            .map(|b| OnlineShape {
+                dh: head,
+                wg: b.keys() / b.per_item() * b.split(),
+                per_item: b.per_item(),
+                split: b.split(),
             })
-            .map_or((wg, per_item), |b| (b.keys() / b.per_item(), b.per_item()));
-        let block = wg * per_item;
+            .filter(|s| {
+                let bytes = 4 * s.block() * (2 * head + 1);
+                s.wg <= most
+                    && bytes <= target.workgroup_memory_bytes as usize
+                    && head.is_multiple_of(4 * s.split)
+                    && (s.split == 1
+                        || (target.subgroup_ops.shuffle
+                            && s.split <= target.subgroup_size_min as usize))
+            })
+            .unwrap_or(built_in);
+        let block = online.block();
         // The tiled kernel where its scores fit: off tensor cores on a GPU
         // where it is small or the online-softmax kernel's grid is (see
         // the constants); where a tuning asks for it, on any device and
@@ -274,8 +291,8 @@ impl Ops {
             },
             (None, None) => KernelKey {
                 source: KernelSource::Built(Generator::new(
-                    format!("encoder_attention {head} {wg} {per_item} {input:?} {narrow:?}"),
-                    move || encoder_kernel::encoder_attention(head, wg, per_item, input, narrow),
+                    format!("encoder_attention {online:?} {input:?} {narrow:?}"),
+                    move || encoder_kernel::encoder_attention(online, input, narrow),
                 )),
                 symbol: "encoder_attention",
                 config: Vec::new(),

@@ -1,23 +1,33 @@
-//! The encoder attention kernel, built: one work item per query, a
-//! workgroup per block of `wg` queries of one head of one sequence.
+//! The encoder attention kernel, built: a workgroup per block of queries
+//! of one head of one sequence; each work item runs `per_item` queries
+//! over `dh / split` of the head's values, `split` neighbouring lanes
+//! sharing those queries.
 //!
-//! The workgroup walks the sequence's keys in blocks of `wg`: each work
-//! item copies one key row, one value row and the key's bias into
-//! workgroup memory, and after a barrier every work item runs its query
-//! over the block with an online softmax (running maximum `m`, sum `l`,
-//! the output accumulated as `dh / 4` four-wide vectors and rescaled when
-//! the maximum moves, once per group of four keys scored side by side).
-//! The keys and values are read from device memory
-//! once per query block rather than once per query, and every read of
-//! workgroup memory is the same address across the subgroup (a broadcast)
-//! of four values, feeding four multiply-adds.
+//! The workgroup walks the sequence's keys in blocks as long as its block
+//! of queries: the work items copy the block's key rows, value rows and
+//! key biases into workgroup memory, and after a barrier every work item
+//! runs its queries over the block with an online softmax (running
+//! maximum `m`, sum `l`, the output accumulated as four-wide vectors and
+//! rescaled when the maximum moves, once per group of four keys scored
+//! side by side). The keys and values are read from device memory once
+//! per query block rather than once per query, and every read of
+//! workgroup memory is the same address across the lanes that read it (a
+//! broadcast) of four values, feeding four multiply-adds per query.
+//!
+//! **Split heads.** Reads of workgroup memory, not multiply-adds, bound
+//! the kernel where a work item's queries are few. With `split` lanes to
+//! a query each lane holds `dh / split` of the query's and the output's
+//! values: its partial dot products are summed across the lanes by
+//! subgroup shuffles, and every key and value quad it reads feeds
+//! `per_item` queries at the cost of a `split`-th of the registers, so a
+//! work item may take `split` times the queries in the same registers.
 //!
 //! Scores, probabilities and sums stay in f32 registers; only the output
 //! is written, narrowed to f16 when it is f16.
 
 use super::encoder::encoder_launch;
 use hrx_loom::build::{Barrier, Body, Builder, Built, Extent, Index, Num, Value, View};
-use hrx_loom::ir::{Axis, IntPredicate, Scalar};
+use hrx_loom::ir::{Axis, IntPredicate, Scalar, ShuffleMode};
 
 const F32: Scalar = Scalar::F32;
 
@@ -25,22 +35,50 @@ const F32: Scalar = Scalar::F32;
 /// the running maximum moves (and the output is rescaled) once per group.
 const GROUP: usize = 4;
 
-/// The kernel for heads of `dh` values (a multiple of 4), workgroups of
-/// `wg` work items taking `per_item` queries each (blocks of `wg *
-/// per_item` queries and keys), reading `input` (f32 or f16) projections
-/// and writing `out` elements.
-pub(crate) fn encoder_attention(
-    dh: usize,
-    wg: usize,
-    per_item: usize,
-    input: Scalar,
-    out: Scalar,
-) -> Built {
-    assert!(dh.is_multiple_of(4) && dh > 0, "head size {dh}");
-    assert!(per_item > 0, "queries per work item");
-    let block = wg * per_item;
+/// One build of the online-softmax kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OnlineShape {
+    /// Values a head (a multiple of `4 * split`).
+    pub dh: usize,
+    /// Work items a workgroup (a multiple of `split`).
+    pub wg: usize,
+    /// Queries a work item (a multiple of `split`).
+    pub per_item: usize,
+    /// Neighbouring lanes sharing a work item's queries, each holding
+    /// `dh / split` of their values: 1, 2 or 4.
+    pub split: usize,
+}
+
+impl OnlineShape {
+    /// Queries (and keys) a block: `wg / split * per_item`.
+    pub fn block(&self) -> usize {
+        self.wg / self.split * self.per_item
+    }
+}
+
+/// The kernel of `shape`, reading `input` (f32 or f16) projections and
+/// writing `out` elements.
+pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) -> Built {
+    let OnlineShape {
+        dh,
+        wg,
+        per_item,
+        split,
+    } = shape;
+    assert!(matches!(split, 1 | 2 | 4), "{split} lanes a query");
+    assert!(dh > 0 && dh.is_multiple_of(4 * split), "head size {dh}");
+    assert!(
+        per_item > 0 && per_item.is_multiple_of(split),
+        "{per_item} queries"
+    );
+    assert!(wg.is_multiple_of(split), "{wg} work items");
+    let block = shape.block();
     assert!(block.is_multiple_of(GROUP), "blocks of {block}");
-    let quads = dh / 4;
+    // Rows of the block each work item copies, and the quads of a head
+    // each lane holds.
+    let copies = block / wg;
+    let quads = dh / 4 / split;
+    let lanes = wg / split;
     let (mut k, [seq, row, width, qa, la, qb, lb, qo, lo], scale, [qkv, bias, dst]) =
         encoder_launch("encoder_attention", wg);
     let zero = k.offset(0);
@@ -62,11 +100,17 @@ pub(crate) fn encoder_attention(
     let values = shared(&mut k, block * dh);
     let biases = shared(&mut k, block);
     // Constants of the body (the launch region's are its own).
-    let [c0, one, blockc, dhc, group] = [0, 1, block, dh, GROUP].map(|v| k.index(v as u64));
+    let [c0, one, blockc, dhc, group, splitc, partc] =
+        [0, 1, block, dh, GROUP, split, dh / split].map(|v| k.index(v as u64));
     let qblock = k.workgroup_id(Axis::X);
     let head = k.workgroup_id(Axis::Y);
     let sequence = k.workgroup_id(Axis::Z);
     let t = k.workitem_id(Axis::X);
+    // The lanes t - t % split .. share queries; lane t % split holds
+    // values `part ..` of them.
+    let slot_t = k.div(t, splitc);
+    let lane_t = k.rem(t, splitc);
+    let part = k.mul(lane_t, partc);
     let first_row = k.mul(sequence, seq);
     let head_col = k.mul(head, dhc);
     let last = k.sub(seq, one);
@@ -78,29 +122,33 @@ pub(crate) fn encoder_attention(
         let col = b.add(part_off, head_col);
         b.add(base, col)
     };
-    // This work item's queries: t, t + wg, ... of the block. A query past
-    // the sequence reads the sequence's last row and writes nothing: it
-    // still takes part in every copy and barrier.
-    let first_query = k.madd(qblock, blockc, t);
+    // This work item's queries: s, s + wg / split, ... of the block for
+    // its slot s = t / split. A query past the sequence reads the
+    // sequence's last row and writes nothing: it still takes part in
+    // every copy, shuffle and barrier.
+    let first_query = k.madd(qblock, blockc, slot_t);
     let queries: Vec<Value<Index>> = (0..per_item)
         .map(|p| {
-            let offset = k.index((p * wg) as u64);
+            let offset = k.index((p * lanes) as u64);
             k.add(first_query, offset)
         })
         .collect();
     let scales = k.splat(scale, 4);
-    let q: Vec<Vec<Value<Num>>> = queries
+    // This lane's values of each query, scaled, lane by lane.
+    let q: Vec<Vec<Vec<Value<Num>>>> = queries
         .iter()
         .map(|&query| {
             let read = k.min(query, last);
             let qrow = k.add(first_row, read);
             let q_at = at(&mut k, qrow, 0);
+            let q_at = k.add(q_at, part);
             (0..quads)
                 .map(|c| {
                     let off = k.index(4 * c as u64);
                     let p = k.add(q_at, off);
                     let v = load4(&mut k, p);
-                    k.mulf(v, scales)
+                    let v = k.mulf(v, scales);
+                    (0..4).map(|l| lane(&mut k, v, l)).collect()
                 })
                 .collect()
         })
@@ -122,7 +170,7 @@ pub(crate) fn encoder_attention(
         // the sequence copies the last row with the lowest bias, so that
         // it weighs exactly 0 and the inner loop may run whole groups.
         b.barrier(Barrier::Workgroup);
-        for p in 0..per_item {
+        for p in 0..copies {
             let offset = b.index((p * wg) as u64);
             let local = b.add(t, offset);
             let j = b.add(kb, local);
@@ -132,7 +180,7 @@ pub(crate) fn encoder_attention(
             let k_at = at(b, krow, 1);
             let v_at = at(b, krow, 2);
             let slot = b.mul(local, dhc);
-            for c in 0..quads {
+            for c in 0..dh / 4 {
                 let off = b.index(4 * c as u64);
                 let pk = b.add(k_at, off);
                 let pv = b.add(v_at, off);
@@ -153,11 +201,12 @@ pub(crate) fn encoder_attention(
         let groups = b.div_ceil(count, group);
         let keys_run = b.mul(groups, group);
         b.for_carry(c0, keys_run, group, acc, |b, j0, acc| {
+            // Where this lane's values of keys j0 .. j0 + 3 start.
             let slots: Vec<Value<Index>> = (0..GROUP)
                 .map(|i| {
                     let offset = b.index(i as u64);
                     let jj = b.add(j0, offset);
-                    b.mul(jj, dhc)
+                    b.madd(jj, dhc, part)
                 })
                 .collect();
             let key_bias: Vec<Value<Num>> = (0..GROUP)
@@ -167,15 +216,20 @@ pub(crate) fn encoder_attention(
                     b.load(biases, &[jj])
                 })
                 .collect();
-            // Every key quad read once, for every query of the work item.
-            let mut dots = vec![vec![zv; GROUP]; per_item];
+            // Every key quad read once, for every query of the work item;
+            // each score a scalar chain of multiply-adds (four-lane
+            // partial sums would take four times the registers).
+            let mut dots = vec![vec![zf; GROUP]; per_item];
             for c in 0..quads {
                 let off = b.index(4 * c as u64);
                 for (i, slot) in slots.iter().enumerate() {
                     let p = b.add(*slot, off);
                     let kv = b.vector_load(keys, &[p], 4);
+                    let kl: Vec<Value<Num>> = (0..4).map(|l| lane(b, kv, l)).collect();
                     for (qp, dot) in q.iter().zip(dots.iter_mut()) {
-                        dot[i] = b.fmaf(qp[c], kv, dot[i]);
+                        for (&ql, &kl) in qp[c].iter().zip(&kl) {
+                            dot[i] = b.fmaf(ql, kl, dot[i]);
+                        }
                     }
                 }
             }
@@ -186,15 +240,7 @@ pub(crate) fn encoder_attention(
                     .iter()
                     .zip(&key_bias)
                     .map(|(&d, &bj)| {
-                        let parts: Vec<Value<Num>> = (0..4)
-                            .map(|i| {
-                                let lane = b.index(i);
-                                b.extract(d, lane)
-                            })
-                            .collect();
-                        let s01 = b.addf(parts[0], parts[1]);
-                        let s23 = b.addf(parts[2], parts[3]);
-                        let s = b.addf(s01, s23);
+                        let s = across_lanes(b, d, split);
                         b.addf(s, bj)
                     })
                     .collect();
@@ -253,11 +299,32 @@ pub(crate) fn encoder_attention(
         k.if_(valid, |b| {
             for c in 0..quads {
                 let off = b.index(4 * c as u64);
+                let off = b.add(part, off);
                 output.store(b, query, off, state[p * carried + 2 + c], inv);
             }
         });
     }
     Built::kernel(k.finish())
+}
+
+/// Lane `i` of the 4-vector `v`.
+fn lane(b: &mut Builder, v: Value<Num>, i: usize) -> Value<Num> {
+    let at = b.index(i as u64);
+    b.extract(v, at)
+}
+
+/// The sum of `x` over the `split` neighbouring lanes that share a query
+/// (each holding a partial dot product), in every one of them.
+fn across_lanes(b: &mut Builder, x: Value<Num>, split: usize) -> Value<Num> {
+    let mut sum = x;
+    let mut distance = 1;
+    while distance < split {
+        let lane = b.index(distance as u64);
+        let other = b.subgroup_shuffle(ShuffleMode::Xor, sum, lane);
+        sum = b.addf(sum, other);
+        distance *= 2;
+    }
+    sum
 }
 
 /// Where a head's output rows go: row `first_row + query` of `width`
@@ -309,13 +376,22 @@ mod tests {
     fn every_variant_compiles() {
         let target = hrx_core::Target::hopper();
         let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
-        for (dh, wg, per_item) in [
-            (4, 128, 1),
-            (32, 64, 2),
-            (64, 32, 2),
-            (128, 32, 1),
-            (32, 16, 1),
+        for (dh, wg, per_item, split) in [
+            (4, 128, 1, 1),
+            (32, 64, 2, 1),
+            (64, 32, 2, 1),
+            (128, 32, 1, 1),
+            (32, 16, 1, 1),
+            (32, 128, 2, 2),
+            (32, 64, 4, 2),
+            (32, 128, 4, 4),
         ] {
+            let shape = OnlineShape {
+                dh,
+                wg,
+                per_item,
+                split,
+            };
             for (input, out) in [
                 (Scalar::F32, Scalar::F32),
                 (Scalar::F32, Scalar::F16),
@@ -323,13 +399,11 @@ mod tests {
                 (Scalar::F16, Scalar::F32),
             ] {
                 compiler
-                    .built(&encoder_attention(dh, wg, per_item, input, out))
+                    .built(&encoder_attention(shape, input, out))
                     .and_then(|m| {
                         m.compile_uncached(&hrx_loom::Specialization::new("@encoder_attention"))
                     })
-                    .unwrap_or_else(|e| {
-                        panic!("head {dh}, {wg} x {per_item} queries, {input:?} -> {out:?}: {e}")
-                    });
+                    .unwrap_or_else(|e| panic!("{shape:?}, {input:?} -> {out:?}: {e}"));
             }
         }
     }
