@@ -31,7 +31,8 @@
 //! the folder with seeded weights of its shapes (speed does not depend on
 //! the values); `--hrx PATH` (default: `hrx` beside this binary);
 //! `--slots S` (default 2); `--max-batch B` (default 64, 16 on a CPU
-//! device); `--clients LIST`; `--encoding base64|float`;
+//! device); `--busy-poll-us US` and `--http-threads N` (the server's
+//! flags; its defaults otherwise); `--clients LIST`; `--encoding base64|float`;
 //! `--torch PATH` (or `HRX_BENCH_TORCH`): the PyTorch script's results;
 //! `--small` (the default on a CPU device such as lavapipe) / `--full`:
 //! a 1 s warm-up and 5 s windows, or 0.5 s and 2 s; `HRX_BENCH_MS` sets
@@ -128,6 +129,18 @@ fn settings(cpu: bool) -> Result<Settings, String> {
         shape: Shape {
             slots: number("--slots", 2)?,
             max_batch: number("--max-batch", if cpu { 16 } else { 64 })?,
+            busy_poll_us: value("--busy-poll-us")?
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| format!("--busy-poll-us {v}: expected a whole number"))
+                })
+                .transpose()?,
+            http_threads: value("--http-threads")?
+                .map(|v| {
+                    v.parse::<usize>()
+                        .map_err(|_| format!("--http-threads {v}: expected a whole number"))
+                })
+                .transpose()?,
         },
         clients,
         encoding: Encoding::parse(value("--encoding")?.as_deref().unwrap_or("base64"))?,

@@ -27,14 +27,25 @@ pub struct Server {
 pub struct Shape {
     pub slots: usize,
     pub max_batch: usize,
+    /// The server's `--busy-poll-us` (its own default where `None`).
+    pub busy_poll_us: Option<u64>,
+    /// The server's `--http-threads` (its own default where `None`).
+    pub http_threads: Option<usize>,
 }
 
 impl Server {
     /// Start `hrx serve --model MODEL --port 0 --slots S --max-batch B`
-    /// and wait until it listens.
+    /// (and `--busy-poll-us US`, `--http-threads N` where given) and wait until it listens.
     pub fn start(hrx: &Path, model: &Path, shape: Shape) -> Result<Server, String> {
-        let mut child = Command::new(hrx)
-            .arg("serve")
+        let mut command = Command::new(hrx);
+        command.arg("serve");
+        if let Some(us) = shape.busy_poll_us {
+            command.args(["--busy-poll-us", &us.to_string()]);
+        }
+        if let Some(threads) = shape.http_threads {
+            command.args(["--http-threads", &threads.to_string()]);
+        }
+        let mut child = command
             .arg("--model")
             .arg(model)
             .args(["--host", "127.0.0.1", "--port", "0"])

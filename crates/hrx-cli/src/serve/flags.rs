@@ -87,6 +87,16 @@ pub struct ServeArgs {
     /// Largest request body, in bytes (larger ones get 413).
     #[arg(long, value_name = "N", default_value_t = 4 << 20, value_parser = positive)]
     pub max_body_bytes: usize,
+    /// Threads of the server's runtime (HTTP, JSON, tokenizing)
+    /// [default: one per CPU core].
+    #[arg(long, value_name = "N", value_parser = at_most::<1024>)]
+    pub http_threads: Option<usize>,
+    /// After each request begins or ends, keep one server thread polling
+    /// the sockets and the answers for this many microseconds instead of
+    /// sleeping (one core busy while requests come often; 0: never)
+    /// [default: 2000 where every device is a GPU, else 0].
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub busy_poll_us: Option<u64>,
     /// How long a request may take, in milliseconds, before it is answered
     /// 504 and its sentences are dropped.
     #[arg(long, value_name = "T", default_value_t = 60_000, value_parser = positive_u64)]
@@ -140,6 +150,7 @@ mod tests {
         assert_eq!((s.queue, s.max_inputs, s.timeout_ms), (4096, 2048, 60_000));
         assert!(s.devices.is_empty() && s.api_key.is_none() && !s.f16);
         assert!(s.llm.is_none() && s.model.is_some());
+        assert_eq!((s.http_threads, s.busy_poll_us), (None, None));
         let Command::Serve(s) = parse(&["serve", "--llm", "m.gguf"]).unwrap() else {
             panic!()
         };
@@ -164,6 +175,10 @@ mod tests {
             "k",
             "--batch-window-us",
             "500",
+            "--http-threads",
+            "2",
+            "--busy-poll-us",
+            "0",
         ])
         .unwrap() else {
             panic!()
@@ -171,6 +186,7 @@ mod tests {
         assert_eq!(s.devices, ["0", "lavapipe"]);
         assert_eq!((s.port, s.api_key.as_deref()), (0, Some("k")));
         assert_eq!(s.batch_window().as_micros(), 500);
+        assert_eq!((s.http_threads, s.busy_poll_us), (Some(2), Some(0)));
     }
 
     #[test]
@@ -183,6 +199,8 @@ mod tests {
             &["serve", "--model", "m", "--device", ""],
             &["serve", "--model", "m", "--api-key", " "],
             &["serve", "--llm", "m.gguf", "--llm-slots", "0"],
+            &["serve", "--model", "m", "--http-threads", "0"],
+            &["serve", "--model", "m", "--busy-poll-us", "2000000"],
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }

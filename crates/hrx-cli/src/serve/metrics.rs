@@ -139,7 +139,9 @@ pub async fn record(State(state): State<Shared>, request: Request, next: Next) -
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let start = Instant::now();
+    state.activity.touch();
     let response = next.run(request).await;
+    state.activity.touch();
     state.metrics.record_request(
         &route,
         response.status().as_u16(),

@@ -10,11 +10,13 @@
 //! [`error_bodies`] (OpenAI's error object on every error), [`auth`]
 //! (the API key), [`probes`] (health, readiness, models, metrics),
 //! [`metrics`], [`histogram`], [`batch_sizes`] and [`exposition`] (what
-//! is counted and how it is written), [`shutdown`] (draining on SIGTERM
-//! and ctrl-c).
+//! is counted and how it is written), [`busy_poll`] (a thread kept awake
+//! while requests come often), [`shutdown`] (draining on SIGTERM and
+//! ctrl-c).
 
 mod auth;
 mod batch_sizes;
+mod busy_poll;
 mod completion_request;
 mod completion_response;
 mod completions;
@@ -54,6 +56,11 @@ type Models = (Option<(String, Replicas)>, Option<(String, Arc<Generator>)>);
 /// ctrl-c and every accepted request is answered.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let contexts = devices::contexts(args)?;
+    let kinds = contexts
+        .iter()
+        .map(|c| Ok(c.runtime().gpu()?.target().kind))
+        .collect::<Result<Vec<_>>>()?;
+    let poll = busy_poll::window(args.busy_poll_us, &kinds);
     let embeddings = match &args.model {
         Some(dir) => {
             let name = model_name(dir)?;
@@ -81,23 +88,32 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.http_threads {
+        builder.worker_threads(threads);
+    }
+    let runtime = builder
         .enable_all()
         .thread_name("hrx-serve")
         .build()
         .map_err(|e| Error::msg(format!("cannot start the server's runtime: {e}")))?;
-    runtime.block_on(serve(args, (embeddings, generation)))
+    runtime.block_on(serve(args, (embeddings, generation), poll))
     // The runtime drops here with its tasks and their handles of the
     // replicas; dropping the last one waits for the embedders to release
     // their device work.
 }
 
-async fn serve(args: &ServeArgs, (embeddings, generation): Models) -> Result<()> {
+async fn serve(
+    args: &ServeArgs,
+    (embeddings, generation): Models,
+    poll: std::time::Duration,
+) -> Result<()> {
     let state = Arc::new(AppState::new(
         embeddings,
         generation,
         args.max_inputs,
         args.api_key.clone(),
+        busy_poll::Activity::new(poll),
     ));
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
         .await
@@ -107,6 +123,10 @@ async fn serve(args: &ServeArgs, (embeddings, generation): Models) -> Result<()>
         .map_err(|e| Error::msg(format!("cannot read the listening address: {e}")))?;
     let signals = shutdown::Signals::register()?;
     let sampler = tokio::spawn(batch_sizes::sample(Arc::clone(&state)));
+    let poller = {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move { state.activity.keep_awake().await })
+    };
     outln!("listening on http://{address}");
     // Small writes go out at once: with Nagle's algorithm a streamed
     // event that follows another unacknowledged one would wait for the
@@ -121,6 +141,7 @@ async fn serve(args: &ServeArgs, (embeddings, generation): Models) -> Result<()>
         .await
         .map_err(|e| Error::msg(format!("the server failed: {e}")))?;
     sampler.abort();
+    poller.abort();
     eprintln!("hrx serve: every accepted request answered; stopped");
     Ok(())
 }

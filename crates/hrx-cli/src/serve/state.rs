@@ -2,7 +2,7 @@
 //! generator (either may be absent), the models' names, the limits, the
 //! API key, the counters and the draining flag.
 
-use super::{errors::ApiError, metrics::Metrics, request::Limits};
+use super::{busy_poll::Activity, errors::ApiError, metrics::Metrics, request::Limits};
 use hrx::models::{embed::Replicas, llama::Generator};
 use std::sync::{
     Arc,
@@ -25,6 +25,8 @@ pub struct AppState {
     /// Required as `Authorization: Bearer KEY` on /v1 routes when set.
     pub api_key: Option<String>,
     pub metrics: Metrics,
+    /// When requests last began or ended, for the busy poller.
+    pub activity: Activity,
     draining: AtomicBool,
 }
 
@@ -34,6 +36,7 @@ impl AppState {
         generation: Option<(String, Arc<Generator>)>,
         max_inputs: usize,
         api_key: Option<String>,
+        activity: Activity,
     ) -> Self {
         let limits = embeddings.as_ref().map_or(
             Limits {
@@ -62,6 +65,7 @@ impl AppState {
             created,
             limits,
             api_key,
+            activity,
             draining: AtomicBool::new(false),
         }
     }
