@@ -103,3 +103,22 @@ async fn ctrl_c_on_an_idle_server_exits_0() {
     let status = server.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
 }
+
+/// A server that keeps its one runtime thread polling between requests
+/// (`--busy-poll-us`, off by default on a CPU device) answers one request
+/// after another correctly, and its poller does not keep it from
+/// shutting down while it is still polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_polling_server_answers_and_exits_0() {
+    let mut server = Server::start(&["--busy-poll-us", "1000000", "--http-threads", "1"]);
+    for sentence in short_sentences(32).into_iter().take(3) {
+        let request = client()
+            .post(server.url("/v1/embeddings"))
+            .json(&json!({"model": MODEL, "input": sentence.text}));
+        let answer = answer(request).await;
+        assert_close(&answer.embeddings()[0], sentence);
+    }
+    server.signal("TERM");
+    let status = server.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{}", server.stderr());
+}
