@@ -6,7 +6,7 @@
 use super::load::Call;
 use base64::Engine as _;
 use hrx_models::embed::SentenceEmbedder;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::{sync::Arc, time::Duration};
 
 /// How the server writes embeddings in its answers.
@@ -36,28 +36,41 @@ impl Encoding {
     }
 }
 
+/// A request of one sentence.
+#[derive(Serialize)]
+struct Request<'a> {
+    model: &'a str,
+    input: [&'a str; 1],
+    encoding_format: &'static str,
+}
+
+/// The answer, read straight into the form the request asked for (an
+/// untagged enum would buffer every vector before choosing).
 #[derive(Deserialize)]
-struct Answer {
-    data: Vec<Item>,
+struct Answer<V> {
+    data: Vec<Item<V>>,
 }
 
 #[derive(Deserialize)]
-struct Item {
+struct Item<V> {
     index: usize,
-    embedding: Vector,
+    embedding: V,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Vector {
-    Floats(Vec<f32>),
-    Base64(String),
+/// The one item of an answer: its index and its embedding.
+fn only<V: DeserializeOwned>(bytes: &[u8]) -> Result<(usize, V), String> {
+    let answer: Answer<V> =
+        serde_json::from_slice(bytes).map_err(|e| format!("unreadable answer: {e}"))?;
+    let [item] = <[Item<V>; 1]>::try_from(answer.data)
+        .map_err(|data| format!("{} embeddings for one input", data.len()))?;
+    Ok((item.index, item.embedding))
 }
 
 /// What the HTTP side needs to build and check a request.
 pub struct Http {
     client: reqwest::Client,
-    url: String,
+    /// Parsed once: every request posts to it.
+    url: reqwest::Url,
     model: String,
     encoding: Encoding,
     dimensions: usize,
@@ -77,6 +90,7 @@ impl Http {
             .timeout(Duration::from_secs(300))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let url = reqwest::Url::parse(&url).map_err(|e| format!("{url}: {e}"))?;
         Ok(Http {
             client,
             url,
@@ -90,14 +104,14 @@ impl Http {
     /// Embed sentence `index` (modulo the set) over HTTP.
     pub async fn embed(&self, index: usize) -> Result<Vec<f32>, String> {
         let text = &self.sentences[index % self.sentences.len()];
-        let body = serde_json::json!({
-            "model": self.model,
-            "input": [text],
-            "encoding_format": self.encoding.as_str(),
-        });
+        let body = Request {
+            model: &self.model,
+            input: [text],
+            encoding_format: self.encoding.as_str(),
+        };
         let response = self
             .client
-            .post(&self.url)
+            .post(self.url.clone())
             .json(&body)
             .send()
             .await
@@ -113,23 +127,24 @@ impl Http {
                 String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
             ));
         }
-        let answer: Answer =
-            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable answer: {e}"))?;
-        let [item] = <[Item; 1]>::try_from(answer.data)
-            .map_err(|data| format!("{} embeddings for one input", data.len()))?;
-        let vector = match item.embedding {
-            Vector::Floats(values) => values,
-            Vector::Base64(text) => base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map_err(|e| format!("bad base64: {e}"))?
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+        let (index, vector) = match self.encoding {
+            Encoding::Float => only::<Vec<f32>>(&bytes)?,
+            Encoding::Base64 => {
+                let (index, text) = only::<String>(&bytes)?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| format!("bad base64: {e}"))?;
+                let vector = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                (index, vector)
+            }
         };
-        if item.index != 0 || vector.len() != self.dimensions {
+        if index != 0 || vector.len() != self.dimensions {
             return Err(format!(
                 "an answer of index {} with {} values, expected index 0 with {}",
-                item.index,
+                index,
                 vector.len(),
                 self.dimensions
             ));

@@ -62,7 +62,10 @@ pub fn list(model: &str, embeddings: Vec<Embedding>, encoding: Encoding) -> Embe
 }
 
 fn base64(vector: &[f32]) -> String {
-    let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut bytes = Vec::with_capacity(4 * vector.len());
+    for v in vector {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
     STANDARD.encode(bytes)
 }
 
