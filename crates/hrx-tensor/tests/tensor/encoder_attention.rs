@@ -283,23 +283,8 @@ fn forced_blocks_match_the_reference() {
         (1, 70, 2, 64, 0.125),
         (3, 5, 2, 4, 0.5),
     ];
-    for (i, (keys, per_item)) in [(16, 1), (32, 2), (32, 1), (48, 2)].into_iter().enumerate() {
-        let block = EncoderBlock::new(keys, per_item, 1).unwrap();
-        let tuned = ops().with_tuning(Tuning {
-            encoder_block: Some(block),
-            encoder_tiles: Some(false),
-            ..ops().tuning()
-        });
-        let first_seed = 90 + (i * cases.len()) as u64;
-        for ((entry, wg), case) in
-            check_cases_on(&tuned, &cases, DType::F32, DType::F32, first_seed)
-                .iter()
-                .zip(&cases)
-        {
-            assert_eq!(entry, "encoder_attention", "{case:?}");
-            assert_eq!(*wg as usize, keys / per_item, "{case:?} with {block:?}");
-        }
-    }
+    let blocks = [(16, 1, 1), (32, 2, 1), (32, 1, 1), (48, 2, 1)];
+    check_forced_blocks(&blocks, &cases, 90);
 }
 
 /// Split heads: two or four neighbouring lanes share a work item's
@@ -309,25 +294,32 @@ fn forced_blocks_match_the_reference() {
 #[test]
 fn split_heads_match_the_reference() {
     let cases = [(2, 37, 3, 32, 0.25), (1, 70, 2, 64, 0.125)];
-    for (i, (keys, per_item, split)) in [(32, 2, 2), (32, 4, 2), (32, 4, 4), (64, 2, 2)]
-        .into_iter()
-        .enumerate()
-    {
+    let blocks = [(32, 2, 2), (32, 4, 2), (32, 4, 4), (64, 2, 2)];
+    check_forced_blocks(&blocks, &cases, 130);
+}
+
+/// Each `(keys, per_item, split)` block forced on the online-softmax
+/// kernel over `cases`, against the reference; where the block fits a
+/// CPU device's 32 KiB of workgroup memory (else the built-in block runs)
+/// it launches its `keys / per_item * split` work items.
+fn check_forced_blocks(
+    blocks: &[(usize, usize, usize)],
+    cases: &[(usize, usize, usize, usize, f64)],
+    first_seed: u64,
+) {
+    for (i, &(keys, per_item, split)) in blocks.iter().enumerate() {
         let block = EncoderBlock::new(keys, per_item, split).unwrap();
         let tuned = ops().with_tuning(Tuning {
             encoder_block: Some(block),
             encoder_tiles: Some(false),
             ..ops().tuning()
         });
-        let first_seed = 130 + (i * cases.len()) as u64;
-        for ((entry, wg), case) in
-            check_cases_on(&tuned, &cases, DType::F32, DType::F32, first_seed)
-                .iter()
-                .zip(&cases)
+        let seed = first_seed + (i * cases.len()) as u64;
+        for ((entry, wg), case) in check_cases_on(&tuned, cases, DType::F32, DType::F32, seed)
+            .iter()
+            .zip(cases)
         {
             assert_eq!(entry, "encoder_attention", "{case:?}");
-            // Heads of 64 with blocks of 64 keys pass the CPU's workgroup
-            // memory: the built-in block runs them instead.
             if keys * (2 * case.3 + 1) * 4 <= 32 << 10 {
                 assert_eq!(
                     *wg as usize,
