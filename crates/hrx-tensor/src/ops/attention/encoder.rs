@@ -229,6 +229,7 @@ impl Ops {
             && target.subgroup_ops.shuffle
             && target.subgroup_size_min >= 2
             && 2 * wg <= most
+            && (2 * wg).is_multiple_of(target.subgroup_size_max.max(1) as usize)
         {
             2
         } else {
@@ -241,7 +242,8 @@ impl Ops {
             split,
         };
         // A tuning's block where its workgroup and its keys, values and
-        // biases in workgroup memory fit, and its split divides the head.
+        // biases in workgroup memory fit, and its split divides the head
+        // and the device's subgroups, and its work items whole subgroups.
         let online = self
             .tuning()
             .encoder_block
@@ -258,7 +260,9 @@ impl Ops {
                     && head.is_multiple_of(4 * s.split)
                     && (s.split == 1
                         || (target.subgroup_ops.shuffle
-                            && s.split <= target.subgroup_size_min as usize))
+                            && s.split <= target.subgroup_size_min as usize
+                            && s.wg
+                                .is_multiple_of(target.subgroup_size_max.max(1) as usize)))
             })
             .unwrap_or(built_in);
         let block = online.block();

@@ -106,10 +106,22 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
     let head = k.workgroup_id(Axis::Y);
     let sequence = k.workgroup_id(Axis::Z);
     let t = k.workitem_id(Axis::X);
-    // The lanes t - t % split .. share queries; lane t % split holds
-    // values `part ..` of them.
-    let slot_t = k.div(t, splitc);
-    let lane_t = k.rem(t, splitc);
+    // Split, the `split` neighbouring lanes of a subgroup from a multiple
+    // of `split` share the queries of one slot, lane `l % split` holding
+    // values `part ..` of them (the subgroup's own lane numbers: the order
+    // of invocation indices across lanes is the driver's). The workgroup
+    // is whole subgroups (the op checks that the smallest subgroup divides
+    // it), each `split` times its slots.
+    let (slot_t, lane_t) = if split == 1 {
+        (t, c0)
+    } else {
+        let lane = k.subgroup_lane_id();
+        let size = k.subgroup_size();
+        let sg = k.subgroup_id();
+        let slots_per_sg = k.div(size, splitc);
+        let within = k.div(lane, splitc);
+        (k.madd(sg, slots_per_sg, within), k.rem(lane, splitc))
+    };
     let part = k.mul(lane_t, partc);
     let first_row = k.mul(sequence, seq);
     let head_col = k.mul(head, dhc);
