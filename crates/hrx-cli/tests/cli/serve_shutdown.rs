@@ -110,7 +110,7 @@ async fn ctrl_c_on_an_idle_server_exits_0() {
 /// shutting down while it is still polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_polling_server_answers_and_exits_0() {
-    let mut server = Server::start(&["--busy-poll-us", "1000000", "--http-threads", "1"]);
+    let mut server = Server::start(&["--busy-poll-us", "200000", "--http-threads", "1"]);
     for sentence in short_sentences(32).into_iter().take(3) {
         let request = client()
             .post(server.url("/v1/embeddings"))

@@ -109,9 +109,10 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
     // Split, the `split` neighbouring lanes of a subgroup from a multiple
     // of `split` share the queries of one slot, lane `l % split` holding
     // values `part ..` of them (the subgroup's own lane numbers: the order
-    // of invocation indices across lanes is the driver's). The workgroup
-    // is whole subgroups (the op checks that the smallest subgroup divides
-    // it), each `split` times its slots.
+    // of invocation indices across lanes is the driver's). The op checks
+    // that the largest subgroup divides the workgroup (so every subgroup
+    // is whole) and that `split` is at most the smallest (subgroup sizes
+    // being powers of two, it divides them all).
     let (slot_t, lane_t) = if split == 1 {
         (t, c0)
     } else {
@@ -135,7 +136,7 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
         b.add(base, col)
     };
     // This work item's queries: s, s + wg / split, ... of the block for
-    // its slot s = t / split. A query past the sequence reads the
+    // its slot s (t where unsplit). A query past the sequence reads the
     // sequence's last row and writes nothing: it still takes part in
     // every copy, shuffle and barrier.
     let first_query = k.madd(qblock, blockc, slot_t);
