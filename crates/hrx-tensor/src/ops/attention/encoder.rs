@@ -94,6 +94,22 @@ fn tiled_built_in(gpu: bool, coop: bool, shape: &TiledAttention, online_workgrou
     gpu && !coop && (small || online_workgroups < TILED_BELOW_WORKGROUPS)
 }
 
+/// The lanes the built-in online-softmax kernel splits a head over for
+/// `wg` work items unsplit (at most `most` a workgroup): two on a GPU for
+/// heads up to [`TWO_QUERIES_MAX_HEAD`] values (a multiple of 8) where
+/// subgroups shuffle, hold pairs and tile the doubled workgroup whole;
+/// one otherwise.
+fn built_in_split(target: &hrx_core::Target, head: usize, wg: usize, most: usize) -> usize {
+    let split = target.kind != DeviceKind::Cpu
+        && head <= TWO_QUERIES_MAX_HEAD
+        && head.is_multiple_of(8)
+        && target.subgroup_ops.shuffle
+        && target.subgroup_size_min >= 2
+        && 2 * wg <= most
+        && (2 * wg).is_multiple_of(target.subgroup_size_max.max(1) as usize);
+    if split { 2 } else { 1 }
+}
+
 impl Ops {
     /// Record an encoder's multi-head self-attention:
     /// `out[b, i, h, :] = sum_j softmax_j(scale q[b, i, h] . k[b, j, h] +
@@ -221,20 +237,7 @@ impl Ops {
         // Whole groups of four keys (Vulkan guarantees 128 invocations).
         let wg = (block / per_item).min(most);
         let wg = wg - wg % 4;
-        // On a GPU, heads up to TWO_QUERIES_MAX_HEAD split over two lanes
-        // (see TWO_QUERIES_MAX_HEAD), twice the work items for the same queries.
-        let split = if target.kind != DeviceKind::Cpu
-            && head <= TWO_QUERIES_MAX_HEAD
-            && head.is_multiple_of(8)
-            && target.subgroup_ops.shuffle
-            && target.subgroup_size_min >= 2
-            && 2 * wg <= most
-            && (2 * wg).is_multiple_of(target.subgroup_size_max.max(1) as usize)
-        {
-            2
-        } else {
-            1
-        };
+        let split = built_in_split(&target, head, wg, most);
         let built_in = OnlineShape {
             dh: head,
             wg: wg * split,
@@ -351,6 +354,29 @@ mod tests {
     use super::*;
     use hrx_core::Target;
     use hrx_loom::ir::Scalar;
+
+    /// MiniLM's heads of 32 split over two lanes on a GPU (128 work items
+    /// for a block of 128 queries); heads over 32 values or not a
+    /// multiple of 8, CPU devices and devices without shuffles do not.
+    #[test]
+    fn heads_of_up_to_32_split_on_a_gpu() {
+        let gpu = Target::hopper();
+        assert_eq!(built_in_split(&gpu, 32, 64, 1024), 2);
+        assert_eq!(built_in_split(&gpu, 16, 64, 1024), 2);
+        assert_eq!(built_in_split(&gpu, 64, 32, 1024), 1);
+        assert_eq!(built_in_split(&gpu, 12, 64, 1024), 1);
+        assert_eq!(built_in_split(&gpu, 32, 64, 64), 1);
+        assert_eq!(built_in_split(&gpu, 32, 8, 1024), 1, "half a subgroup");
+        let no_shuffle = Target {
+            subgroup_ops: hrx_core::SubgroupOps {
+                shuffle: false,
+                ..gpu.subgroup_ops
+            },
+            ..gpu.clone()
+        };
+        assert_eq!(built_in_split(&no_shuffle, 32, 64, 1024), 1);
+        assert_eq!(built_in_split(&Target::lavapipe(), 32, 16, 1024), 1);
+    }
 
     /// MiniLM's shapes on an H200's workgroup memory: the tiled kernel up
     /// to 64 tokens at any batch, at 128 tokens below 32 sentences (12
