@@ -104,13 +104,15 @@ async fn ctrl_c_on_an_idle_server_exits_0() {
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
 }
 
-/// A server that keeps its one runtime thread polling between requests
-/// (`--busy-poll-us`, off by default on a CPU device) answers one request
-/// after another correctly, and its poller does not keep it from
-/// shutting down while it is still polling.
+/// A server that keeps its one runtime thread (`--http-threads 1`)
+/// polling between requests (`--busy-poll-us`, off by default on a CPU
+/// device) runs that one thread, answers one request after another
+/// correctly, and its poller does not keep it from shutting down while it
+/// is still polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_polling_server_answers_and_exits_0() {
     let mut server = Server::start(&["--busy-poll-us", "200000", "--http-threads", "1"]);
+    assert_eq!(runtime_threads(server.pid()), 1, "{}", server.stderr());
     for sentence in short_sentences(32).into_iter().take(3) {
         let request = client()
             .post(server.url("/v1/embeddings"))
@@ -121,4 +123,13 @@ async fn a_busy_polling_server_answers_and_exits_0() {
     server.signal("TERM");
     let status = server.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
+}
+
+/// Threads of process `pid` named as the server names its runtime's.
+fn runtime_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "hrx-serve")
+        .count()
 }

@@ -326,6 +326,12 @@ impl Builder {
         r
     }
 
+    /// Lane `i` of the vector `v`: [`Builder::extract`] at a constant lane.
+    pub fn extract_lane(&mut self, v: Value<Num>, i: usize) -> Value<Num> {
+        let lane = self.index(i as u64);
+        self.extract(v, lane)
+    }
+
     /// `vector.unpackf16 w : u32 -> vector<2xf32>`: the two halves of a
     /// word as floats, low half first.
     pub fn unpackf16(&mut self, w: Value<Num>) -> Value<Num> {

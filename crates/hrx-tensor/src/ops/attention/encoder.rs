@@ -94,19 +94,27 @@ fn tiled_built_in(gpu: bool, coop: bool, shape: &TiledAttention, online_workgrou
     gpu && !coop && (small || online_workgroups < TILED_BELOW_WORKGROUPS)
 }
 
+/// Whether `target` runs the online-softmax kernel with a head of `head`
+/// values split over `split` lanes in workgroups of `wg`: `split` divides
+/// the head's quads, subgroups shuffle and hold `split` lanes, and the
+/// workgroup is whole subgroups of any size the device may pick.
+fn split_fits(target: &hrx_core::Target, head: usize, split: usize, wg: usize) -> bool {
+    split == 1
+        || (head.is_multiple_of(4 * split)
+            && target.subgroup_ops.shuffle
+            && split <= target.subgroup_size_min as usize
+            && wg.is_multiple_of(target.subgroup_size_max.max(1) as usize))
+}
+
 /// The lanes the built-in online-softmax kernel splits a head over for
 /// `wg` work items unsplit (at most `most` a workgroup): two on a GPU for
-/// heads up to [`TWO_QUERIES_MAX_HEAD`] values (a multiple of 8) where
-/// subgroups shuffle, hold pairs and tile the doubled workgroup whole;
-/// one otherwise.
+/// heads up to [`TWO_QUERIES_MAX_HEAD`] values where the split fits
+/// ([`split_fits`]); one otherwise.
 fn built_in_split(target: &hrx_core::Target, head: usize, wg: usize, most: usize) -> usize {
     let split = target.kind != DeviceKind::Cpu
         && head <= TWO_QUERIES_MAX_HEAD
-        && head.is_multiple_of(8)
-        && target.subgroup_ops.shuffle
-        && target.subgroup_size_min >= 2
         && 2 * wg <= most
-        && (2 * wg).is_multiple_of(target.subgroup_size_max.max(1) as usize);
+        && split_fits(target, head, 2, 2 * wg);
     if split { 2 } else { 1 }
 }
 
@@ -260,12 +268,7 @@ impl Ops {
                 let bytes = 4 * s.block() * (2 * head + 1);
                 s.wg <= most
                     && bytes <= target.workgroup_memory_bytes as usize
-                    && head.is_multiple_of(4 * s.split)
-                    && (s.split == 1
-                        || (target.subgroup_ops.shuffle
-                            && s.split <= target.subgroup_size_min as usize
-                            && s.wg
-                                .is_multiple_of(target.subgroup_size_max.max(1) as usize)))
+                    && split_fits(&target, head, s.split, s.wg)
             })
             .unwrap_or(built_in);
         let block = online.block();

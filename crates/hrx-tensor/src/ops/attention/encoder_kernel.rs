@@ -161,7 +161,7 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
                     let p = k.add(q_at, off);
                     let v = load4(&mut k, p);
                     let v = k.mulf(v, scales);
-                    (0..4).map(|l| lane(&mut k, v, l)).collect()
+                    (0..4).map(|l| k.extract_lane(v, l)).collect()
                 })
                 .collect()
         })
@@ -238,7 +238,7 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
                 for (i, slot) in slots.iter().enumerate() {
                     let p = b.add(*slot, off);
                     let kv = b.vector_load(keys, &[p], 4);
-                    let kl: Vec<Value<Num>> = (0..4).map(|l| lane(b, kv, l)).collect();
+                    let kl: Vec<Value<Num>> = (0..4).map(|l| b.extract_lane(kv, l)).collect();
                     for (qp, dot) in q.iter().zip(dots.iter_mut()) {
                         for (&ql, &kl) in qp[c].iter().zip(&kl) {
                             dot[i] = b.fmaf(ql, kl, dot[i]);
@@ -318,12 +318,6 @@ pub(crate) fn encoder_attention(shape: OnlineShape, input: Scalar, out: Scalar) 
         });
     }
     Built::kernel(k.finish())
-}
-
-/// Lane `i` of the 4-vector `v`.
-fn lane(b: &mut Builder, v: Value<Num>, i: usize) -> Value<Num> {
-    let at = b.index(i as u64);
-    b.extract(v, at)
 }
 
 /// The sum of `x` over the `split` neighbouring lanes that share a query

@@ -272,12 +272,6 @@ impl Running {
     }
 }
 
-/// Lane `i` of the 4-vector `v`.
-fn lane(b: &mut Builder, v: Value<Num>, i: usize) -> Value<Num> {
-    let at = b.index(i as u64);
-    b.extract(v, at)
-}
-
 /// The products of one k value from row `row` of the tiles: 2 quads of
 /// A's rows and 2 of B's columns, 64 multiply-adds into 16 4-lane
 /// accumulators (row `i`, column quad `h` at `2 i + h`).
@@ -291,7 +285,7 @@ fn products(
     let mut xs = Vec::with_capacity(8);
     for half in 0..2 {
         let v = b.vector_load(ta, &[row, rows[4 * half]], 4);
-        xs.extend((0..4).map(|l| lane(b, v, l)));
+        xs.extend((0..4).map(|l| b.extract_lane(v, l)));
     }
     let ys: Vec<_> = (0..2)
         .map(|half| b.vector_load(tb, &[row, cols[4 * half]], 4))
