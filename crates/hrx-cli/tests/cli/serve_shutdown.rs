@@ -112,7 +112,6 @@ async fn ctrl_c_on_an_idle_server_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_polling_server_answers_and_exits_0() {
     let mut server = Server::start(&["--busy-poll-us", "200000", "--http-threads", "1"]);
-    assert_eq!(runtime_threads(server.pid()), 1, "{}", server.stderr());
     for sentence in short_sentences(32).into_iter().take(3) {
         let request = client()
             .post(server.url("/v1/embeddings"))
@@ -120,6 +119,13 @@ async fn a_busy_polling_server_answers_and_exits_0() {
         let answer = answer(request).await;
         assert_close(&answer.embeddings()[0], sentence);
     }
+    // Counted once its worker has served connections, and waited for: a
+    // thread takes its name when it first runs.
+    let named = std::time::Instant::now() + Duration::from_secs(10);
+    while runtime_threads(server.pid()) == 0 && std::time::Instant::now() < named {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(runtime_threads(server.pid()), 1, "{}", server.stderr());
     server.signal("TERM");
     let status = server.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
