@@ -41,7 +41,8 @@ struct Scratch {
     /// Hidden states between layers, and after attention: `[rows, d]`.
     x: DeviceTensor,
     y: DeviceTensor,
-    /// Residual sums before a norm: `[rows, d]`.
+    /// The embeddings' sum where they are not one dispatch: `[rows, d]`.
+    /// (The layers' residual norms do not keep their sums.)
     sum: DeviceTensor,
     /// A projection's output: `[rows, d]`.
     proj: DeviceTensor,
@@ -163,8 +164,8 @@ impl<'e> Recorder<'e, '_, '_> {
             .record_matmul(self.slot.graph(), a, w, Some(b), options, out)
     }
 
-    /// `out = layer_norm(a + b)` with the weights `{name}.*`, one dispatch;
-    /// `sum` holds the residual sum. Where the matmuls are f16 and a
+    /// `out = layer_norm(a + b)` with the weights `{name}.*`, one dispatch
+    /// that does not store the sum (nothing reads it). Where the matmuls are f16 and a
     /// matmul will read `out` (`operand`), the same dispatch writes `out`'s
     /// f16 operand too, where it can: the operand is returned then.
     fn add_norm(
@@ -178,20 +179,19 @@ impl<'e> Recorder<'e, '_, '_> {
             Some(self.weight(&format!("{name}.weight"))?),
             Some(self.weight(&format!("{name}.bias"))?),
         );
-        let sum = self.s.sum.clone();
         let eps = self.config().layer_norm_eps;
         let g = self.slot.graph();
         if let Some(low) = self.s.x_low.as_ref().filter(|_| operand) {
             match self
                 .ops
-                .record_add_layer_norm_with_f16(g, a, b, weight, bias, eps, &sum, out, low)
+                .record_add_layer_norm_with_f16(g, a, b, weight, bias, eps, None, out, low)
             {
                 Err(Error::Unsupported(_)) => {}
                 recorded => return recorded.map(|()| Some(low.clone())),
             }
         }
         self.ops
-            .record_add_layer_norm(g, a, b, weight, bias, eps, &sum, out)?;
+            .record_add_layer_norm(g, a, b, weight, bias, eps, None, out)?;
         Ok(None)
     }
 

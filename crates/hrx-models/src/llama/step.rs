@@ -345,7 +345,7 @@ impl StepGraph {
                 } else {
                     ops.record_quant_matmul(&mut g, &attended, &b.output, &s.proj)?;
                     let norm = &b.ffn_norm;
-                    ops.record_add_rms_norm(&mut g, &s.x, &s.proj, norm, eps, &s.h, &s.norm)?;
+                    ops.record_add_rms_norm(&mut g, &s.x, &s.proj, norm, eps, Some(&s.h), &s.norm)?;
                 }
             } else {
                 projected?;
@@ -599,7 +599,7 @@ fn feed_forward(
         ops.record_quant_matmul_fused(g, &s.act, &b.down, &plus, &s.x)
     } else {
         ops.record_quant_matmul(g, &s.act, &b.down, &s.proj)?;
-        ops.record_add_rms_norm(g, &s.h, &s.proj, next_norm, eps, &s.x, &s.norm)
+        ops.record_add_rms_norm(g, &s.h, &s.proj, next_norm, eps, Some(&s.x), &s.norm)
     }
 }
 

@@ -3,7 +3,8 @@
 //! dispatches each replaces (`Add`, then the norm), on rows that take the
 //! 4-wide kernel (576 columns, SmolLM2's width, and 384, MiniLM's; one
 //! and 64 rows, also as row views of larger tensors) and the strided one
-//! (7 columns, unaligned row views); plus their errors.
+//! (7 columns, unaligned row views), with the sum kept and not; plus
+//! their errors.
 //!
 //! Tolerances: `sum` is one correctly rounded f32 add, so it must equal
 //! the f64 sum of the f32 inputs rounded to f32 exactly. The RMS `out` is
@@ -151,11 +152,30 @@ fn check(form: Form, rows: usize, cols: usize, views: bool, seed: u64) {
     let (sum, out) = run_pair(&inputs, &shape, |g, sum, out| {
         let o = ops();
         match form {
-            Form::Rms => o.record_add_rms_norm(g, &a, &b, &w, EPS, sum, out),
-            Form::Layer => o.record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, sum, out),
+            Form::Rms => o.record_add_rms_norm(g, &a, &b, &w, EPS, Some(sum), out),
+            Form::Layer => {
+                o.record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, Some(sum), out)
+            }
         }
         .unwrap()
     });
+    // Without the sum kept: the same norm, and the sum's storage (still
+    // poisoned) untouched.
+    let (untouched, unkept) = run_pair(&inputs, &shape, |g, _, out| {
+        let o = ops();
+        match form {
+            Form::Rms => o.record_add_rms_norm(g, &a, &b, &w, EPS, None, out),
+            Form::Layer => {
+                o.record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, None, out)
+            }
+        }
+        .unwrap()
+    });
+    assert_eq!(unkept, out, "{what}: the norm without the sum kept");
+    assert!(
+        untouched.iter().all(|x| x.is_nan()),
+        "{what}: the sum was stored though not kept"
+    );
     let (want_sum, want_out, tol) = match form {
         Form::Rms => reference(cols, &av, &bv, &wv),
         Form::Layer => layer_reference(cols, (&av, &bv), (&wv, &biasv)),
@@ -226,7 +246,16 @@ fn add_layer_norm_errors_and_bare_norm() {
     let (sum, out) = (output(&[2, 8]), output(&[2, 8]));
     let mut graph = ops().runtime().graph();
     let e = ops()
-        .record_add_layer_norm(&mut graph, &a, &b, None, Some(&bias4), EPS, &sum, &out)
+        .record_add_layer_norm(
+            &mut graph,
+            &a,
+            &b,
+            None,
+            Some(&bias4),
+            EPS,
+            Some(&sum),
+            &out,
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -234,15 +263,20 @@ fn add_layer_norm_errors_and_bare_norm() {
         "{e}"
     );
     let e = ops()
-        .record_add_layer_norm(&mut graph, &a, &b, None, None, EPS, &sum, &a)
+        .record_add_layer_norm(&mut graph, &a, &b, None, None, EPS, Some(&sum), &a)
         .unwrap_err()
         .to_string();
     assert!(e.contains("out must not overlap a"), "{e}");
+    let e = ops()
+        .record_add_layer_norm(&mut graph, &a, &b, None, None, EPS, None, &b)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out must not overlap b"), "{e}");
     assert!(graph.is_empty(), "an error recorded nothing");
     // Without weight and bias: rows of 3 then 3 give zeros.
     let (sum, out) = run_pair(&[&a, &b], &[2, 8], |g, sum, out| {
         ops()
-            .record_add_layer_norm(g, &a, &b, None, None, EPS, sum, out)
+            .record_add_layer_norm(g, &a, &b, None, None, EPS, Some(sum), out)
             .unwrap()
     });
     assert_eq!(sum, vec![3.0; 16]);
@@ -264,7 +298,7 @@ fn add_rms_norm_errors() {
                      out: &DeviceTensor,
                      message: &str| {
         let e = ops()
-            .record_add_rms_norm(&mut graph, a, b, w, eps, sum, out)
+            .record_add_rms_norm(&mut graph, a, b, w, eps, Some(sum), out)
             .unwrap_err()
             .to_string();
         assert!(e.contains(message), "{e} lacks {message}");
@@ -352,7 +386,7 @@ fn add_layer_norm_writes_an_f16_copy() {
         Some(&w),
         Some(&bias),
         EPS,
-        &sum,
+        Some(&sum),
         &out,
         &low,
     );
@@ -377,7 +411,7 @@ fn add_layer_norm_writes_an_f16_copy() {
     );
     let (want_sum, want_out) = run_pair(&[&a, &b, &w, &bias], &[rows, cols], |g, s, o| {
         ops()
-            .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, s, o)
+            .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, Some(s), o)
             .unwrap()
     });
     assert_eq!(got_sum, want_sum, "the sums");
@@ -386,6 +420,41 @@ fn add_layer_norm_writes_an_f16_copy() {
         let rounded = f64::from(half::f16::from_f64(*x));
         assert_eq!(h.to_bits(), rounded.to_bits(), "copy {i}: {h} against {x}");
     }
+    // Without the sum kept: the same output and copy.
+    let mut unkept = output(&[rows, cols]);
+    let mut unkept_low = ops().output(low_desc.clone()).unwrap();
+    let mut graph = ops().runtime().graph();
+    ops()
+        .record_add_layer_norm_with_f16(
+            &mut graph,
+            &a,
+            &b,
+            Some(&w),
+            Some(&bias),
+            EPS,
+            None,
+            &unkept,
+            &unkept_low,
+        )
+        .unwrap();
+    let deps: Vec<_> = [&a, &b, &w, &bias, &unkept, &unkept_low]
+        .iter()
+        .map(|t| t.completion().clone())
+        .collect();
+    let done = graph.prepare().unwrap().submit_after(&deps).unwrap();
+    for t in [&mut unkept, &mut unkept_low] {
+        t.set_producer(done.clone());
+    }
+    assert_eq!(
+        unkept.to_values().unwrap(),
+        got_out,
+        "the outputs, the sum not kept"
+    );
+    assert_eq!(
+        unkept_low.to_values().unwrap(),
+        got_low,
+        "the copy, the sum not kept"
+    );
 
     // Refusals and errors record nothing.
     let odd = input(DType::F32, &[2, 7], &[1.0; 14], Placement::Contiguous);
@@ -395,7 +464,15 @@ fn add_layer_norm_writes_an_f16_copy() {
         .unwrap();
     let mut graph = ops().runtime().graph();
     let unsupported = ops().record_add_layer_norm_with_f16(
-        &mut graph, &odd, &odd, None, None, EPS, &odd_sum, &odd_out, &odd_low,
+        &mut graph,
+        &odd,
+        &odd,
+        None,
+        None,
+        EPS,
+        Some(&odd_sum),
+        &odd_out,
+        &odd_low,
     );
     assert!(
         matches!(unsupported, Err(hrx_core::Error::Unsupported(_))),
@@ -403,14 +480,34 @@ fn add_layer_norm_writes_an_f16_copy() {
     );
     let f32_copy = output(&[rows, cols]);
     let not_f16 = ops()
-        .record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, EPS, &sum, &out, &f32_copy)
+        .record_add_layer_norm_with_f16(
+            &mut graph,
+            &a,
+            &b,
+            None,
+            None,
+            EPS,
+            Some(&sum),
+            &out,
+            &f32_copy,
+        )
         .unwrap_err()
         .to_string();
     assert!(not_f16.contains("must be f16"), "{not_f16}");
     // An f16 copy over the sum's storage.
     let over_sum = sum.view(0, low_desc).unwrap();
     let clash = ops()
-        .record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, EPS, &sum, &out, &over_sum)
+        .record_add_layer_norm_with_f16(
+            &mut graph,
+            &a,
+            &b,
+            None,
+            None,
+            EPS,
+            Some(&sum),
+            &out,
+            &over_sum,
+        )
         .unwrap_err()
         .to_string();
     assert!(clash.contains("must not overlap"), "{clash}");

@@ -18,9 +18,10 @@
 //!   and its square per lane, `k` the row's first quad (a shift that keeps
 //!   the one-pass variance accurate), and merges the four lanes' partial
 //!   moments exactly.
-//! - add + norm (`add`): the norm of `a + c`, every pass reading both
-//!   inputs and adding them (so each sees the same rounded sums), the first
-//!   pass also storing them to `sum`. Recomputing rather than reading `sum`
+//! - add + norm ([`Residual`]): the norm of `a + c`, every pass reading
+//!   both inputs and adding them (so each sees the same rounded sums), the
+//!   first pass also storing them to `sum` where the caller keeps them
+//!   (an encoder's post-norm layer does not: one tensor less to write). Recomputing rather than reading `sum`
 //!   back keeps the passes free of a storage barrier (the 4-wide form's
 //!   shift is the row's first quad, stored by another work item). The
 //!   reductions are the norm's own, so the result equals an add followed
@@ -33,6 +34,30 @@ use hrx_loom::build::{
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
 const F32: Scalar = Scalar::F32;
+
+/// The fused residual add of a norm kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Residual {
+    /// The norm of `a` alone.
+    None,
+    /// The norm of `a + c`, the sums stored to `sum` (arguments `c` and
+    /// `sum`).
+    Kept,
+    /// The norm of `a + c`, the sums not stored (argument `c` only).
+    Unkept,
+}
+
+impl Residual {
+    /// Whether the kernel adds `c`.
+    pub(crate) fn adds(self) -> bool {
+        self != Residual::None
+    }
+
+    /// Whether the kernel stores the sums.
+    pub(crate) fn keeps(self) -> bool {
+        self == Residual::Kept
+    }
+}
 
 /// A kernel of one workgroup of `wg` work items per row.
 fn per_row(symbol: &str, wg: usize) -> Body {
@@ -239,9 +264,11 @@ pub(crate) fn softmax4(wg: usize, log: bool) -> Built {
     Built::kernel(k.finish())
 }
 
-/// Layer norm (`center`) or RMS norm of strided rows; with `add`, of `a +
-/// c` (`c` strided like `a`), the sums stored to the contiguous `sum`.
-pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
+/// Layer norm (`center`) or RMS norm of strided rows; with a `residual`,
+/// of `a + c` (`c` strided like `a`), the sums stored to the contiguous
+/// `sum` where kept.
+pub(crate) fn norm(wg: usize, center: bool, residual: Residual) -> Built {
+    let add = residual.adds();
     let mut k = per_row(if add { "add_norm" } else { "norm" }, wg);
     let cols = k.arg_index("cols");
     let eps = k.arg_scalar("eps", F32);
@@ -249,15 +276,9 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
         "hw", "hb", "srow", "scol", "oa", "la", "sw", "ow", "lw", "sb", "ob", "lb", "oo", "lo",
     ]
     .map(|n| k.arg_index(n));
-    let extra = add.then(|| ["oc", "lc", "os", "ls"].map(|n| k.arg_index(n)));
     let [a, w, bb, out] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
+    let added = declare_residual(&mut k, residual, ["oc", "lc", "os", "ls"]);
     let zero = k.offset(0);
-    let added = extra.map(|[oc, lc, os, ls]| {
-        let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
-        let cv = k.buffer_view(c, zero, [lc.into()], F32);
-        let sv = k.buffer_view(s, zero, [ls.into()], F32);
-        (cv, oc, sv, os)
-    });
     let av = k.buffer_view(a, zero, [la.into()], F32);
     let wv = k.buffer_view(w, zero, [lw.into()], F32);
     let bv = k.buffer_view(bb, zero, [lb.into()], F32);
@@ -273,10 +294,9 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
     let base = k.madd(r, srow, oa);
     let obase = k.madd(r, cols, oo);
     // The addend's row base and the sum's view and row base.
-    let added = added.map(|(cv, oc, sv, os)| {
+    let added = added.map(|(cv, oc, kept)| {
         let cbase = k.madd(r, srow, oc);
-        let sbase = k.madd(r, cols, os);
-        (cv, cbase, sv, sbase)
+        (cv, cbase, kept.map(|(sv, os)| (sv, k.madd(r, cols, os))))
     });
     let zf = k.float(0.0, F32);
     let onef = k.float(1.0, F32);
@@ -296,7 +316,7 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
         let p = b.madd(j, scol, base);
         let x = b.load(av, &[p]);
         match added {
-            Some((cv, cbase, _, _)) => {
+            Some((cv, cbase, _)) => {
                 let pc = b.madd(j, scol, cbase);
                 let y = b.load(cv, &[pc]);
                 b.addf(x, y)
@@ -307,7 +327,7 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
     // Pass 1: the mean (layer norm only), and the sums stored.
     let psum = k.for_carry(lx, cols, wgs, &[zf], |b, j, s| {
         let x = element(b, j);
-        if let Some((_, _, sv, sbase)) = added {
+        if let Some((_, _, Some((sv, sbase)))) = added {
             let q = b.add(sbase, j);
             b.store(x, sv, &[q]);
         }
@@ -347,14 +367,41 @@ pub(crate) fn norm(wg: usize, center: bool, add: bool) -> Built {
     Built::kernel(k.finish())
 }
 
-/// The fused add's addend view and offset, and the sum's view and offset.
-pub(super) type AddedIo = (Value<View>, Value<Index>, Value<View>, Value<Index>);
+/// The fused add's addend view and offset, and (where kept) the sum's
+/// view and offset.
+pub(super) type AddedIo = (
+    Value<View>,
+    Value<Index>,
+    Option<(Value<View>, Value<Index>)>,
+);
+
+/// Declare a `residual`'s arguments, named by `names` (the addend's
+/// offset and length, then the sum's): the addend's, then the sum's where
+/// kept (scalars first, then buffers `c` and `sum`, each after those
+/// declared before).
+fn declare_residual(k: &mut Body, residual: Residual, names: [&str; 4]) -> Option<AddedIo> {
+    if !residual.adds() {
+        return None;
+    }
+    let [oc, lc] = [names[0], names[1]].map(|n| k.arg_index(n));
+    let sum_args = residual
+        .keeps()
+        .then(|| [names[2], names[3]].map(|n| k.arg_index(n)));
+    let zero = k.offset(0);
+    let c = k.arg_buffer("c", false);
+    let cv = k.buffer_view(c, zero, [lc.into()], F32);
+    let kept = sum_args.map(|[os, ls]| {
+        let s = k.arg_buffer("sum", false);
+        (k.buffer_view(s, zero, [ls.into()], F32), os)
+    });
+    Some((cv, oc, kept))
+}
 
 /// The arguments and views of the 4-wide norm kernels (`norm4` and the
 /// subgroup-a-row form), in launch order: `c4, eps, hw, hb, srow4, qa,
-/// la, sw, qw, lw, sb, qb, lb, qo, lo`, then with `add` `qc, lc, qs, ls`,
-/// then with `copy` `qk, lk`; buffers `a, w, b, out`, then `c, sum`, then
-/// `copy`. Offsets and strides are in quads.
+/// la, sw, qw, lw, sb, qb, lb, qo, lo`, then with a residual `qc, lc`
+/// (and `qs, ls` where its sums are kept), then with `copy` `qk, lk`;
+/// buffers `a, w, b, out`, then `c` (and `sum`), then `copy`. Offsets and strides are in quads.
 pub(super) struct Norm4Io {
     pub(super) c4: Value<Index>,
     pub(super) eps: Value<Num>,
@@ -379,24 +426,22 @@ pub(super) struct Norm4Io {
 }
 
 impl Norm4Io {
-    /// The arguments of a norm of `add`'s form, with an f16 `copy`,
+    /// The arguments of a norm with `residual`, with an f16 `copy`,
     /// writing `out` elements.
-    pub(super) fn declare(k: &mut Body, add: bool, (copy, out): (bool, Scalar)) -> Norm4Io {
+    pub(super) fn declare(
+        k: &mut Body,
+        residual: Residual,
+        (copy, out): (bool, Scalar),
+    ) -> Norm4Io {
         let c4 = k.arg_index("c4");
         let eps = k.arg_scalar("eps", F32);
         let [hw, hb, srow4, qa, la, sw, qw, lw, sb, qb, lb, qo, lo] = [
             "hw", "hb", "srow4", "qa", "la", "sw", "qw", "lw", "sb", "qb", "lb", "qo", "lo",
         ]
         .map(|n| k.arg_index(n));
-        let extra = add.then(|| ["qc", "lc", "qs", "ls"].map(|n| k.arg_index(n)));
         let [a, w, bb, out_buffer] = ["a", "w", "b", "out"].map(|n| k.arg_buffer(n, false));
+        let added = declare_residual(k, residual, ["qc", "lc", "qs", "ls"]);
         let zero = k.offset(0);
-        let added = extra.map(|[qc, lc, qs, ls]| {
-            let [c, s] = ["c", "sum"].map(|n| k.arg_buffer(n, false));
-            let cv = k.buffer_view(c, zero, [lc.into()], F32);
-            let sv = k.buffer_view(s, zero, [ls.into()], F32);
-            (cv, qc, sv, qs)
-        });
         let copied = copy.then(|| {
             let [qk, lk] = ["qk", "lk"].map(|n| k.arg_index(n));
             let kb = k.arg_buffer("copy", false);
@@ -488,13 +533,23 @@ impl Norm4Io {
 }
 
 /// Layer norm (`center`) or RMS norm of aligned contiguous rows of quads;
-/// with `add`, of `a + c` (`c` laid out like `a`), the sums stored to the
-/// contiguous `sum`; with `copy`, the output also rounded to f16 into the
+/// with a `residual`, of `a + c` (`c` laid out like `a`), the sums stored
+/// to the contiguous `sum` where kept; with `copy`, the output also rounded to f16 into the
 /// contiguous `copy` (arguments `qk`, `lk` after the others); the output
 /// of `out` elements.
-pub(crate) fn norm4(wg: usize, center: bool, add: bool, (copy, out): (bool, Scalar)) -> Built {
-    let mut k = per_row(if add { "add_norm4" } else { "norm4" }, wg);
-    let io = Norm4Io::declare(&mut k, add, (copy, out));
+pub(crate) fn norm4(
+    wg: usize,
+    center: bool,
+    residual: Residual,
+    (copy, out): (bool, Scalar),
+) -> Built {
+    let symbol = if residual.adds() {
+        "add_norm4"
+    } else {
+        "norm4"
+    };
+    let mut k = per_row(symbol, wg);
+    let io = Norm4Io::declare(&mut k, residual, (copy, out));
     let Norm4Io {
         c4,
         eps,
@@ -526,10 +581,9 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool, (copy, out): (bool, Scal
     let obase = k.madd(r, c4, qo);
     let copied = copied.map(|(kv, qk)| (kv, k.madd(r, c4, qk)));
     // The addend's row base and the sum's view and row base, in quads.
-    let added = added.map(|(cv, qc, sv, qs)| {
+    let added = added.map(|(cv, qc, kept)| {
         let cbase = k.madd(r, srow4, qc);
-        let sbase = k.madd(r, c4, qs);
-        (cv, cbase, sv, sbase)
+        (cv, cbase, kept.map(|(sv, qs)| (sv, k.madd(r, c4, qs))))
     });
     let zf = k.float(0.0, F32);
     let zv = k.splat(zf, 4);
@@ -543,7 +597,7 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool, (copy, out): (bool, Scal
         let p = b.mul(t, four);
         let x = b.vector_load(av, &[p], 4);
         match added {
-            Some((cv, cbase, _, _)) => {
+            Some((cv, cbase, _)) => {
                 let tc = b.add(cbase, j);
                 let pc = b.mul(tc, four);
                 let y = b.vector_load(cv, &[pc], 4);
@@ -556,7 +610,7 @@ pub(crate) fn norm4(wg: usize, center: bool, add: bool, (copy, out): (bool, Scal
     // Pass 1: shifted sums per lane, and the sums stored.
     let sums = k.for_carry(lx, c4, wgs, &[zv, zv], |b, j, acc| {
         let x = quad(b, j);
-        if let Some((_, _, sv, sbase)) = added {
+        if let Some((_, _, Some((sv, sbase)))) = added {
             let ts = b.add(sbase, j);
             let ps = b.mul(ts, four);
             b.vector_store(x, sv, &[ps]);
@@ -644,17 +698,20 @@ mod tests {
         for target in [Target::lavapipe(), Target::hopper()] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for wg in [16, 32, 256] {
-                for flag in [false, true] {
+                for (flag, kept) in [(false, Residual::Kept), (true, Residual::Unkept)] {
                     for (symbol, built) in [
                         ("softmax", softmax(wg, flag)),
                         ("softmax4", softmax4(wg, flag)),
-                        ("norm", norm(wg, flag, false)),
-                        ("norm4", norm4(wg, flag, false, (false, F32))),
-                        ("norm4", norm4(wg, flag, false, (false, Scalar::F16))),
-                        ("add_norm", norm(wg, flag, true)),
-                        ("add_norm4", norm4(wg, flag, true, (false, F32))),
-                        ("add_norm4", norm4(wg, flag, true, (true, F32))),
-                        ("add_norm4", norm4(wg, flag, true, (false, Scalar::F16))),
+                        ("norm", norm(wg, flag, Residual::None)),
+                        ("norm4", norm4(wg, flag, Residual::None, (false, F32))),
+                        (
+                            "norm4",
+                            norm4(wg, flag, Residual::None, (false, Scalar::F16)),
+                        ),
+                        ("add_norm", norm(wg, flag, kept)),
+                        ("add_norm4", norm4(wg, flag, kept, (false, F32))),
+                        ("add_norm4", norm4(wg, flag, kept, (true, F32))),
+                        ("add_norm4", norm4(wg, flag, kept, (false, Scalar::F16))),
                     ] {
                         compiler
                             .built(&built)

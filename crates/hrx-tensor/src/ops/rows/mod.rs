@@ -26,6 +26,7 @@ use crate::{DType, DeviceTensor, TensorDesc};
 use hrx_core::{Error, Result};
 use hrx_loom::{ScalarValue, ir::Scalar};
 use hrx_runtime::Graph;
+use kernels::Residual;
 
 fn index(v: usize) -> ScalarValue {
     ScalarValue::Index(v as u64)
@@ -138,9 +139,10 @@ struct NormCall<'a> {
     bias: Option<&'a DeviceTensor>,
     eps: f32,
     out: &'a DeviceTensor,
-    /// The addend and the sum's output of a fused add: the norm is then of
-    /// `a + addend`, stored to the sum. Both contiguous like `a`.
-    add: Option<(&'a DeviceTensor, &'a DeviceTensor)>,
+    /// The addend and the sum's output (where kept) of a fused add: the
+    /// norm is then of `a + addend`, stored to the sum. Both contiguous
+    /// like `a`.
+    add: Option<(&'a DeviceTensor, Option<&'a DeviceTensor>)>,
     /// An f16 copy of `out` (contiguous like it), written by the same
     /// pass; only the quad kernel writes one.
     copy: Option<&'a DeviceTensor>,
@@ -403,7 +405,7 @@ impl Ops {
         let added = match add {
             Some((c, sum)) => Some((
                 operand(c, &target, operation)?,
-                operand(sum, &target, operation)?,
+                sum.map(|s| operand(s, &target, operation)).transpose()?,
             )),
             None => None,
         };
@@ -414,8 +416,10 @@ impl Ops {
                 ("the weight", &kw),
                 ("the bias", &kb),
             ];
-            for (name, k) in read.into_iter().chain([("out", &ko)]) {
-                disjoint(operation, ("sum", ks), (name, k))?;
+            if let Some(ks) = ks {
+                for (name, k) in read.into_iter().chain([("out", &ko)]) {
+                    disjoint(operation, ("sum", ks), (name, k))?;
+                }
             }
             for (name, k) in read {
                 disjoint(operation, ("out", &ko), (name, k))?;
@@ -432,12 +436,18 @@ impl Ops {
                 ("the weight", &kw),
                 ("the bias", &kb),
             ];
-            let added_ops = added.iter().flat_map(|(kc, ks)| [("b", kc), ("sum", ks)]);
+            let added_ops = added.iter().flat_map(|(kc, ks)| {
+                std::iter::once(("b", kc)).chain(ks.iter().map(|ks| ("sum", ks)))
+            });
             for (name, k) in others.into_iter().chain(added_ops) {
                 disjoint(operation, ("the f16 copy", kk), (name, k))?;
             }
         }
-        let fused = added.is_some();
+        let residual = match &added {
+            None => Residual::None,
+            Some((_, Some(_))) => Residual::Kept,
+            Some((_, None)) => Residual::Unkept,
+        };
         let quads = r.quads(&ka, &ko).and_then(|(qa, qo)| {
             // Present parameters must be unit-stride and aligned too; the
             // absent ones read quad 0 of the 16-byte dummy.
@@ -447,7 +457,13 @@ impl Ops {
                 _ => None,
             };
             let qcs = match &added {
-                Some((kc, ks)) => Some((quad_offset(kc)?, quad_offset(ks)?)),
+                Some((kc, ks)) => {
+                    let qs = match ks {
+                        Some(ks) => Some(quad_offset(ks)?),
+                        None => None,
+                    };
+                    Some((quad_offset(kc)?, qs))
+                }
                 None => None,
             };
             let qk = match &copied {
@@ -480,7 +496,8 @@ impl Ops {
             ko.view.clone(),
         ];
         if let Some((kc, ks)) = &added {
-            views.extend([kc.view.clone(), ks.view.clone()]);
+            views.push(kc.view.clone());
+            views.extend(ks.iter().map(|ks| ks.view.clone()));
         }
         if let Some(kk) = &copied {
             views.push(kk.view.clone());
@@ -491,7 +508,7 @@ impl Ops {
             let by_subgroup = self.subgroup_rows(r.cols / 4)?;
             let (symbol, source) = match by_subgroup {
                 Some((sg, rows_per_wg, per_lane)) => {
-                    let input = norm_kernel::RowInput::Rows { add: fused };
+                    let input = norm_kernel::RowInput::Rows { residual };
                     let symbol = input.symbol();
                     let flags = (input, center, copy);
                     let source = Generator::new(
@@ -503,12 +520,16 @@ impl Ops {
                     (symbol, source)
                 }
                 None => {
-                    let symbol = if fused { "add_norm4" } else { "norm4" };
+                    let symbol = if residual.adds() {
+                        "add_norm4"
+                    } else {
+                        "norm4"
+                    };
                     let writes = (copy, out_element);
-                    let source =
-                        Generator::new(format!("{symbol} {wg} {center} {writes:?}"), move || {
-                            kernels::norm4(wg, center, fused, writes)
-                        });
+                    let source = Generator::new(
+                        format!("{symbol} {wg} {center} {residual:?} {writes:?}"),
+                        move || kernels::norm4(wg, center, residual, writes),
+                    );
                     (symbol, source)
                 }
             };
@@ -536,7 +557,10 @@ impl Ops {
                 q(ko.len),
             ];
             if let (Some((qc, qs)), Some((kc, ks))) = (qcs, &added) {
-                scalars.extend([q(qc), q(kc.len), q(qs), q(ks.len)]);
+                scalars.extend([q(qc), q(kc.len)]);
+                if let (Some(qs), Some(ks)) = (qs, ks) {
+                    scalars.extend([q(qs), q(ks.len)]);
+                }
             }
             if let (Some(qk), Some(kk)) = (qk, &copied) {
                 scalars.extend([q(qk), q(kk.len)]);
@@ -547,11 +571,11 @@ impl Ops {
             return kernel.record(graph, operation, &views, &scalars, &[r.rows as u64]);
         }
         let center = kind == Norm::Layer;
-        let symbol = if fused { "add_norm" } else { "norm" };
+        let symbol = if residual.adds() { "add_norm" } else { "norm" };
         let kernel = self.registry.kernel(KernelKey {
             source: KernelSource::Built(Generator::new(
-                format!("{symbol} {wg} {center}"),
-                move || kernels::norm(wg, center, fused),
+                format!("{symbol} {wg} {center} {residual:?}"),
+                move || kernels::norm(wg, center, residual),
             )),
             symbol,
             config: Vec::new(),
@@ -568,7 +592,8 @@ impl Ops {
                 .chain(ko.scalars())
                 .collect();
         if let Some((kc, ks)) = &added {
-            scalars.extend(kc.scalars().into_iter().chain(ks.scalars()));
+            scalars.extend(kc.scalars());
+            scalars.extend(ks.iter().flat_map(|ks| ks.scalars()));
         }
         kernel.record(graph, operation, &views, &scalars, &[r.rows as u64])
     }
@@ -626,7 +651,9 @@ impl Ops {
     /// `a`, `b`, `sum` and `out` are f32 of one shape, contiguous (they
     /// may start anywhere in their storage, such as rows of a larger
     /// tensor); `weight` is f32 `[last]`, possibly strided. `sum` and
-    /// `out` must not overlap each other or any input.
+    /// `out` must not overlap each other or any input. Where `sum` is
+    /// `None` the sums are not stored: a post-norm layer, which needs
+    /// only the norm, writes one tensor less.
     #[allow(clippy::too_many_arguments)]
     pub fn record_add_rms_norm(
         &self,
@@ -635,7 +662,7 @@ impl Ops {
         b: &DeviceTensor,
         weight: &DeviceTensor,
         eps: f32,
-        sum: &DeviceTensor,
+        sum: Option<&DeviceTensor>,
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("add_rms_norm of {} and {}", a.desc(), b.desc());
@@ -657,7 +684,7 @@ impl Ops {
         weight: Option<&DeviceTensor>,
         bias: Option<&DeviceTensor>,
         eps: f32,
-        sum: &DeviceTensor,
+        sum: Option<&DeviceTensor>,
         out: &DeviceTensor,
     ) -> Result<()> {
         let operation = format!("add_layer_norm of {} and {}", a.desc(), b.desc());
@@ -683,7 +710,7 @@ impl Ops {
     /// let (mut sum, mut out) = (f32s()?, f32s()?);
     /// let mut low = ops.output(TensorDesc::new(DType::F16, vec![1, 4])?)?;
     /// let mut graph = runtime.graph();
-    /// match ops.record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, 0.0, &sum, &out, &low) {
+    /// match ops.record_add_layer_norm_with_f16(&mut graph, &a, &b, None, None, 0.0, Some(&sum), &out, &low) {
     ///     Ok(()) => {
     ///         let done = graph.prepare()?.submit_after(&[a.completion().clone(), b.completion().clone()])?;
     ///         for t in [&mut sum, &mut out, &mut low] {
@@ -711,7 +738,7 @@ impl Ops {
         weight: Option<&DeviceTensor>,
         bias: Option<&DeviceTensor>,
         eps: f32,
-        sum: &DeviceTensor,
+        sum: Option<&DeviceTensor>,
         out: &DeviceTensor,
         out_f16: &DeviceTensor,
     ) -> Result<()> {
@@ -739,7 +766,7 @@ impl Ops {
         operation: &str,
         (a, b): (&DeviceTensor, &DeviceTensor),
         (kind, weight, bias, eps): (Norm, Option<&DeviceTensor>, Option<&DeviceTensor>, f32),
-        (sum, out, copy): (&DeviceTensor, &DeviceTensor, Option<&DeviceTensor>),
+        (sum, out, copy): (Option<&DeviceTensor>, &DeviceTensor, Option<&DeviceTensor>),
     ) -> Result<()> {
         let runtime = self.runtime();
         let params: Vec<&DeviceTensor> = weight.into_iter().chain(bias).collect();
@@ -761,7 +788,9 @@ impl Ops {
         }
         let cols = shape.last().copied().unwrap_or(1);
         check_norm_operands(operation, &[a, b], (weight, bias), cols, eps)?;
-        check_output(runtime, operation, sum, DType::F32, shape)?;
+        if let Some(sum) = sum {
+            check_output(runtime, operation, sum, DType::F32, shape)?;
+        }
         let out_dtype = self.norm_output(operation, out)?;
         check_output(runtime, operation, out, out_dtype, shape)?;
         if let Some(copy) = copy {

@@ -15,7 +15,7 @@
 //! residual norms) fill the device without the per-row workgroup's
 //! barriers and idle work items.
 
-use super::kernels::Norm4Io;
+use super::kernels::{Norm4Io, Residual};
 use hrx_loom::build::{Built, KernelBuilder, Num, Value};
 use hrx_loom::ir::{Axis, IntPredicate, ReduceOp, Scalar};
 
@@ -27,8 +27,9 @@ pub(crate) const MAX_QUADS_PER_LANE: usize = 16;
 /// Where a row's values come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum RowInput {
-    /// Row `r` of `a`, plus row `r` of `c` stored to `sum` with `add`.
-    Rows { add: bool },
+    /// Row `r` of `a`, plus row `r` of `c` with a `residual` (its sum
+    /// stored to `sum` where kept).
+    Rows { residual: Residual },
     /// Row `ids[r]` of the table `a` plus row `r % seq` of `positions`:
     /// after `norm4`'s arguments (and the copy's), `vocab, seq, sp4, qp,
     /// lp, qi, li` and the buffers `ids` (i32) and `positions`.
@@ -39,8 +40,10 @@ impl RowInput {
     /// The kernel's entry point.
     pub(crate) fn symbol(self) -> &'static str {
         match self {
-            RowInput::Rows { add: false } => "norm4_rows",
-            RowInput::Rows { add: true } => "add_norm4_rows",
+            RowInput::Rows {
+                residual: Residual::None,
+            } => "norm4_rows",
+            RowInput::Rows { .. } => "add_norm4_rows",
             RowInput::Embedding => "embedding_norm4_rows",
         }
     }
@@ -61,7 +64,10 @@ pub(crate) fn norm4_rows(
         sg > 0 && rows_per_wg > 0 && (1..=MAX_QUADS_PER_LANE).contains(&per_lane),
         "{sg} lanes, {rows_per_wg} rows, {per_lane} quads a lane"
     );
-    let add = input == RowInput::Rows { add: true };
+    let residual = match input {
+        RowInput::Rows { residual } => residual,
+        RowInput::Embedding => Residual::None,
+    };
     let symbol = input.symbol();
     let mut k = KernelBuilder::new(symbol);
     let rows = k.workload("rows");
@@ -72,7 +78,7 @@ pub(crate) fn norm4_rows(
     let groups = k.div(padded, per_wg);
     let size = k.index((sg * rows_per_wg) as u64);
     let mut k = k.launch_config([groups, one, one], [size, one, one]);
-    let io = Norm4Io::declare(&mut k, add, (copy, out));
+    let io = Norm4Io::declare(&mut k, residual, (copy, out));
     let embedding = (input == RowInput::Embedding).then(|| {
         let [vocab, seq, sp4, qp, lp, qi, li] =
             ["vocab", "seq", "sp4", "qp", "lp", "qi", "li"].map(|n| k.arg_index(n));
@@ -112,10 +118,9 @@ pub(crate) fn norm4_rows(
             None => (b.madd(r, io.srow4, io.qa), None),
         };
         let obase = b.madd(r, io.c4, io.qo);
-        let added = io.added.map(|(cv, qc, sv, qs)| {
+        let added = io.added.map(|(cv, qc, kept)| {
             let cbase = b.madd(r, io.srow4, qc);
-            let sbase = b.madd(r, io.c4, qs);
-            (cv, cbase, sv, sbase)
+            (cv, cbase, kept.map(|(sv, qs)| (sv, b.madd(r, io.c4, qs))))
         });
         let copied = io.copied.map(|(kv, qk)| (kv, b.madd(r, io.c4, qk)));
         // Element index of quad `j` of a row based at quad `base`.
@@ -155,12 +160,14 @@ pub(crate) fn norm4_rows(
                         }
                     };
                     let x = match added {
-                        Some((cv, cbase, sv, sbase)) => {
+                        Some((cv, cbase, kept)) => {
                             let pc = at(b, cbase, j);
                             let y = b.vector_load(cv, &[pc], 4);
                             let x = b.addf(x, y);
-                            let ps = at(b, sbase, j);
-                            b.vector_store(x, sv, &[ps]);
+                            if let Some((sv, sbase)) = kept {
+                                let ps = at(b, sbase, j);
+                                b.vector_store(x, sv, &[ps]);
+                            }
                             x
                         }
                         None => x,
@@ -234,11 +241,15 @@ mod tests {
         for (target, sg, rows) in [(Target::lavapipe(), 8, 2), (Target::hopper(), 32, 8)] {
             let compiler = hrx_loom::Compiler::for_target(None, &target).unwrap();
             for per_lane in [1, 3, MAX_QUADS_PER_LANE] {
-                for bits in 0..12u8 {
+                for bits in 0..16u8 {
+                    let residual = match bits / 4 {
+                        0 => Residual::None,
+                        1 => Residual::Kept,
+                        _ => Residual::Unkept,
+                    };
                     let input = match bits / 4 {
-                        0 => RowInput::Rows { add: false },
-                        1 => RowInput::Rows { add: true },
-                        _ => RowInput::Embedding,
+                        3 => RowInput::Embedding,
+                        _ => RowInput::Rows { residual },
                     };
                     let flags = (input, bits & 1 != 0, bits & 2 != 0);
                     // The f16 output only where there is no copy.
