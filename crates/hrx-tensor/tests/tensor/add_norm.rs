@@ -354,6 +354,47 @@ fn add_rms_norm_errors() {
     assert!(graph.is_empty(), "an error recorded nothing");
 }
 
+/// `record_add_layer_norm_with_f16` of `a + b` with `w` and `bias` into
+/// fresh outputs, the sum kept or not, run alone: the sum (where kept),
+/// the output and its f16 copy; or the refusal, nothing recorded.
+fn norm_with_copy(
+    (a, b): (&DeviceTensor, &DeviceTensor),
+    (w, bias): (&DeviceTensor, &DeviceTensor),
+    keep_sum: bool,
+) -> hrx_core::Result<(Option<Vec<f64>>, Vec<f64>, Vec<f64>)> {
+    let shape = a.desc().shape().to_vec();
+    let low_desc = TensorDesc::new(DType::F16, shape.clone()).unwrap();
+    let mut low = ops().output(low_desc).unwrap();
+    let (mut sum, mut out) = (output(&shape), output(&shape));
+    let mut graph = ops().runtime().graph();
+    let kept = keep_sum.then_some(&sum);
+    let recorded = ops().record_add_layer_norm_with_f16(
+        &mut graph,
+        a,
+        b,
+        Some(w),
+        Some(bias),
+        EPS,
+        kept,
+        &out,
+        &low,
+    );
+    if let Err(e) = recorded {
+        assert!(graph.is_empty(), "a refusal recorded nothing");
+        return Err(e);
+    }
+    let deps: Vec<_> = [a, b, w, bias, &sum, &out, &low]
+        .iter()
+        .map(|t| t.completion().clone())
+        .collect();
+    let done = graph.prepare().unwrap().submit_after(&deps).unwrap();
+    for t in [&mut sum, &mut out, &mut low] {
+        t.set_producer(done.clone());
+    }
+    let sum = keep_sum.then(|| sum.to_values().unwrap());
+    Ok((sum, out.to_values().unwrap(), low.to_values().unwrap()))
+}
+
 /// The layer norm's f16 copy (`record_add_layer_norm_with_f16`): on rows
 /// of quads (384 columns, MiniLM's width; 64 rows and a row view) `sum`
 /// and `out` are bit-equal to `record_add_layer_norm`'s and the copy is
@@ -375,86 +416,27 @@ fn add_layer_norm_writes_an_f16_copy() {
     let b = input(DType::F32, &[rows, cols], &bv, Placement::Contiguous);
     let w = input(DType::F32, &[cols], &wv, Placement::Contiguous);
     let bias = input(DType::F32, &[cols], &biasv, Placement::Contiguous);
-    let low_desc = TensorDesc::new(DType::F16, vec![rows, cols]).unwrap();
-    let mut low = ops().output(low_desc.clone()).unwrap();
-    let (mut sum, mut out) = (output(&[rows, cols]), output(&[rows, cols]));
-    let mut graph = ops().runtime().graph();
-    let recorded = ops().record_add_layer_norm_with_f16(
-        &mut graph,
-        &a,
-        &b,
-        Some(&w),
-        Some(&bias),
-        EPS,
-        Some(&sum),
-        &out,
-        &low,
-    );
+    let recorded = norm_with_copy((&a, &b), (&w, &bias), true);
     if !has_f16 {
         assert!(matches!(recorded, Err(hrx_core::Error::Unsupported(_))));
-        assert!(graph.is_empty());
         return;
     }
-    recorded.unwrap();
-    let deps: Vec<_> = [&a, &b, &w, &bias, &sum, &out, &low]
-        .iter()
-        .map(|t| t.completion().clone())
-        .collect();
-    let done = graph.prepare().unwrap().submit_after(&deps).unwrap();
-    for t in [&mut sum, &mut out, &mut low] {
-        t.set_producer(done.clone());
-    }
-    let (got_sum, got_out, got_low) = (
-        sum.to_values().unwrap(),
-        out.to_values().unwrap(),
-        low.to_values().unwrap(),
-    );
+    let (got_sum, got_out, got_low) = recorded.unwrap();
     let (want_sum, want_out) = run_pair(&[&a, &b, &w, &bias], &[rows, cols], |g, s, o| {
         ops()
             .record_add_layer_norm(g, &a, &b, Some(&w), Some(&bias), EPS, Some(s), o)
             .unwrap()
     });
-    assert_eq!(got_sum, want_sum, "the sums");
+    assert_eq!(got_sum, Some(want_sum), "the sums");
     assert_eq!(got_out, want_out, "the outputs");
     for (i, (x, h)) in got_out.iter().zip(&got_low).enumerate() {
         let rounded = f64::from(half::f16::from_f64(*x));
         assert_eq!(h.to_bits(), rounded.to_bits(), "copy {i}: {h} against {x}");
     }
     // Without the sum kept: the same output and copy.
-    let mut unkept = output(&[rows, cols]);
-    let mut unkept_low = ops().output(low_desc.clone()).unwrap();
-    let mut graph = ops().runtime().graph();
-    ops()
-        .record_add_layer_norm_with_f16(
-            &mut graph,
-            &a,
-            &b,
-            Some(&w),
-            Some(&bias),
-            EPS,
-            None,
-            &unkept,
-            &unkept_low,
-        )
-        .unwrap();
-    let deps: Vec<_> = [&a, &b, &w, &bias, &unkept, &unkept_low]
-        .iter()
-        .map(|t| t.completion().clone())
-        .collect();
-    let done = graph.prepare().unwrap().submit_after(&deps).unwrap();
-    for t in [&mut unkept, &mut unkept_low] {
-        t.set_producer(done.clone());
-    }
-    assert_eq!(
-        unkept.to_values().unwrap(),
-        got_out,
-        "the outputs, the sum not kept"
-    );
-    assert_eq!(
-        unkept_low.to_values().unwrap(),
-        got_low,
-        "the copy, the sum not kept"
-    );
+    let (_, unkept, unkept_low) = norm_with_copy((&a, &b), (&w, &bias), false).unwrap();
+    assert_eq!(unkept, got_out, "the outputs, the sum not kept");
+    assert_eq!(unkept_low, got_low, "the copy, the sum not kept");
 
     // Refusals and errors record nothing.
     let odd = input(DType::F32, &[2, 7], &[1.0; 14], Placement::Contiguous);
@@ -478,38 +460,28 @@ fn add_layer_norm_writes_an_f16_copy() {
         matches!(unsupported, Err(hrx_core::Error::Unsupported(_))),
         "{unsupported:?}"
     );
-    let f32_copy = output(&[rows, cols]);
-    let not_f16 = ops()
-        .record_add_layer_norm_with_f16(
-            &mut graph,
-            &a,
-            &b,
-            None,
-            None,
-            EPS,
-            Some(&sum),
-            &out,
-            &f32_copy,
-        )
-        .unwrap_err()
-        .to_string();
+    // A copy that is not f16, and an f16 copy over the sum's storage.
+    let (sum, out) = (output(&[rows, cols]), output(&[rows, cols]));
+    let low_desc = TensorDesc::new(DType::F16, vec![rows, cols]).unwrap();
+    let mut copy_error = |copy: &DeviceTensor| {
+        ops()
+            .record_add_layer_norm_with_f16(
+                &mut graph,
+                &a,
+                &b,
+                None,
+                None,
+                EPS,
+                Some(&sum),
+                &out,
+                copy,
+            )
+            .unwrap_err()
+            .to_string()
+    };
+    let not_f16 = copy_error(&output(&[rows, cols]));
     assert!(not_f16.contains("must be f16"), "{not_f16}");
-    // An f16 copy over the sum's storage.
-    let over_sum = sum.view(0, low_desc).unwrap();
-    let clash = ops()
-        .record_add_layer_norm_with_f16(
-            &mut graph,
-            &a,
-            &b,
-            None,
-            None,
-            EPS,
-            Some(&sum),
-            &out,
-            &over_sum,
-        )
-        .unwrap_err()
-        .to_string();
+    let clash = copy_error(&sum.view(0, low_desc).unwrap());
     assert!(clash.contains("must not overlap"), "{clash}");
     assert!(graph.is_empty(), "refusals and errors recorded nothing");
 }
