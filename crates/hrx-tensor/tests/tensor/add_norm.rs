@@ -354,6 +354,9 @@ fn add_rms_norm_errors() {
     assert!(graph.is_empty(), "an error recorded nothing");
 }
 
+/// The sum (where kept), the output and its f16 copy.
+type Normed = (Option<Vec<f64>>, Vec<f64>, Vec<f64>);
+
 /// `record_add_layer_norm_with_f16` of `a + b` with `w` and `bias` into
 /// fresh outputs, the sum kept or not, run alone: the sum (where kept),
 /// the output and its f16 copy; or the refusal, nothing recorded.
@@ -361,7 +364,7 @@ fn norm_with_copy(
     (a, b): (&DeviceTensor, &DeviceTensor),
     (w, bias): (&DeviceTensor, &DeviceTensor),
     keep_sum: bool,
-) -> hrx_core::Result<(Option<Vec<f64>>, Vec<f64>, Vec<f64>)> {
+) -> hrx_core::Result<Normed> {
     let shape = a.desc().shape().to_vec();
     let low_desc = TensorDesc::new(DType::F16, shape.clone()).unwrap();
     let mut low = ops().output(low_desc).unwrap();
