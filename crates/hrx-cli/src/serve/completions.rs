@@ -10,6 +10,7 @@ use super::{
     completion_response::{self, Chunks, Header},
     embeddings::check_content_type,
     errors::ApiError,
+    offload,
     state::Shared,
 };
 use axum::{
@@ -31,10 +32,6 @@ use std::sync::{
 /// New tokens of a completion that names no `max_tokens` (OpenAI's
 /// default for completions; a chat may use the rest of the context).
 const DEFAULT_COMPLETION_TOKENS: usize = 16;
-
-/// Prompts longer than this (in bytes) are tokenized on a blocking
-/// thread rather than on the server's.
-const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
 
 /// Numbers the answers' ids and the seeds of requests without one.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -119,12 +116,10 @@ fn seed(number: u64) -> u64 {
 
 /// The prompt's token ids.
 async fn tokenize(generator: &Arc<Generator>, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
-    let large = match &prompt {
-        Prompt::Text(text) => text.len() > INLINE_TOKENIZE_BYTES,
-        Prompt::Chat(messages) => {
-            messages.iter().map(|m| m.content.len()).sum::<usize>() > INLINE_TOKENIZE_BYTES
-        }
-        Prompt::Ids(_) => false,
+    let bytes = match &prompt {
+        Prompt::Text(text) => text.len(),
+        Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+        Prompt::Ids(_) => 0,
     };
     let generator = Arc::clone(generator);
     let run = move || match prompt {
@@ -134,13 +129,7 @@ async fn tokenize(generator: &Arc<Generator>, prompt: Prompt) -> Result<Vec<u32>
             .encode_chat(&messages)
             .map_err(|e| ApiError::invalid(e.to_string(), Some("messages"))),
     };
-    if large {
-        tokio::task::spawn_blocking(run)
-            .await
-            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?
-    } else {
-        run()
-    }
+    offload::run(bytes <= offload::INLINE_TEXT_BYTES, "tokenizing", run).await?
 }
 
 /// The generation `request` asks for, checked against the context.

@@ -1,24 +1,21 @@
 //! `POST /v1/embeddings`: check the request, tokenize its texts, embed on
-//! the least-loaded replica, answer in input order.
+//! the least-loaded replica, answer in input order (large bodies, texts
+//! and answers handled off the server's threads: [`offload`]).
 
 use super::{
     errors::ApiError,
+    offload,
     request::{self, Inputs},
     response,
     state::Shared,
 };
 use axum::{
-    Json,
     body::Bytes,
     extract::{State, rejection::BytesRejection},
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use hrx::models::embed::Replicas;
-
-/// Texts longer than this (in bytes, all together) are tokenized on a
-/// blocking thread rather than on the server's.
-const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
 
 pub async fn embeddings(
     State(state): State<Shared>,
@@ -39,8 +36,12 @@ pub async fn embeddings(
             None,
         ),
     })?;
-    let request = request::parse(&body, &state.limits)?;
-    drop(body);
+    let limits = state.limits;
+    let inline = body.len() <= offload::INLINE_BODY_BYTES;
+    let request = offload::run(inline, "reading the request", move || {
+        request::parse(&body, &limits)
+    })
+    .await??;
     let replicas = state.embedding_model(&request.model)?;
     if replicas.healthy() == 0 {
         return Err(ApiError::unavailable());
@@ -59,7 +60,14 @@ pub async fn embeddings(
     })?;
     let tokens = embeddings.iter().map(|e| e.tokens.len()).sum();
     state.metrics.record_embeddings(inputs, tokens);
-    Ok(Json(response::list(&request.model, embeddings, request.encoding)).into_response())
+    let (model, encoding) = (request.model, request.encoding);
+    let inline = inputs <= offload::INLINE_ANSWER_EMBEDDINGS;
+    let encode = move || serde_json::to_vec(&response::list(&model, embeddings, encoding));
+    let body = offload::run(inline, "writing the answer", encode)
+        .await?
+        .map_err(|e| ApiError::internal(format!("writing the answer failed: {e}")))?;
+    let json = HeaderValue::from_static("application/json");
+    Ok(([(header::CONTENT_TYPE, json)], body).into_response())
 }
 
 /// JSON only: `application/json` (any parameters) or a `+json` type.
@@ -85,7 +93,7 @@ pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// Token ids of each text, truncated to the model's limit.
 async fn tokenize(replicas: &Replicas, texts: Vec<String>) -> Result<Vec<Vec<u32>>, ApiError> {
-    let inline = texts.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES;
+    let inline = texts.iter().map(String::len).sum::<usize>() <= offload::INLINE_TEXT_BYTES;
     let replicas = replicas.clone();
     let run = move || {
         texts
@@ -98,11 +106,5 @@ async fn tokenize(replicas: &Replicas, texts: Vec<String>) -> Result<Vec<Vec<u32
             })
             .collect::<Result<Vec<_>, _>>()
     };
-    if inline {
-        run()
-    } else {
-        tokio::task::spawn_blocking(run)
-            .await
-            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?
-    }
+    offload::run(inline, "tokenizing", run).await?
 }

@@ -87,8 +87,9 @@ pub struct ServeArgs {
     /// Largest request body, in bytes (larger ones get 413).
     #[arg(long, value_name = "N", default_value_t = 4 << 20, value_parser = positive)]
     pub max_body_bytes: usize,
-    /// Threads of the server's runtime (HTTP, JSON, tokenizing)
-    /// [default: one per CPU core].
+    /// Threads of the server's runtime (HTTP, JSON, tokenizing; large
+    /// bodies, texts and answers go to blocking threads) [default: 1 where
+    /// the server busy-polls, else one per CPU core].
     #[arg(long, value_name = "N", value_parser = at_most::<1024>)]
     pub http_threads: Option<usize>,
     /// After each request begins or ends, keep one server thread polling

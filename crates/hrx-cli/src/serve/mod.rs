@@ -28,6 +28,7 @@ mod exposition;
 mod flags;
 mod histogram;
 mod metrics;
+mod offload;
 mod probes;
 mod request;
 mod response;
@@ -89,7 +90,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         None => None,
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.http_threads {
+    if let Some(threads) = busy_poll::runtime_threads(args.http_threads, poll) {
         builder.worker_threads(threads);
     }
     let runtime = builder

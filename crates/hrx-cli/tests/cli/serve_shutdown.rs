@@ -1,6 +1,8 @@
 //! Graceful shutdown of `hrx serve`: on SIGTERM (or ctrl-c) it stops
 //! accepting, answers every accepted request, and exits 0; requests that
 //! arrive on open connections while it drains get 503 (`/ready` too).
+//! Also the server's threads: a busy-polling server's one runtime thread,
+//! and large requests handled off it.
 
 use crate::serve::{MODEL, Server, answer, assert_close, client, metric, short_sentences};
 use serde_json::json;
@@ -104,14 +106,14 @@ async fn ctrl_c_on_an_idle_server_exits_0() {
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
 }
 
-/// A server that keeps its one runtime thread (`--http-threads 1`)
-/// polling between requests (`--busy-poll-us`, off by default on a CPU
-/// device) runs that one thread, answers one request after another
-/// correctly, and its poller does not keep it from shutting down while it
-/// is still polling.
+/// A server that polls between requests (`--busy-poll-us`, off by
+/// default on a CPU device) runs one runtime thread unless told otherwise
+/// (the poller and the connections share it), answers one request after
+/// another correctly, and its poller does not keep it from shutting down
+/// while it is still polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_polling_server_answers_and_exits_0() {
-    let mut server = Server::start(&["--busy-poll-us", "200000", "--http-threads", "1"]);
+    let mut server = Server::start(&["--busy-poll-us", "200000"]);
     for sentence in short_sentences(32).into_iter().take(3) {
         let request = client()
             .post(server.url("/v1/embeddings"))
@@ -129,6 +131,35 @@ async fn a_busy_polling_server_answers_and_exits_0() {
     server.signal("TERM");
     let status = server.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
+}
+
+/// A large request on a one-thread server (it busy-polls): a body over
+/// 64 KiB (parsed on a blocking thread), texts over 16 KiB in all
+/// (tokenized there) and 41 embeddings (encoded there, as JSON numbers)
+/// come back whole and in order, the short sentences' equal to the
+/// reference; a small request is answered after it as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_thread_server_answers_a_large_request() {
+    let server = Server::start(&["--busy-poll-us", "200000"]);
+    let short = short_sentences(16);
+    let picked: Vec<_> = short.iter().cycle().take(40).collect();
+    let long = "lorem ipsum ".repeat(6_000);
+    let mut texts: Vec<&str> = picked.iter().map(|s| s.text.as_str()).collect();
+    texts.push(&long);
+    let body = json!({"model": MODEL, "input": texts, "encoding_format": "float"});
+    assert!(body.to_string().len() > 64 << 10);
+    let request = client().post(server.url("/v1/embeddings")).json(&body);
+    let vectors = answer(request).await.embeddings();
+    assert_eq!(vectors.len(), 41, "{}", server.stderr());
+    for (v, sentence) in vectors.iter().zip(&picked) {
+        assert_close(v, sentence);
+    }
+    let norm: f32 = vectors[40].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "the long text's norm {norm}");
+    let request = client()
+        .post(server.url("/v1/embeddings"))
+        .json(&json!({"model": MODEL, "input": short[0].text}));
+    assert_close(&answer(request).await.embeddings()[0], short[0]);
 }
 
 /// Threads of process `pid` named as the server names its runtime's.
