@@ -137,7 +137,8 @@ async fn a_busy_polling_server_answers_and_exits_0() {
 /// 64 KiB (parsed on a blocking thread), texts over 16 KiB in all
 /// (tokenized there) and 41 embeddings (encoded there, as JSON numbers)
 /// come back whole and in order, the short sentences' equal to the
-/// reference; a small request is answered after it as before.
+/// reference, with blocking threads started beside the runtime's one; a
+/// small request is answered after it as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_thread_server_answers_a_large_request() {
     let server = Server::start(&["--busy-poll-us", "200000"]);
@@ -156,6 +157,12 @@ async fn a_one_thread_server_answers_a_large_request() {
     }
     let norm: f32 = vectors[40].iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!((norm - 1.0).abs() < 1e-4, "the long text's norm {norm}");
+    // The work went to blocking threads, which the runtime names as it
+    // names its one worker (a server that took it inline runs only that).
+    assert!(
+        runtime_threads(server.pid()) >= 2,
+        "no blocking thread took the large request's work"
+    );
     let request = client()
         .post(server.url("/v1/embeddings"))
         .json(&json!({"model": MODEL, "input": short[0].text}));

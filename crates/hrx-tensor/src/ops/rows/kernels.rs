@@ -691,6 +691,31 @@ mod tests {
     use super::*;
     use hrx_core::Target;
 
+    /// A residual whose sums are not kept gives kernels without the `sum`
+    /// argument (so nothing can be stored to it), in each of the three
+    /// forms; a kept one declares it.
+    #[test]
+    fn unkept_sums_have_no_sum_argument() {
+        let rows_form = |residual| {
+            let input = super::super::norm_kernel::RowInput::Rows { residual };
+            super::super::norm_kernel::norm4_rows(32, 8, 3, (input, true, false), F32)
+        };
+        for residual in [Residual::Kept, Residual::Unkept] {
+            for built in [
+                norm(32, true, residual),
+                norm4(32, true, residual, (false, F32)),
+                rows_form(residual),
+            ] {
+                let text = built.text();
+                assert_eq!(
+                    text.contains("%sum"),
+                    residual.keeps(),
+                    "{residual:?}:\n{text}"
+                );
+            }
+        }
+    }
+
     /// Every form, workgroup size and flag builds a kernel the verifier
     /// and naga accept, on a CPU and a GPU target.
     #[test]
